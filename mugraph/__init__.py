@@ -1,0 +1,54 @@
+"""mugraph: a multi-level superoptimizer for GPU tensor programs (after the Mirage paper)."""
+
+from mugraph.dtypes import DType, bfloat16, float16, float32
+from mugraph.errors import (
+    DTypeError,
+    GraphInputError,
+    GraphStructureError,
+    MapError,
+    MugraphError,
+    SerializationError,
+    ShapeError,
+    SharedMemoryError,
+    UnsupportedError,
+)
+from mugraph.gpu import H100, GPUSpec
+from mugraph.ir.builder import KernelGraph, ThreadBlockGraph, new_kernel_graph, new_threadblock_graph
+from mugraph.ir.graph import BlockGraph, Op
+from mugraph.ir.ops import AccumKind, Group, Level, OpKind
+from mugraph.ir.serialize import from_json
+from mugraph.ir.tensor import DTensor, STensor, TensorType
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AccumKind",
+    "BlockGraph",
+    "DTensor",
+    "DType",
+    "DTypeError",
+    "GPUSpec",
+    "GraphInputError",
+    "GraphStructureError",
+    "Group",
+    "H100",
+    "KernelGraph",
+    "Level",
+    "MapError",
+    "MugraphError",
+    "Op",
+    "OpKind",
+    "STensor",
+    "SerializationError",
+    "ShapeError",
+    "SharedMemoryError",
+    "TensorType",
+    "ThreadBlockGraph",
+    "UnsupportedError",
+    "bfloat16",
+    "float16",
+    "float32",
+    "from_json",
+    "new_kernel_graph",
+    "new_threadblock_graph",
+]

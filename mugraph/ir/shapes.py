@@ -1,0 +1,209 @@
+"""Shape inference: one rule per operator kind, shared by the kernel and block levels.
+
+Each rule takes the input types and the operator's attributes and returns the output dims,
+raising :class:`ShapeError` (or another MugraphError) with a message that names the operator
+and the offending dims. The builders add the surrounding graph to the message.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from mugraph.errors import DTypeError, GraphStructureError, ShapeError, UnsupportedError
+from mugraph.ir.ops import AccumKind, Group, Level, OpKind
+from mugraph.ir.tensor import TensorType
+
+Dims = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ShapeContext:
+    """What a rule may need beyond its inputs: the level and the block graph's loop figures."""
+
+    level: Level
+    forloop_range: int = 1
+    reduction_dimx: int = 1
+
+
+def fmt(dims: Dims) -> str:
+    return "[" + ", ".join(map(str, dims)) + "]"
+
+
+def normalize_dim(op: str, dim: int, rank: int) -> int:
+    """Accept a negative dim as in PyTorch; reject one outside the tensor."""
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        raise ShapeError(f"{op}: dim must be an int, got {dim!r}")
+    if not -rank <= dim < rank:
+        raise ShapeError(f"{op}: dim {dim} does not exist in a {rank}-d tensor")
+    return dim % rank
+
+
+def broadcast_dims(op: str, a: Dims, b: Dims) -> Dims:
+    """Elementwise broadcast: equal ranks, each dim equal or one of them 1."""
+    if len(a) != len(b):
+        raise ShapeError(
+            f"{op}: operands must have the same number of dims, got {fmt(a)} and {fmt(b)}"
+        )
+    out = []
+    for i, (x, y) in enumerate(zip(a, b, strict=True)):
+        if x != y and 1 not in (x, y):
+            raise ShapeError(
+                f"{op}: dims {fmt(a)} and {fmt(b)} do not broadcast (dim {i}: {x} vs {y})"
+            )
+        out.append(max(x, y))
+    return tuple(out)
+
+
+def _same_dtype(op: str, types: list[TensorType]) -> None:
+    dtypes = {t.dtype for t in types}
+    if len(dtypes) > 1:
+        names = ", ".join(sorted(d.value for d in dtypes))
+        raise DTypeError(f"{op}: operands have different dtypes ({names})")
+
+
+def _elementwise_unary(types: list[TensorType], attrs: dict, ctx: ShapeContext) -> list[Dims]:
+    return [types[0].dims]
+
+
+def _elementwise_binary(types: list[TensorType], attrs: dict, ctx: ShapeContext) -> list[Dims]:
+    return [broadcast_dims(attrs["_name"], types[0].dims, types[1].dims)]
+
+
+def _matmul(types: list[TensorType], attrs: dict, ctx: ShapeContext) -> list[Dims]:
+    a, b = types[0].dims, types[1].dims
+    if len(a) < 2 or len(b) < 2:
+        raise ShapeError(f"matmul: operands need at least 2 dims, got {fmt(a)} @ {fmt(b)}")
+    if a[-1] != b[-2]:
+        raise ShapeError(
+            f"matmul: inner dims differ: {fmt(a)} @ {fmt(b)} ({a[-1]} != {b[-2]})"
+        )
+    batch_a, batch_b = a[:-2], b[:-2]
+    if ctx.level is not Level.KERNEL and len(batch_a) != len(batch_b):
+        raise ShapeError(
+            f"matmul: block operands must have the same number of dims, got {fmt(a)} @ {fmt(b)}"
+        )
+    width = max(len(batch_a), len(batch_b))
+    pa = (1,) * (width - len(batch_a)) + batch_a
+    pb = (1,) * (width - len(batch_b)) + batch_b
+    batch = []
+    for x, y in zip(pa, pb, strict=True):
+        if x != y and 1 not in (x, y):
+            raise ShapeError(f"matmul: batch dims of {fmt(a)} and {fmt(b)} do not broadcast")
+        batch.append(max(x, y))
+    return [(*batch, a[-2], b[-1])]
+
+
+def _reduction(types: list[TensorType], attrs: dict, ctx: ShapeContext) -> list[Dims]:
+    dims = types[0].dims
+    dim = attrs["dim"]
+    return [dims[:dim] + (1,) + dims[dim + 1 :]]
+
+
+def _rms_norm(types: list[TensorType], attrs: dict, ctx: ShapeContext) -> list[Dims]:
+    dims = types[0].dims
+    shape = attrs["normalized_shape"]
+    if len(shape) > len(dims) or tuple(dims[len(dims) - len(shape) :]) != shape:
+        raise ShapeError(
+            f"rms_norm: normalized_shape {fmt(shape)} is not the trailing dims of {fmt(dims)}"
+        )
+    return [dims]
+
+
+def _concat(types: list[TensorType], attrs: dict, ctx: ShapeContext) -> list[Dims]:
+    a, b = types[0].dims, types[1].dims
+    dim = attrs["dim"]
+    if len(a) != len(b) or any(x != y for i, (x, y) in enumerate(zip(a, b)) if i != dim):
+        raise ShapeError(f"concat: {fmt(a)} and {fmt(b)} differ outside dim {dim}")
+    return [a[:dim] + (a[dim] + b[dim],) + a[dim + 1 :]]
+
+
+def _reshape(types: list[TensorType], attrs: dict, ctx: ShapeContext) -> list[Dims]:
+    dims, new = types[0].dims, attrs["dims"]
+    if math.prod(dims) != math.prod(new):
+        raise ShapeError(
+            f"reshape: cannot reshape {fmt(dims)} ({math.prod(dims)} elements) "
+            f"to {fmt(new)} ({math.prod(new)} elements)"
+        )
+    return [new]
+
+
+def _forloop_accum(types: list[TensorType], attrs: dict, ctx: ShapeContext) -> list[Dims]:
+    dims = types[0].dims
+    acc = attrs["acc"]
+    if acc is AccumKind.NONE:
+        return [dims]
+    if acc is AccumKind.SUM_TODIMX:
+        dimx = ctx.reduction_dimx
+        if dims[-1] % dimx:
+            raise ShapeError(
+                f"forloop_accum: sum_todimx needs reduction_dimx={dimx} to divide the last "
+                f"dim of {fmt(dims)}"
+            )
+        return [dims[:-1] + (dimx,)]
+    return [dims[:-1] + (1,)]
+
+
+def _forloop_accum_rescale(types: list[TensorType], attrs: dict, ctx: ShapeContext) -> list[Dims]:
+    value, scale = types[0].dims, types[1].dims
+    out = value if attrs["acc"] is AccumKind.NONE else value[:-1] + (1,)
+    if broadcast_dims("forloop_accum_rescale", out, scale) != out:
+        raise ShapeError(
+            f"forloop_accum_rescale: rescale factor {fmt(scale)} must broadcast to the "
+            f"accumulator {fmt(out)}"
+        )
+    return [out]
+
+
+def _thread_graph(types: list[TensorType], attrs: dict, ctx: ShapeContext) -> list[Dims]:
+    dims = types[0].dims
+    for t in types[1:]:
+        dims = broadcast_dims("thread_graph", dims, t.dims)
+    return [dims]
+
+
+def _boundary(types: list[TensorType], attrs: dict, ctx: ShapeContext) -> list[Dims]:
+    raise GraphStructureError("boundary operators are built by their builder methods")
+
+
+ShapeRule = Callable[[list[TensorType], dict, ShapeContext], list[Dims]]
+
+SHAPE_RULES: dict[OpKind, ShapeRule] = {
+    **{k: _elementwise_unary for k in Group.ELEMENTWISE_UNARY},
+    **{k: _elementwise_binary for k in Group.ELEMENTWISE_BINARY},
+    OpKind.MATMUL: _matmul,
+    OpKind.REDUCTION: _reduction,
+    OpKind.REDUCTION_MAX: _reduction,
+    OpKind.RMS_NORM: _rms_norm,
+    OpKind.CONCAT: _concat,
+    OpKind.RESHAPE: _reshape,
+    OpKind.FORLOOP_ACCUM: _forloop_accum,
+    OpKind.FORLOOP_ACCUM_MAX: _elementwise_unary,
+    OpKind.FORLOOP_ACCUM_RESCALE: _forloop_accum_rescale,
+    OpKind.THREAD_GRAPH: _thread_graph,
+    OpKind.INPUT: _boundary,
+    OpKind.BLOCK_INPUT: _boundary,
+    OpKind.BLOCK_OUTPUT: _boundary,
+    OpKind.CUSTOMIZED: _boundary,
+}
+
+
+def infer_output_types(
+    kind: OpKind, types: list[TensorType], attrs: dict[str, Any], ctx: ShapeContext
+) -> list[TensorType]:
+    """Output types of ``kind`` applied to ``types``; raises a MugraphError when invalid."""
+    if ctx.level not in kind.levels:
+        raise UnsupportedError(f"{kind.value}: not available in a {ctx.level.value} graph")
+    _same_dtype(kind.value, types)
+    dims_list = SHAPE_RULES[kind](types, {"_name": kind.value, **attrs}, ctx)
+    dtype = types[0].dtype
+    for dims in dims_list:
+        if any(d <= 0 for d in dims):
+            raise ShapeError(f"{kind.value}: produces an empty tensor {fmt(dims)}")
+    if ctx.level is Level.KERNEL:
+        from mugraph.ir.tensor import contiguous_strides
+
+        return [TensorType(d, dtype, contiguous_strides(d)) for d in dims_list]
+    return [TensorType(d, dtype) for d in dims_list]
