@@ -50,6 +50,10 @@ class GraphBuilder:
         context = self._render_context(pending)
         return type(error)(f"{error}\n\n{context}")
 
+    def _ref_text(self, ref: TensorRef) -> str:
+        prefix = "b" if self.level is Level.BLOCK else "%"
+        return f"{prefix}{ref.op}" + (f".{ref.index}" if ref.index else "")
+
     def _check_tensor(self, op: str, t: object) -> Tensor:
         if not isinstance(t, self.handle_type):
             kind = "STensor" if self.level is Level.BLOCK else "DTensor"
@@ -66,7 +70,7 @@ class GraphBuilder:
         name = kind.value
         for t in inputs:
             self._check_tensor(name, t)
-        pending = f"{name}({', '.join(str(t.ref) for t in inputs)})"
+        pending = f"{name}({', '.join(self._ref_text(t.ref) for t in inputs)})"
         try:
             types = infer_output_types(kind, [t.type for t in inputs], attrs, self._shape_context())
             op = Op(kind, tuple(t.ref for t in inputs), freeze_attrs(attrs), tuple(types))
@@ -451,7 +455,7 @@ class ThreadBlockGraph(GraphBuilder):
 
     def new_output(self, stensor: STensor, output_map, forloop_dim: int = -1) -> None:
         self._check_tensor("new_output", stensor)
-        pending = f"new_output({stensor.ref})"
+        pending = f"new_output({self._ref_text(stensor.ref)})"
         try:
             rank = stensor.num_dims
             omap = maps.normalize_map("new_output", "output_map", output_map, rank)
