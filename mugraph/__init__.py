@@ -18,12 +18,20 @@ from mugraph.ir.graph import BlockGraph, Op
 from mugraph.ir.ops import AccumKind, Group, Level, OpKind
 from mugraph.ir.serialize import from_json
 from mugraph.ir.tensor import DTensor, STensor, TensorType
+from mugraph.codegen.check import CodegenMismatchError
+from mugraph.runtime.compiled import CompiledProgram, compile_graph
+from mugraph.search.config import SearchConfig
+from mugraph.search.verify import NotVerifiableError, VerificationResult, verify
+
+compile = compile_graph  # noqa: A001 - the upstream name: mugraph.compile(graph)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AccumKind",
     "BlockGraph",
+    "CodegenMismatchError",
+    "CompiledProgram",
     "DTensor",
     "DType",
     "DTypeError",
@@ -36,19 +44,24 @@ __all__ = [
     "Level",
     "MapError",
     "MugraphError",
+    "NotVerifiableError",
     "Op",
     "OpKind",
     "STensor",
+    "SearchConfig",
     "SerializationError",
     "ShapeError",
     "SharedMemoryError",
     "TensorType",
     "ThreadBlockGraph",
     "UnsupportedError",
+    "VerificationResult",
     "bfloat16",
+    "compile",
     "float16",
     "float32",
     "from_json",
     "new_kernel_graph",
     "new_threadblock_graph",
+    "verify",
 ]

@@ -57,9 +57,11 @@ class GraphBuilder:
     def _check_tensor(self, op: str, t: object) -> Tensor:
         if not isinstance(t, self.handle_type):
             kind = "STensor" if self.level is Level.BLOCK else "DTensor"
-            raise GraphStructureError(f"{op}: expected a {kind} of this graph, got {t!r}")
+            error = GraphStructureError(f"{op}: expected a {kind} of this graph, got {t!r}")
+            raise self._fail(error, op)
         if t.graph is not self:
-            raise GraphStructureError(f"{op}: tensor {t.ref} belongs to another graph")
+            error = GraphStructureError(f"{op}: tensor {t.ref} belongs to another graph")
+            raise self._fail(error, op)
         return t
 
     def _shape_context(self) -> ShapeContext:
@@ -115,16 +117,16 @@ class GraphBuilder:
         return self._unary(OpKind.RELU, t)
 
     def clamp(self, t, min_val: float, max_val: float):
-        lo, hi = _scalar("clamp", min_val), _scalar("clamp", max_val)
+        lo, hi = _scalar("clamp", min_val, self), _scalar("clamp", max_val, self)
         if lo > hi:
             raise self._fail(ShapeError(f"clamp: min_val {lo} exceeds max_val {hi}"), "clamp")
         return self._unary(OpKind.CLAMP, t, min_val=lo, max_val=hi)
 
     def mul_scalar(self, t, scalar: float):
-        return self._unary(OpKind.MUL_SCALAR, t, scalar=_scalar("mul_scalar", scalar))
+        return self._unary(OpKind.MUL_SCALAR, t, scalar=_scalar("mul_scalar", scalar, self))
 
     def pow(self, t, exponent: float):
-        return self._unary(OpKind.POW, t, exponent=_scalar("pow", exponent))
+        return self._unary(OpKind.POW, t, exponent=_scalar("pow", exponent, self))
 
     def add(self, a, b):
         return self._binary(OpKind.ADD, a, b)
@@ -164,11 +166,14 @@ class GraphBuilder:
             raise self._fail(error, op) from None
 
 
-def _scalar(op: str, value: object) -> float:
+def _scalar(op: str, value: object, builder: GraphBuilder | None = None) -> float:
+    error = None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise UnsupportedError(f"{op}: expected a number, got {value!r}")
-    if not math.isfinite(value):
-        raise UnsupportedError(f"{op}: the scalar must be finite, got {value!r}")
+        error = UnsupportedError(f"{op}: expected a number, got {value!r}")
+    elif not math.isfinite(value):
+        error = UnsupportedError(f"{op}: the scalar must be finite, got {value!r}")
+    if error is not None:
+        raise builder._fail(error, op) if builder else error
     return float(value)
 
 
@@ -203,9 +208,9 @@ class KernelGraph(GraphBuilder):
     # inputs / outputs
     def new_input(self, dims, strides=None, dtype: DType | str = float16) -> DTensor:
         dims = _dims("new_input", dims, self)
-        dtype = as_dtype(dtype)
-        strides = contiguous_strides(dims) if strides is None else tuple(strides)
         try:
+            dtype = as_dtype(dtype)
+            strides = contiguous_strides(dims) if strides is None else tuple(strides)
             _check_strides("new_input", dims, strides)
         except MugraphError as error:
             raise self._fail(error, "input") from None
@@ -313,6 +318,18 @@ class KernelGraph(GraphBuilder):
         from mugraph.ir.serialize import to_json
 
         return to_json(self)
+
+    def superoptimize(self, config=None, *, time_limit: float | None = None, **options):
+        """The best verified μGraph computing this graph's function (a KernelGraph).
+
+        ``config`` is a preset name ("attention", "lora", "mlp") or a SearchConfig; other
+        keywords override search-space fields. The search result (every verified candidate,
+        statistics) is kept as ``.search_result`` on the returned graph. When nothing better is
+        found, this graph itself is returned.
+        """
+        from mugraph.search.api import superoptimize_graph
+
+        return superoptimize_graph(self, config, time_limit=time_limit, **options)
 
     def __call__(self, inputs=None, **kwargs):
         from mugraph.runtime.call import call_graph
@@ -540,7 +557,7 @@ class ThreadBlockGraph(GraphBuilder):
 
 
 def _check_block_dim(block_dim, gpu: GPUSpec) -> tuple[int, int, int]:
-    dims = tuple(block_dim)
+    dims = tuple(block_dim) if isinstance(block_dim, (tuple, list)) else ()
     if not 1 <= len(dims) <= 3 or any(not isinstance(d, int) or d < 1 for d in dims):
         raise maps.MapError(f"new_threadblock_graph: block_dim must be 1 to 3 positive ints, got {block_dim!r}")
     dims = (*dims, *(1,) * (3 - len(dims)))

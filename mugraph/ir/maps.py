@@ -21,7 +21,7 @@ GridMap = tuple[int, int, int]
 
 
 def normalize_grid(op: str, grid_dim: tuple[int, ...]) -> tuple[int, int, int]:
-    grid = tuple(grid_dim)
+    grid = tuple(grid_dim) if isinstance(grid_dim, (tuple, list)) else ()
     if not 1 <= len(grid) <= 3 or any(not isinstance(g, int) or g < 1 for g in grid):
         raise MapError(f"{op}: grid_dim must be 1 to 3 positive ints, got {grid_dim!r}")
     return (*grid, *(1,) * (3 - len(grid)))  # type: ignore[return-value]
@@ -29,7 +29,7 @@ def normalize_grid(op: str, grid_dim: tuple[int, ...]) -> tuple[int, int, int]:
 
 def normalize_map(op: str, name: str, grid_map: tuple[int, ...], rank: int) -> GridMap:
     """Check a 3-tuple map: every entry -1 or an existing dim, no dim named twice."""
-    entries = tuple(grid_map)
+    entries = tuple(grid_map) if isinstance(grid_map, (tuple, list)) else ()
     if len(entries) != 3 or any(not isinstance(e, int) or isinstance(e, bool) for e in entries):
         raise MapError(f"{op}: {name} must be a 3-tuple of ints (x, y, z), got {grid_map!r}")
     for axis, dim in zip(AXES, entries, strict=True):
@@ -45,7 +45,8 @@ def normalize_map(op: str, name: str, grid_map: tuple[int, ...], rank: int) -> G
 
 
 def check_forloop_dim(op: str, forloop_dim: int, rank: int) -> int:
-    if not isinstance(forloop_dim, int) or not -1 <= forloop_dim < rank:
+    valid = isinstance(forloop_dim, int) and not isinstance(forloop_dim, bool)
+    if not valid or not -1 <= forloop_dim < rank:
         raise MapError(
             f"{op}: forloop_dim {forloop_dim!r} does not exist in a {rank}-d tensor "
             f"(use -1 for none)"

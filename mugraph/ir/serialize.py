@@ -131,7 +131,7 @@ def from_json(text: str):
     try:
         ops = [decode_op(op) for op in data["ops"]]
         outputs = [TensorRef(i, j) for i, j in data["outputs"]]
-    except (KeyError, TypeError, ValueError) as error:
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise SerializationError(f"malformed mugraph document: {error!r}") from None
     from mugraph.ir.rebuild import rebuild_kernel_graph
 
@@ -139,3 +139,6 @@ def from_json(text: str):
         return rebuild_kernel_graph(ops, outputs)
     except MugraphError as error:
         raise SerializationError(f"document describes an invalid graph: {error}") from None
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as error:
+        # an attribute missing or of the wrong type where the checks do not look
+        raise SerializationError(f"document describes an invalid graph: {error!r}") from None

@@ -68,6 +68,27 @@ def _elementwise_unary(types: list[TensorType], attrs: dict, ctx: ShapeContext) 
     return [types[0].dims]
 
 
+def _scalar_unary(types: list[TensorType], attrs: dict, ctx: ShapeContext) -> list[Dims]:
+    """clamp, mul_scalar, pow: their scalars must be finite numbers."""
+    for name in _SCALARS[attrs["_name"]]:
+        value = attrs.get(name)
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or not math.isfinite(value):
+            op = attrs["_name"]
+            raise UnsupportedError(f"{op}: {name} must be a finite number, got {value!r}")
+    return [types[0].dims]
+
+
+_SCALARS = {"clamp": ("min_val", "max_val"), "mul_scalar": ("scalar",), "pow": ("exponent",)}
+
+
+def _check_dim(op: str, dim: object, dims: Dims) -> int:
+    """A stored dim attribute: already normalized (0 <= dim < rank) by the builder."""
+    if not isinstance(dim, int) or isinstance(dim, bool) or not 0 <= dim < len(dims):
+        raise ShapeError(f"{op}: dim {dim!r} does not exist in {fmt(dims)}")
+    return dim
+
+
 def _elementwise_binary(types: list[TensorType], attrs: dict, ctx: ShapeContext) -> list[Dims]:
     return [broadcast_dims(attrs["_name"], types[0].dims, types[1].dims)]
 
@@ -98,13 +119,15 @@ def _matmul(types: list[TensorType], attrs: dict, ctx: ShapeContext) -> list[Dim
 
 def _reduction(types: list[TensorType], attrs: dict, ctx: ShapeContext) -> list[Dims]:
     dims = types[0].dims
-    dim = attrs["dim"]
+    dim = _check_dim(attrs["_name"], attrs.get("dim"), dims)
     return [dims[:dim] + (1,) + dims[dim + 1 :]]
 
 
 def _rms_norm(types: list[TensorType], attrs: dict, ctx: ShapeContext) -> list[Dims]:
     dims = types[0].dims
-    shape = attrs["normalized_shape"]
+    shape = attrs.get("normalized_shape")
+    if not isinstance(shape, tuple) or not shape:
+        raise ShapeError(f"rms_norm: normalized_shape must be a non-empty tuple, got {shape!r}")
     if len(shape) > len(dims) or tuple(dims[len(dims) - len(shape) :]) != shape:
         raise ShapeError(
             f"rms_norm: normalized_shape {fmt(shape)} is not the trailing dims of {fmt(dims)}"
@@ -114,14 +137,16 @@ def _rms_norm(types: list[TensorType], attrs: dict, ctx: ShapeContext) -> list[D
 
 def _concat(types: list[TensorType], attrs: dict, ctx: ShapeContext) -> list[Dims]:
     a, b = types[0].dims, types[1].dims
-    dim = attrs["dim"]
+    dim = _check_dim("concat", attrs.get("dim"), a)
     if len(a) != len(b) or any(x != y for i, (x, y) in enumerate(zip(a, b)) if i != dim):
         raise ShapeError(f"concat: {fmt(a)} and {fmt(b)} differ outside dim {dim}")
     return [a[:dim] + (a[dim] + b[dim],) + a[dim + 1 :]]
 
 
 def _reshape(types: list[TensorType], attrs: dict, ctx: ShapeContext) -> list[Dims]:
-    dims, new = types[0].dims, attrs["dims"]
+    dims, new = types[0].dims, attrs.get("dims")
+    if not isinstance(new, tuple) or not new or any(not isinstance(d, int) for d in new):
+        raise ShapeError(f"reshape: dims must be a non-empty tuple of ints, got {new!r}")
     if math.prod(dims) != math.prod(new):
         raise ShapeError(
             f"reshape: cannot reshape {fmt(dims)} ({math.prod(dims)} elements) "
@@ -132,7 +157,9 @@ def _reshape(types: list[TensorType], attrs: dict, ctx: ShapeContext) -> list[Di
 
 def _forloop_accum(types: list[TensorType], attrs: dict, ctx: ShapeContext) -> list[Dims]:
     dims = types[0].dims
-    acc = attrs["acc"]
+    acc = attrs.get("acc")
+    if not isinstance(acc, AccumKind):
+        raise UnsupportedError(f"forloop_accum: unsupported accumulator {acc!r}")
     if acc is AccumKind.NONE:
         return [dims]
     if acc is AccumKind.SUM_TODIMX:
@@ -148,6 +175,10 @@ def _forloop_accum(types: list[TensorType], attrs: dict, ctx: ShapeContext) -> l
 
 def _forloop_accum_rescale(types: list[TensorType], attrs: dict, ctx: ShapeContext) -> list[Dims]:
     value, scale = types[0].dims, types[1].dims
+    if attrs.get("acc") not in (AccumKind.NONE, AccumKind.SUM):
+        raise UnsupportedError(
+            f"forloop_accum_rescale: unsupported accumulator {attrs.get('acc')!r} (None or sum)"
+        )
     out = value if attrs["acc"] is AccumKind.NONE else value[:-1] + (1,)
     if broadcast_dims("forloop_accum_rescale", out, scale) != out:
         raise ShapeError(
@@ -158,6 +189,9 @@ def _forloop_accum_rescale(types: list[TensorType], attrs: dict, ctx: ShapeConte
 
 
 def _thread_graph(types: list[TensorType], attrs: dict, ctx: ShapeContext) -> list[Dims]:
+    from mugraph.ir.thread import check_program
+
+    check_program(attrs.get("program", ()), len(types))
     dims = types[0].dims
     for t in types[1:]:
         dims = broadcast_dims("thread_graph", dims, t.dims)
@@ -172,6 +206,9 @@ ShapeRule = Callable[[list[TensorType], dict, ShapeContext], list[Dims]]
 
 SHAPE_RULES: dict[OpKind, ShapeRule] = {
     **{k: _elementwise_unary for k in Group.ELEMENTWISE_UNARY},
+    OpKind.CLAMP: _scalar_unary,
+    OpKind.MUL_SCALAR: _scalar_unary,
+    OpKind.POW: _scalar_unary,
     **{k: _elementwise_binary for k in Group.ELEMENTWISE_BINARY},
     OpKind.MATMUL: _matmul,
     OpKind.REDUCTION: _reduction,
@@ -190,12 +227,31 @@ SHAPE_RULES: dict[OpKind, ShapeRule] = {
 }
 
 
+# How many inputs each operator takes (thread graphs take any positive number).
+ARITY: dict[OpKind, int] = {
+    **{k: 1 for k in Group.ELEMENTWISE_UNARY | Group.REDUCING},
+    **{k: 2 for k in Group.ELEMENTWISE_BINARY},
+    OpKind.MATMUL: 2,
+    OpKind.RMS_NORM: 1,
+    OpKind.CONCAT: 2,
+    OpKind.RESHAPE: 1,
+    OpKind.FORLOOP_ACCUM: 1,
+    OpKind.FORLOOP_ACCUM_MAX: 1,
+    OpKind.FORLOOP_ACCUM_RESCALE: 2,
+}
+
+
 def infer_output_types(
     kind: OpKind, types: list[TensorType], attrs: dict[str, Any], ctx: ShapeContext
 ) -> list[TensorType]:
     """Output types of ``kind`` applied to ``types``; raises a MugraphError when invalid."""
     if ctx.level not in kind.levels:
         raise UnsupportedError(f"{kind.value}: not available in a {ctx.level.value} graph")
+    arity = ARITY.get(kind)
+    if arity is not None and len(types) != arity:
+        raise GraphStructureError(f"{kind.value}: takes {arity} inputs, got {len(types)}")
+    if not types:
+        raise GraphStructureError(f"{kind.value}: takes at least one input, got none")
     _same_dtype(kind.value, types)
     dims_list = SHAPE_RULES[kind](types, {"_name": kind.value, **attrs}, ctx)
     dtype = types[0].dtype

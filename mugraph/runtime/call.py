@@ -35,6 +35,10 @@ def check_inputs(graph, inputs: Sequence[Any]) -> None:
         raise GraphInputError(f"inputs are on different devices: {sorted(devices)}")
 
 
+def _is_torch(x: Any) -> bool:
+    return type(x).__module__.startswith("torch")
+
+
 def call_graph(graph, inputs: Sequence[Any] | None = None, **kwargs: Any) -> list[Any]:
     """``graph(inputs=[...])``: the graph's outputs, as torch tensors for torch inputs."""
     check_inputs(graph, inputs)
@@ -45,14 +49,15 @@ def call_graph(graph, inputs: Sequence[Any] | None = None, **kwargs: Any) -> lis
         return compile_graph(graph)(inputs=inputs, **kwargs)
     from mugraph.semantics.reference import evaluate
 
-    is_torch = type(first).__module__.startswith("torch")
-    arrays = [x.detach().double().numpy() if is_torch else np.asarray(x) for x in inputs]
+    is_torch = _is_torch(first)
+    arrays = [x.detach().double().numpy() if _is_torch(x) else np.asarray(x) for x in inputs]
     outs = evaluate(graph, arrays)
     if not is_torch:
         return [o.astype(t.dtype.numpy_dtype) for o, t in zip(outs, graph.output_types, strict=True)]
     import torch
 
+    # evaluate may hand back read-only (broadcast) views: copy those, and only those
     return [
-        torch.from_numpy(o).to(getattr(torch, t.dtype.torch_name))
+        torch.from_numpy(np.require(o, requirements="W")).to(getattr(torch, t.dtype.torch_name))
         for o, t in zip(outs, graph.output_types, strict=True)
     ]

@@ -1,0 +1,693 @@
+"""Triton code generation: one ``@triton.jit`` kernel per graph-defined kernel operator.
+
+The kernel's program ids are the block graph's grid (x, y, z); its ``for it in range(F)`` loop
+is the for-loop. Every block value is a register tile of a padded power-of-two shape (see
+:mod:`mugraph.codegen.padding`); lanes beyond a dim's true size are padding, masked on every
+memory access and before every operator that mixes lanes (reductions, matmul inner dims,
+accumulators that reduce). Padded lanes may otherwise hold anything; ``Val.zero_pad`` records
+when they are known to be zero so the common case needs no extra ``tl.where``.
+
+Schedule (cf. the transpiler notes, seed 004): values that depend only on for-loop-invariant
+inputs are emitted before the loop (``hoist_invariants``), values that change per iteration
+inside it, accumulators' results after it. Code is emitted on demand, from the outputs
+backwards, so values no output needs are never computed.
+
+Data movement: ``reshape`` is a ``tl.reshape`` when the padding allows a pure reinterpretation
+(every non-leading dim of each merged or split group exact) and otherwise goes through a
+block-private fp32 scratch buffer in global memory (store, barrier, load). ``concat`` of two
+input tiles becomes one tile loaded from two masked address ranges (no register shuffles);
+any other concat goes through the scratch buffer. Splitting a consuming matmul into two dots
+would avoid the scratch round trip; it is not done.
+
+Matmul: ``tl.dot`` with float32 accumulation when every one of M, K, N exceeds 1 (their padded
+sizes are then at least ``dot_min_dim`` = 16); 3-D tiles use the batched ``tl.dot``; tiles of
+rank > 3 fold their batch dims into one. A matmul with M, K or N equal to 1 is a broadcast
+multiply and ``tl.sum`` on CUDA cores.
+
+The emission of each block operator is :data:`TRITON_EMITTERS`, a table keyed by OpKind.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from mugraph.codegen import tiles
+from mugraph.codegen.elementwise import formula, zero_preserving
+from mugraph.codegen.padding import padded_shapes
+from mugraph.dtypes import DType
+from mugraph.errors import UnsupportedError
+from mugraph.ir import maps
+from mugraph.ir.graph import BlockGraph, Op
+from mugraph.ir.ops import AccumKind, Group, OpKind
+from mugraph.ir.phase import Phase
+from mugraph.ir.tensor import TensorRef, TensorType
+
+TRITON_MAX_NUMEL = 1 << 20  # Triton's hard limit on the elements of one tensor
+TRITON_MAX_GRID_YZ = 65535
+PRE, LOOP, POST = Phase.INVARIANT, Phase.LOOP, Phase.POST
+
+TL_DTYPE = {DType.float16: "tl.float16", DType.bfloat16: "tl.bfloat16", DType.float32: "tl.float32"}
+
+
+@dataclass(frozen=True)
+class CodegenOptions:
+    """Choices that change the generated source but never what it computes.
+
+    max_tile_elements: the largest padded register tile accepted (UnsupportedError beyond).
+    dot_min_dim: the smallest padded M, K, N of a ``tl.dot`` (16 on NVIDIA GPUs).
+    hoist_invariants: compute for-loop-invariant values once before the loop (True) or
+        recompute them in every iteration (False: less register pressure).
+    interpret: emit for Triton's CPU interpreter (no bf16 ``tl.dot``).
+    index64: 64-bit address arithmetic (tensors spanning 2**31 elements or more).
+    """
+
+    max_tile_elements: int = 1 << 17
+    dot_min_dim: int = 16
+    hoist_invariants: bool = True
+    interpret: bool = False
+    index64: bool = False
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """One generated kernel: its source text and what the runtime needs to launch it."""
+
+    name: str
+    source: str
+    grid: tuple[int, int, int]
+    input_ranks: tuple[int, ...]
+    output_ranks: tuple[int, ...]
+    scratch_per_block: int  # float32 elements of block-private scratch (0: no scratch arg)
+    label: str  # how error messages name the kernel
+
+    @property
+    def num_blocks(self) -> int:
+        return math.prod(self.grid)
+
+
+@dataclass(frozen=True)
+class Val:
+    """A register tile in the generated code.
+
+    ``native`` is the Triton dtype of a tile that still has its memory type (a load), None for
+    the float32 tiles every computation produces.
+    """
+
+    name: str
+    dims: tuple[int, ...]
+    pad: tuple[int, ...]
+    native: str | None = None
+    zero_pad: bool = False
+    sec: Phase = PRE  # the section that defines it (derived values go there too)
+
+    @property
+    def padded(self) -> bool:
+        return self.dims != self.pad
+
+
+def _phases(block: BlockGraph) -> list[Phase]:
+    phases: list[Phase] = []
+    for op in block.ops:
+        if op.kind is OpKind.BLOCK_INPUT:
+            phases.append(PRE if op.attr("forloop_dim") < 0 else LOOP)
+        elif op.kind in Group.ACCUMULATOR:
+            phases.append(POST)
+        else:
+            phases.append(max((phases[r.op] for r in op.inputs), default=PRE))
+    return phases
+
+
+class KernelEmitter:
+    """Builds the source of one kernel from a block graph, operator by operator."""
+
+    def __init__(self, block: BlockGraph, name: str, label: str, options: CodegenOptions) -> None:
+        self.block = block
+        self.name = name
+        self.label = label
+        self.options = options
+        self.pads = padded_shapes(block, options.dot_min_dim)
+        self.phases = _phases(block)
+        self.lines: dict[Phase, list[str]] = {PRE: [], LOOP: [], POST: []}
+        self.memo: dict[tuple[TensorRef, Phase], Val] = {}
+        self.derived_memo: dict[str, Val] = {}
+        self.names: set[str] = set()
+        self.scratch_used = 0
+        self.loop = block.forloop_range > 1
+
+    # ---- bookkeeping -------------------------------------------------------------------
+
+    def fail(self, op: Op, ref: TensorRef | None, why: str) -> UnsupportedError:
+        where = f"{op.kind.value}" + (f" b{ref.op}" if ref is not None else "")
+        return UnsupportedError(f"{self.label}: {where}: {why}")
+
+    def fresh(self, base: str) -> str:
+        name, k = base, 0
+        while name in self.names:
+            k += 1
+            name = f"{base}_{k}"
+        self.names.add(name)
+        return name
+
+    def emit(self, sec: Phase, line: str) -> None:
+        self.lines[sec].append(line)
+
+    def assign(self, sec: Phase, base: str, expr: str, dims, pad, **kw) -> Val:
+        name = self.fresh(base)
+        self.emit(sec, f"{name} = {expr}")
+        return Val(name, tuple(dims), tuple(pad), sec=sec, **kw)
+
+    def derived(self, val: Val, tag: str, expr: str, **kw) -> Val:
+        """A value computed from ``val`` alone (cast, mask), once, in ``val``'s section."""
+        key = f"{val.name}@{tag}"
+        if key not in self.derived_memo:
+            name = f"{val.name}{tag}"
+            self.derived_memo[key] = self.assign(val.sec, name, expr, val.dims, val.pad, **kw)
+        return self.derived_memo[key]
+
+    def dims(self, ref: TensorRef) -> tuple[int, ...]:
+        return self.block.tensor_type(ref).dims
+
+    def pad(self, ref: TensorRef) -> tuple[int, ...]:
+        return self.pads[ref]
+
+    def dtype(self, ref: TensorRef) -> DType:
+        return self.block.tensor_type(ref).dtype
+
+    def check_size(self, op: Op, ref: TensorRef | None, shape, what: str = "a register tile"):
+        n = math.prod(shape)
+        limit = min(self.options.max_tile_elements, TRITON_MAX_NUMEL)
+        if n > limit:
+            raise self.fail(
+                op, ref, f"needs {what} of shape {list(shape)} ({n} elements), over the limit of "
+                f"{limit} (max_tile_elements); use a larger grid or forloop_range"
+            )
+
+    def reserve_scratch(self, n: int) -> int:
+        offset = self.scratch_used
+        self.scratch_used += n
+        return offset
+
+    # ---- values --------------------------------------------------------------------------
+
+    def section_for(self, ref: TensorRef, wanted: Phase) -> Phase:
+        """Where ``ref`` is computed when section ``wanted`` needs it."""
+        phase = self.phases[ref.op]
+        if phase is PRE and not self.options.hoist_invariants:
+            return wanted
+        return phase
+
+    def get(self, ref: TensorRef, wanted: Phase) -> Val:
+        """The register tile of ``ref``, emitting its code (and its inputs') on first use."""
+        sec = self.section_for(ref, wanted)
+        key = (ref, sec)
+        if key not in self.memo:
+            op = self.block.ops[ref.op]
+            emitter = TRITON_EMITTERS.get(op.kind)
+            if emitter is None:
+                raise self.fail(op, ref, "no Triton emission for this operator")
+            val = emitter(self, op, ref, sec)
+            self.check_size(op, ref, val.pad)
+            self.memo[key] = val
+        return self.memo[key]
+
+    def f32(self, val: Val, sec: Phase) -> Val:
+        """``val`` as a float32 tile (loads keep their memory dtype until computed on)."""
+        if val.native is None or val.native == "tl.float32":
+            return replace(val, native=None)
+        return self.derived(val, "f", f"{val.name}.to(tl.float32)", zero_pad=val.zero_pad)
+
+    def zero_pads(self, val: Val, sec: Phase) -> Val:
+        """``val`` with every padded lane set to zero."""
+        if not val.padded or val.zero_pad:
+            return val
+        mask = tiles.valid_mask(val.dims, val.pad)
+        expr = f"tl.where({mask}, {val.name}, tl.zeros_like({val.name}))"
+        return self.derived(val, "z", expr, native=val.native, zero_pad=True)
+
+    # ---- addresses -----------------------------------------------------------------------
+
+    def pid(self, axis: int) -> str:
+        return f"pid_{tiles.AXES[axis]}"
+
+    def it(self) -> str:
+        return "it_" if self.options.index64 else "it"
+
+    def base_terms(self, dims, tile, grid_map, fdim) -> list[list[str]]:
+        """Per dim, the scalar offset terms of this block (and iteration) along it."""
+        grid = self.block.grid_dim
+        terms: list[list[str]] = [[] for _ in dims]
+        for axis, (g, d) in enumerate(zip(grid, grid_map, strict=True)):
+            if d >= 0 and g > 1:
+                terms[d].append(f"{self.pid(axis)} * {dims[d] // g}")
+        if fdim >= 0 and self.loop:
+            terms[fdim].append(f"{self.it()} * {tile[fdim]}")
+        return terms
+
+    def load_input(self, op: Op, pad, shift=None, region=None) -> str:
+        """A ``tl.load`` of input ``op``'s tile into a tile of shape ``pad``.
+
+        Lane ``i`` of dim ``d`` reads element ``i - shift[d]``; only lanes in ``region`` (or,
+        by default, the valid lanes of the tile) are read, the rest are zero.
+        """
+        i = op.attr("index")
+        dtensor: TensorType = op.attr("dtensor")
+        tile = op.outputs[0].dims
+        base = self.base_terms(dtensor.dims, tile, op.attr("imap"), op.attr("forloop_dim"))
+        strides = [f"in{i}_s{d}" for d in range(len(tile))]
+        offs = tiles.offsets(pad, strides, base, shift, self.options.index64)
+        mask = region if region is not None else tiles.valid_mask(tile, pad)
+        if mask is None:
+            return f"tl.load(in{i}_ptr + {offs})"
+        return f"tl.load(in{i}_ptr + {offs}, mask={mask}, other=0.0)"
+
+
+# ---- emitters: one per operator kind ---------------------------------------------------
+
+Emitter = Callable[[KernelEmitter, Op, TensorRef, Phase], Val]
+
+
+def _emit_input(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
+    pad = em.pad(ref)
+    expr = em.load_input(op, pad)
+    native = TL_DTYPE[em.dtype(ref)]
+    return em.assign(sec, f"b{ref.op}", expr, em.dims(ref), pad, native=native, zero_pad=True)
+
+
+def _emit_elementwise(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
+    args = [em.f32(em.get(r, sec), sec) for r in op.inputs]
+    pad = em.pad(ref)
+    zp = zero_preserving(op.kind, op.attr_dict) and all(a.zero_pad and a.pad == pad for a in args)
+    expr = formula(op.kind, [a.name for a in args], op.attr_dict)
+    return em.assign(sec, f"b{ref.op}", expr, em.dims(ref), pad, zero_pad=zp)
+
+
+def _bcast_pad(pads: list[tuple[int, ...]]) -> tuple[int, ...]:
+    return tuple(max(ps) for ps in zip(*pads, strict=True))
+
+
+def _emit_thread_graph(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
+    """A fused elementwise chain: one statement per step, all in registers."""
+    vals = [em.f32(em.get(r, sec), sec) for r in op.inputs]
+    for step, (kind, operands, attrs) in enumerate(op.attr("program")):
+        args = [vals[j] for j in operands]
+        attr_map = dict(attrs)
+        pad = _bcast_pad([a.pad for a in args])
+        dims = tuple(max(ds) for ds in zip(*(a.dims for a in args), strict=True))
+        zp = zero_preserving(kind, attr_map) and all(a.zero_pad and a.pad == pad for a in args)
+        expr = formula(kind, [a.name for a in args], attr_map)
+        vals.append(em.assign(sec, f"b{ref.op}t{step}", expr, dims, pad, zero_pad=zp))
+    return vals[-1]
+
+
+def _dot_operand(em: KernelEmitter, val: Val, graph_dtype: DType, sec: Phase) -> tuple[Val, str]:
+    """The operand as ``tl.dot`` takes it, and the dot's input precision."""
+    target = TL_DTYPE[graph_dtype]
+    if graph_dtype is DType.float32 or (em.options.interpret and graph_dtype is DType.bfloat16):
+        target = "tl.float32"  # the interpreter computes bf16 dots wrongly
+    precision = "ieee" if target == "tl.float32" else ""
+    current = val.native or "tl.float32"
+    if current == target:
+        return val, precision
+    cast = em.derived(val, "d", f"{val.name}.to({target})", native=target, zero_pad=val.zero_pad)
+    return cast, precision
+
+
+def _emit_matmul(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
+    a = em.zero_pads(em.get(op.inputs[0], sec), sec)
+    b = em.zero_pads(em.get(op.inputs[1], sec), sec)
+    pad, dims = em.pad(ref), em.dims(ref)
+    if min(a.dims[-2], a.dims[-1], b.dims[-1]) > 1:
+        return _matmul_dot(em, op, ref, sec, a, b, pad, dims)
+    return _matmul_broadcast(em, op, ref, sec, a, b, pad, dims)
+
+
+def _matmul_dot(em, op, ref, sec, a: Val, b: Val, pad, dims) -> Val:
+    graph_dtype = em.dtype(ref)
+    a, precision = _dot_operand(em, a, graph_dtype, sec)
+    b, _ = _dot_operand(em, b, graph_dtype, sec)
+    kw = f", input_precision=\"{precision}\"" if precision else ""
+    rank = len(pad)
+    if rank == 2:
+        expr = f"tl.dot({a.name}, {b.name}{kw})"
+        return em.assign(sec, f"b{ref.op}", expr, dims, pad, zero_pad=True)
+    batch = pad[:-2]
+    m, k, n = a.pad[-2], a.pad[-1], b.pad[-1]
+    nb = math.prod(batch)
+    em.check_size(op, ref, (nb, m, k), "a batched operand")
+    em.check_size(op, ref, (nb, k, n), "a batched operand")
+    a3 = _to_batch(a.name, a.pad, (*batch, m, k), (nb, m, k))
+    b3 = _to_batch(b.name, b.pad, (*batch, k, n), (nb, k, n))
+    out = f"tl.dot({a3}, {b3}{kw})"
+    if rank > 3:
+        out = f"tl.reshape({out}, {list(pad)})"
+    return em.assign(sec, f"b{ref.op}", out, dims, pad, zero_pad=True)
+
+
+def _to_batch(name: str, pad, full, flat) -> str:
+    expr = name if tuple(pad) == tuple(full) else f"tl.broadcast_to({name}, {list(full)})"
+    return expr if tuple(full) == tuple(flat) else f"tl.reshape({expr}, {list(flat)})"
+
+
+def _matmul_broadcast(em, op, ref, sec, a: Val, b: Val, pad, dims) -> Val:
+    """M, K or N is 1: a broadcast product summed over K, in float32 on CUDA cores."""
+    a, b = em.f32(a, sec), em.f32(b, sec)
+    rank = len(pad)
+    k = a.pad[-1]
+    em.check_size(op, ref, (*pad[:-1], k, pad[-1]), "a broadcast matmul product")
+    left = f"{a.name}[{', '.join([':'] * rank)}, None]"
+    right = f"{b.name}[{', '.join([':'] * (rank - 2) + ['None', ':', ':'])}]"
+    expr = f"tl.sum({left} * {right}, axis={rank - 1})"
+    return em.assign(sec, f"b{ref.op}", expr, dims, pad, zero_pad=True)
+
+
+def _emit_reduction(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
+    x = em.f32(em.zero_pads(em.get(op.inputs[0], sec), sec), sec)
+    d = op.attr("dim")
+    expr = f"tl.expand_dims(tl.sum({x.name}, axis={d}), {d})"
+    return em.assign(sec, f"b{ref.op}", expr, em.dims(ref), em.pad(ref), zero_pad=True)
+
+
+def _emit_reduction_max(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
+    x = em.f32(em.get(op.inputs[0], sec), sec)
+    d = op.attr("dim")
+    src = x.name
+    mask = tiles.valid_mask(x.dims, x.pad, only=[d])
+    if mask:
+        src = f"tl.where({mask}, {x.name}, float('-inf'))"
+    expr = f"tl.expand_dims(tl.max({src}, axis={d}), {d})"
+    return em.assign(sec, f"b{ref.op}", expr, em.dims(ref), em.pad(ref), zero_pad=x.zero_pad)
+
+
+def _emit_rms_norm(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
+    x = em.f32(em.zero_pads(em.get(op.inputs[0], sec), sec), sec)
+    last = len(x.dims) - 1
+    ms = f"tl.expand_dims(tl.sum({x.name} * {x.name}, axis={last}), {last}) / {float(x.dims[-1])}"
+    expr = f"{x.name} / tl.sqrt({ms})"
+    return em.assign(sec, f"b{ref.op}", expr, em.dims(ref), em.pad(ref))
+
+
+def _emit_concat(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
+    ops = [em.block.ops[r.op] for r in op.inputs]
+    if all(o.kind is OpKind.BLOCK_INPUT for o in ops):
+        return _concat_loads(em, op, ref, sec, ops)
+    return _concat_scratch(em, op, ref, sec)
+
+
+def _concat_loads(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase, ops: list[Op]) -> Val:
+    """Concat of two input tiles: one tile read from two address ranges."""
+    d = op.attr("dim")
+    dims, pad = em.dims(ref), em.pad(ref)
+    split = ops[0].outputs[0].dims[d]
+    idx = tiles.lane(d, pad)
+    rest = tiles.valid_mask(dims, pad, only=[i for i in range(len(dims)) if i != d])
+    first = tiles.and_masks(rest, f"({idx} < {split})")
+    second = tiles.and_masks(rest, f"({idx} >= {split})", tiles.valid_mask(dims, pad, only=[d]))
+    part_a = em.load_input(ops[0], pad, region=first)
+    part_b = em.load_input(ops[1], pad, shift={d: split}, region=second)
+    native = TL_DTYPE[em.dtype(ref)]
+    expr = f"{part_a} + {part_b}"
+    return em.assign(sec, f"b{ref.op}", expr, dims, pad, native=native, zero_pad=True)
+
+
+def _scratch_base(em: KernelEmitter, n: int) -> str:
+    return f"scratch_blk + {em.reserve_scratch(n)}"
+
+
+def _concat_scratch(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
+    """Concat through block-private scratch: store both parts, barrier, load the whole."""
+    a = em.f32(em.get(op.inputs[0], sec), sec)
+    b = em.f32(em.get(op.inputs[1], sec), sec)
+    d = op.attr("dim")
+    dims, pad = em.dims(ref), em.pad(ref)
+    base = _scratch_base(em, math.prod(dims))
+    em.emit(sec, "tl.debug_barrier()")
+    for part, shift in ((a, {}), (b, {d: a.dims[d]})):
+        offs = tiles.contiguous_offsets(part.dims, part.pad, shift, into=dims)
+        mask = tiles.valid_mask(part.dims, part.pad)
+        em.emit(sec, _store_text(f"{base} + {offs}", part.name, mask))
+    em.emit(sec, "tl.debug_barrier()")
+    return _scratch_load(em, ref, sec, base, dims, pad)
+
+
+def _store_text(ptr: str, value: str, mask: str | None) -> str:
+    return f"tl.store({ptr}, {value}" + (f", mask={mask})" if mask else ")")
+
+
+def _scratch_load(em: KernelEmitter, ref: TensorRef, sec: Phase, base: str, dims, pad) -> Val:
+    offs = tiles.contiguous_offsets(dims, pad)
+    mask = tiles.valid_mask(dims, pad)
+    expr = f"tl.load({base} + {offs}" + (f", mask={mask}, other=0.0)" if mask else ")")
+    return em.assign(sec, f"b{ref.op}", expr, dims, pad, zero_pad=True)
+
+
+def reshape_groups(src: tuple[int, ...], dst: tuple[int, ...]) -> list[tuple[range, range]] | None:
+    """Split a reshape into groups of dims with equal products (None if sizes disagree)."""
+    groups = []
+    i = j = 0
+    while i < len(src) or j < len(dst):
+        i0, j0 = i, j
+        ps = pd = 1
+        if i < len(src):
+            ps, i = src[i], i + 1
+        if j < len(dst):
+            pd, j = dst[j], j + 1
+        while ps != pd:
+            if ps < pd and i < len(src):
+                ps, i = ps * src[i], i + 1
+            elif pd < ps and j < len(dst):
+                pd, j = pd * dst[j], j + 1
+            else:
+                return None
+        groups.append((range(i0, i), range(j0, j)))
+    return groups
+
+
+def reshape_is_reinterpretation(dims_in, pad_in, dims_out, pad_out) -> bool:
+    """Whether ``tl.reshape`` of the padded tile puts every valid element where it belongs."""
+    groups = reshape_groups(tuple(dims_in), tuple(dims_out))
+    if groups is None:
+        return False
+    for gin, gout in groups:
+        for group, dims, pad in ((gin, dims_in, pad_in), (gout, dims_out, pad_out)):
+            if any(dims[k] != pad[k] for k in list(group)[1:]):
+                return False
+        if math.prod(pad_in[k] for k in gin) != math.prod(pad_out[k] for k in gout):
+            return False
+    return True
+
+
+def _emit_reshape(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
+    x = em.get(op.inputs[0], sec)
+    dims, pad = em.dims(ref), em.pad(ref)
+    if reshape_is_reinterpretation(x.dims, x.pad, dims, pad):
+        expr = f"tl.reshape({x.name}, {list(pad)})"
+        return em.assign(sec, f"b{ref.op}", expr, dims, pad, native=x.native, zero_pad=x.zero_pad)
+    x = em.f32(x, sec)
+    base = _scratch_base(em, math.prod(dims))
+    em.emit(sec, "tl.debug_barrier()")
+    em.emit(sec, _store_text(f"{base} + {tiles.contiguous_offsets(x.dims, x.pad)}", x.name,
+                             tiles.valid_mask(x.dims, x.pad)))
+    em.emit(sec, "tl.debug_barrier()")
+    return _scratch_load(em, ref, sec, base, dims, pad)
+
+
+# ---- accumulators --------------------------------------------------------------------
+
+
+def _reduce_last(em: KernelEmitter, op: Op, ref: TensorRef, x: Val, acc: AccumKind, sec: Phase):
+    """The per-iteration contribution of an accumulator (as in reference._reduce_last)."""
+    if acc is AccumKind.NONE:
+        return x.name
+    last = len(x.dims) - 1
+    x = em.f32(em.zero_pads(x, sec), sec)
+    if acc is AccumKind.SUM_TODIMX:
+        return _sum_todimx(em, op, ref, x)
+    src = f"{x.name} * {x.name}" if acc is AccumKind.RMS else x.name
+    return f"tl.expand_dims(tl.sum({src}, axis={last}), {last})"
+
+
+def _sum_todimx(em: KernelEmitter, op: Op, ref: TensorRef, x: Val) -> str:
+    """Partial sums of ``reduction_dimx`` contiguous chunks of the last dim."""
+    dimx = em.block.reduction_dimx
+    out_pad = em.pad(ref)
+    length = x.dims[-1]
+    chunk = length // dimx
+    rank = len(x.dims)
+    if x.pad[-1] == length and out_pad[-1] == dimx:
+        shape = [*x.pad[:-1], dimx, chunk]
+        return f"tl.sum(tl.reshape({x.name}, {shape}), axis={rank})"
+    em.check_size(op, ref, (*x.pad, out_pad[-1]), "a sum_todimx selection tile")
+    k = tiles.lane(rank - 1, (*x.pad, out_pad[-1]))
+    j = tiles.lane(rank, (*x.pad, out_pad[-1]))
+    select = f"((({k}) // {chunk}) == ({j}))"
+    lead = ", ".join([":"] * rank)
+    return f"tl.sum(tl.where({select}, {x.name}[{lead}, None], 0.0), axis={rank - 1})"
+
+
+def _acc_init(em: KernelEmitter, ref: TensorRef, fill: str) -> str:
+    name = em.fresh(f"acc{ref.op}")
+    em.emit(PRE, f"{name} = tl.full({list(em.pad(ref))}, {fill}, tl.float32)")
+    return name
+
+
+def _emit_forloop_accum(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
+    acc = op.attr("acc")
+    x = em.get(op.inputs[0], LOOP)
+    name = _acc_init(em, ref, "0.0")
+    em.emit(LOOP, f"{name} += {_reduce_last(em, op, ref, em.f32(x, LOOP), acc, LOOP)}")
+    dims, pad = em.dims(ref), em.pad(ref)
+    zp = x.zero_pad or acc is not AccumKind.NONE
+    count = float(x.dims[-1] * em.block.forloop_range)
+    if acc is AccumKind.MEAN:
+        return em.assign(POST, f"b{ref.op}", f"{name} / {count}", dims, pad, zero_pad=zp)
+    if acc is AccumKind.RMS:
+        return em.assign(POST, f"b{ref.op}", f"tl.sqrt({name} / {count})", dims, pad, zero_pad=zp)
+    return Val(name, dims, pad, zero_pad=zp, sec=POST)
+
+
+def _emit_forloop_accum_max(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
+    x = em.f32(em.get(op.inputs[0], LOOP), LOOP)
+    name = _acc_init(em, ref, "float('-inf')")
+    em.emit(LOOP, f"{name} = tl.maximum({name}, {x.name})")
+    return Val(name, em.dims(ref), em.pad(ref), zero_pad=x.zero_pad, sec=POST)
+
+
+def _emit_forloop_accum_rescale(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
+    acc = op.attr("acc")
+    x = em.f32(em.get(op.inputs[0], LOOP), LOOP)
+    r = em.f32(em.get(op.inputs[1], LOOP), LOOP)
+    name = _acc_init(em, ref, "0.0")
+    term = _reduce_last(em, op, ref, x, acc, LOOP)
+    em.emit(LOOP, f"{name} = {name} * {r.name} + {term}")
+    zp = (x.zero_pad or acc is not AccumKind.NONE) and r.zero_pad
+    return Val(name, em.dims(ref), em.pad(ref), zero_pad=zp, sec=POST)
+
+
+def _emit_output_operand(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
+    raise em.fail(op, ref, "block outputs are stored by the kernel driver, not evaluated")
+
+
+TRITON_EMITTERS: dict[OpKind, Emitter] = {
+    OpKind.BLOCK_INPUT: _emit_input,
+    OpKind.BLOCK_OUTPUT: _emit_output_operand,
+    **{kind: _emit_elementwise for kind in Group.ELEMENTWISE},
+    OpKind.THREAD_GRAPH: _emit_thread_graph,
+    OpKind.MATMUL: _emit_matmul,
+    OpKind.REDUCTION: _emit_reduction,
+    OpKind.REDUCTION_MAX: _emit_reduction_max,
+    OpKind.RMS_NORM: _emit_rms_norm,
+    OpKind.CONCAT: _emit_concat,
+    OpKind.RESHAPE: _emit_reshape,
+    OpKind.FORLOOP_ACCUM: _emit_forloop_accum,
+    OpKind.FORLOOP_ACCUM_MAX: _emit_forloop_accum_max,
+    OpKind.FORLOOP_ACCUM_RESCALE: _emit_forloop_accum_rescale,
+}
+
+assert set(TRITON_EMITTERS) == Group.BLOCK | Group.BOUNDARY - {OpKind.INPUT}
+
+
+# ---- the kernel ------------------------------------------------------------------------
+
+
+def _emit_store(em: KernelEmitter, op: Op, j: int) -> None:
+    """Store output ``j``'s tile where omap (and forloop_dim) say."""
+    ref = op.inputs[0]
+    fdim, omap = op.attr("forloop_dim"), op.attr("omap")
+    sec = LOOP if fdim >= 0 else em.phases[ref.op]
+    val = em.get(ref, sec)
+    block = em.block
+    out_dims = maps.output_dims(
+        "new_output", val.dims, block.grid_dim, omap, block.forloop_range, fdim
+    )
+    base = em.base_terms(out_dims, val.dims, omap, fdim)
+    strides = [f"out{j}_s{d}" for d in range(len(val.dims))]
+    offs = tiles.offsets(val.pad, strides, base, None, em.options.index64)
+    value = f"{val.name}.to(out{j}_ptr.dtype.element_ty)"
+    em.emit(sec, _store_text(f"out{j}_ptr + {offs}", value, tiles.valid_mask(val.dims, val.pad)))
+
+
+def _signature(block: BlockGraph, scratch: bool) -> list[str]:
+    args = []
+    for op in block.input_ops:
+        i = op.attr("index")
+        args.append(f"in{i}_ptr")
+        args += [f"in{i}_s{d}" for d in range(len(op.outputs[0].dims))]
+    for j, op in enumerate(block.output_ops):
+        args.append(f"out{j}_ptr")
+        args += [f"out{j}_s{d}" for d in range(len(block.tensor_type(op.inputs[0]).dims))]
+    if scratch:
+        args.append("scratch_ptr")
+    return args
+
+
+def _prologue(em: KernelEmitter) -> list[str]:
+    lines = []
+    grid = em.block.grid_dim
+    for axis in range(3):
+        if grid[axis] > 1:
+            cast = ".to(tl.int64)" if em.options.index64 else ""
+            lines.append(f"{em.pid(axis)} = tl.program_id({axis}){cast}")
+    if em.scratch_used:
+        gx, gy, _ = grid
+        terms = []
+        for axis, mult in ((0, 1), (1, gx), (2, gx * gy)):
+            if grid[axis] > 1:
+                terms.append(em.pid(axis) + (f" * {mult}" if mult != 1 else ""))
+        block_id = " + ".join(terms) if terms else "0"
+        lines.append(f"scratch_blk = scratch_ptr + ({block_id}) * {em.scratch_used}")
+    return lines
+
+
+def _body(em: KernelEmitter) -> list[str]:
+    pad = "    "
+    lines = [pad + line for line in _prologue(em) + em.lines[PRE]]
+    if em.loop and em.lines[LOOP]:
+        lines.append(f"{pad}for it in range(0, {em.block.forloop_range}):")
+        if em.options.index64:
+            lines.append(f"{pad}    it_ = tl.full([], 0, tl.int64) + it")
+        lines += [pad * 2 + line for line in em.lines[LOOP]]
+    else:
+        lines += [pad + line for line in em.lines[LOOP]]
+    lines += [pad + line for line in em.lines[POST]]
+    return lines
+
+
+def _check_grid(block: BlockGraph, label: str) -> None:
+    if max(block.grid_dim[1:]) > TRITON_MAX_GRID_YZ:
+        raise UnsupportedError(
+            f"{label}: grid {block.grid_dim} exceeds the CUDA limit of {TRITON_MAX_GRID_YZ} "
+            "blocks on the y and z axes"
+        )
+
+
+def generate_kernel(
+    block: BlockGraph, name: str, label: str | None = None, options: CodegenOptions | None = None
+) -> KernelSource:
+    """The Triton source of one graph-defined kernel operator."""
+    options = options or CodegenOptions()
+    label = label or f"kernel {name}"
+    _check_grid(block, label)
+    em = KernelEmitter(block, name, label, options)
+    for j, op in enumerate(block.output_ops):
+        _emit_store(em, op, j)
+    header = [
+        "import triton",
+        "import triton.language as tl",
+        "",
+        "",
+        "@triton.jit",
+        f"def {name}({', '.join(_signature(block, em.scratch_used > 0))}):",
+        f"    # {label}: grid={block.grid_dim} forloop_range={block.forloop_range}",
+    ]
+    source = "\n".join(header + _body(em)) + "\n"
+    return KernelSource(
+        name=name,
+        source=source,
+        grid=block.grid_dim,
+        input_ranks=tuple(len(op.outputs[0].dims) for op in block.input_ops),
+        output_ranks=tuple(len(block.tensor_type(op.inputs[0]).dims) for op in block.output_ops),
+        scratch_per_block=em.scratch_used,
+        label=label,
+    )

@@ -1,0 +1,20 @@
+"""The μGraph optimizer (paper §6): choose how a compiled μGraph runs without changing what it
+computes — launch configurations (num_warps, num_stages) and codegen choices (hoisting of
+loop-invariant loads) — by profiling on a GPU, and rank μGraphs without one by a cost model.
+"""
+
+from mugraph.optimize.cost_model import Cost, KernelCost, estimate
+from mugraph.optimize.profile import Measurement, profile_callable, profile_program
+from mugraph.optimize.tune import Variant, candidate_variants, optimize_program
+
+__all__ = [
+    "Cost",
+    "KernelCost",
+    "Measurement",
+    "Variant",
+    "candidate_variants",
+    "estimate",
+    "optimize_program",
+    "profile_callable",
+    "profile_program",
+]

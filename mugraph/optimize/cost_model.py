@@ -1,0 +1,215 @@
+"""A cost model of μGraphs without a GPU: a pure, cheap function of the graph (no codegen).
+
+Per kernel it counts device-memory bytes, bytes requested through L2, floating-point work
+(tensor cores or not), blocks against multiprocessors (waves), and a launch overhead, and turns
+them into one estimated time:
+
+    seconds = launch + max(memory time, compute time, loop latency)
+
+- memory time: DRAM bytes at ``gpu.memory_bandwidth``, or the busiest block's bytes over its
+  waves at one multiprocessor's share (an SM can draw ``SM_BURST`` times its fair share), or
+  L2 traffic at ``L2_BANDWIDTH_RATIO`` times DRAM bandwidth; whichever is slowest.
+- compute time: flops at the tensor-core rate (fp16/bf16 ``tl.dot``, padded to 16) or at
+  ``CUDA_CORE_RATIO`` of it, likewise bounded per multiprocessor.
+- loop latency: ``ITERATION_LATENCY`` per for-loop iteration per wave (a dependent chain of
+  loads that pipelining only partly hides).
+
+Inputs replicated across blocks are read from DRAM once when they fit in L2, and re-read
+through L2 otherwise. The constants are rough H100 figures; rankings, not absolute times, are
+what the search uses.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from mugraph.codegen.padding import next_pow2
+from mugraph.dtypes import DType
+from mugraph.gpu import DEFAULT_GPU, GPUSpec
+from mugraph.ir.graph import BlockGraph, Op
+from mugraph.ir.ops import AccumKind, Group, OpKind
+from mugraph.ir.phase import Phase
+
+L2_BYTES = 50 * 1024**2  # H100 L2 capacity
+L2_BANDWIDTH_RATIO = 2.5  # L2 bandwidth / DRAM bandwidth
+SM_BURST = 3.0  # how many times its fair share of bandwidth one SM can draw
+CUDA_CORE_RATIO = 0.1  # non-tensor-core fp32 rate / tensor-core fp16 rate
+MATMUL_EFFICIENCY = 0.7  # fraction of peak tensor-core rate a good kernel reaches
+SHARED_MEMORY_PER_SM = 228 * 1024
+MAX_BLOCKS_PER_SM = 8
+ITERATION_LATENCY = 0.15e-6  # seconds per for-loop iteration that pipelining does not hide
+DOT_MIN = 16
+_TORCH_LAUNCHES = {OpKind.RMS_NORM: 4, OpKind.RESHAPE: 0}
+
+
+@dataclass(frozen=True)
+class KernelCost:
+    """The estimate of one kernel (a customized operator or a PyTorch operator)."""
+
+    label: str
+    dram_bytes: float
+    l2_bytes: float
+    flops: float
+    tensor_core_flops: float
+    blocks: int
+    waves: int
+    launches: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Cost:
+    """The estimate of a whole kernel graph; ``seconds`` is what candidates are ranked by."""
+
+    seconds: float
+    dram_bytes: float
+    flops: float
+    tensor_core_flops: float
+    launches: int
+    kernels: tuple[KernelCost, ...] = field(default=())
+
+    def __lt__(self, other: Cost) -> bool:
+        return self.seconds < other.seconds
+
+    def summary(self) -> str:
+        return (
+            f"{self.seconds * 1e6:.1f} us est, {self.launches} launches, "
+            f"{self.dram_bytes / 1e6:.2f} MB, {self.flops / 1e9:.2f} GFLOP "
+            f"({self.tensor_core_flops / max(self.flops, 1):.0%} on tensor cores)"
+        )
+
+
+def estimate(graph, gpu: GPUSpec = DEFAULT_GPU) -> Cost:
+    """Estimate the run time of kernel graph ``graph`` on ``gpu``."""
+    kernels = []
+    for i, op in enumerate(graph.ops):
+        if op.kind is OpKind.INPUT:
+            continue
+        if op.kind is OpKind.CUSTOMIZED:
+            ins = [graph.tensor_type(r) for r in op.inputs]
+            kernels.append(_customized(op, ins, f"%{i} customized", gpu))
+        else:
+            kernels.append(_torch_op(graph, op, f"%{i} {op.kind.value}", gpu))
+    return Cost(
+        seconds=sum(k.seconds for k in kernels),
+        dram_bytes=sum(k.dram_bytes for k in kernels),
+        flops=sum(k.flops for k in kernels),
+        tensor_core_flops=sum(k.tensor_core_flops for k in kernels),
+        launches=sum(k.launches for k in kernels),
+        kernels=tuple(kernels),
+    )
+
+
+# ---- pre-defined operators (PyTorch) ---------------------------------------------------------
+
+
+def _matmul_flops(a_dims, b_dims, out_dims) -> float:
+    return 2.0 * math.prod(out_dims) * a_dims[-1]
+
+
+def _torch_op(graph, op: Op, label: str, gpu: GPUSpec) -> KernelCost:
+    ins = [graph.tensor_type(r) for r in op.inputs]
+    out = op.outputs[0]
+    launches = _TORCH_LAUNCHES.get(op.kind, 1)
+    moved = 0.0 if launches == 0 else sum(t.num_bytes for t in ins) + out.num_bytes
+    tc = 0.0
+    if op.kind is OpKind.MATMUL:
+        flops = _matmul_flops(ins[0].dims, ins[1].dims, out.dims)
+        tc = flops if out.dtype is not DType.float32 else 0.0
+    else:
+        flops = float(out.num_elements) * (3 if op.kind is OpKind.RMS_NORM else 1)
+    rate = gpu.tensor_core_flops * (MATMUL_EFFICIENCY if tc else CUDA_CORE_RATIO)
+    if op.kind is OpKind.RMS_NORM:
+        moved *= 2  # composed of several passes
+    busy = max(moved / gpu.memory_bandwidth, flops / rate) if launches else 0.0
+    seconds = launches * gpu.launch_overhead + busy
+    blocks = max(1, math.ceil(out.num_elements / 4096))
+    waves = max(1, math.ceil(blocks / (gpu.multiprocessors * MAX_BLOCKS_PER_SM)))
+    return KernelCost(label, moved, moved, flops, tc, blocks, waves, launches, seconds)
+
+
+# ---- graph-defined operators -------------------------------------------------------------------
+
+
+def _phases(block: BlockGraph) -> list[Phase]:
+    phases: list[Phase] = []
+    for op in block.ops:
+        if op.kind is OpKind.BLOCK_INPUT:
+            phases.append(Phase.INVARIANT if op.attr("forloop_dim") < 0 else Phase.LOOP)
+        elif op.kind in Group.ACCUMULATOR:
+            phases.append(Phase.POST)
+        else:
+            phases.append(max((phases[r.op] for r in op.inputs), default=Phase.INVARIANT))
+    return phases
+
+
+def _block_flops(block: BlockGraph) -> tuple[float, float]:
+    """(all flops, tensor-core flops) of one block over all its iterations."""
+    phases = _phases(block)
+    total = tc = 0.0
+    for op, phase in zip(block.ops, phases, strict=True):
+        if op.kind in Group.BOUNDARY:
+            continue
+        times = block.forloop_range if phase is Phase.LOOP or op.kind in Group.ACCUMULATOR else 1
+        flops, on_tc = _block_op_flops(block, op)
+        total += flops * times
+        tc += flops * times if on_tc else 0.0
+    return total, tc
+
+
+def _block_op_flops(block: BlockGraph, op: Op) -> tuple[float, bool]:
+    if op.kind is OpKind.MATMUL:
+        a = block.tensor_type(op.inputs[0])
+        b = block.tensor_type(op.inputs[1])
+        m, k, n = a.dims[-2], a.dims[-1], b.dims[-1]
+        batch = math.prod(op.outputs[0].dims[:-2])
+        if min(m, k, n) > 1 and a.dtype is not DType.float32:
+            padded = [max(DOT_MIN, next_pow2(x)) for x in (m, k, n)]
+            return 2.0 * batch * math.prod(padded), True
+        return 2.0 * batch * m * k * n, False
+    size = max(t.num_elements for t in [*op.outputs, *(block.tensor_type(r) for r in op.inputs)])
+    if op.kind is OpKind.THREAD_GRAPH:
+        return float(size * len(op.attr("program"))), False
+    if op.kind is OpKind.FORLOOP_ACCUM and op.attr("acc") is AccumKind.RMS:
+        return 2.0 * size, False
+    return float(size), False
+
+
+def _customized(op: Op, ins, label: str, gpu: GPUSpec) -> KernelCost:
+    block: BlockGraph = op.attr("graph")
+    blocks = block.num_blocks
+    loops = block.forloop_range
+    per_block = 0.0
+    dram = 0.0
+    for bop, dtensor in zip(block.input_ops, ins, strict=True):
+        tile = bop.outputs[0].num_bytes * (loops if bop.attr("forloop_dim") >= 0 else 1)
+        per_block += tile
+        requested = tile * blocks
+        dram += requested if dtensor.num_bytes > L2_BYTES else min(requested, dtensor.num_bytes)
+    written = sum(t.num_bytes for t in op.outputs)
+    per_block += written / blocks
+    dram += written
+    l2 = per_block * blocks
+    flops, tc = _block_flops(block)
+    smem = max(1, _shared_bytes(block))
+    per_sm = max(1, min(MAX_BLOCKS_PER_SM, SHARED_MEMORY_PER_SM // smem))
+    waves = max(1, math.ceil(blocks / (gpu.multiprocessors * per_sm)))
+    # the busiest multiprocessor runs this many blocks, at its share of the GPU's rates
+    busiest = math.ceil(blocks / gpu.multiprocessors)
+    sm_bw = gpu.memory_bandwidth / gpu.multiprocessors * SM_BURST
+    memory = max(
+        dram / gpu.memory_bandwidth,
+        l2 / (gpu.memory_bandwidth * L2_BANDWIDTH_RATIO),
+        per_block * busiest / sm_bw,
+    )
+    tc_rate = gpu.tensor_core_flops * MATMUL_EFFICIENCY
+    cc_rate = gpu.tensor_core_flops * CUDA_CORE_RATIO
+    compute = (tc / tc_rate + (flops - tc) / cc_rate) * gpu.multiprocessors * busiest
+    latency = waves * loops * ITERATION_LATENCY
+    seconds = gpu.launch_overhead + max(memory, compute, latency)
+    return KernelCost(label, dram, l2, flops * blocks, tc * blocks, blocks, waves, 1, seconds)
+
+
+def _shared_bytes(block: BlockGraph) -> int:
+    return sum(t.num_bytes for op in block.ops for t in op.outputs)

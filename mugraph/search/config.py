@@ -1,0 +1,97 @@
+"""The search space as one config object, with defaults derived from the program's shapes."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+
+from mugraph.errors import UnsupportedError
+from mugraph.ir.ops import AccumKind, Group, OpKind
+
+# Block operators every search may use; elementwise functions come from the program itself.
+_STRUCTURAL_BLOCK_KINDS = frozenset(
+    {OpKind.MATMUL, OpKind.ADD, OpKind.MUL, OpKind.DIV, OpKind.FORLOOP_ACCUM}
+)
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """What the generator may build. ``None`` fields are derived from the program.
+
+    grid_sizes:     sizes a grid axis may take (each must divide the index it splits)
+    forloop_ranges: for-loop ranges to try (1 = no loop)
+    max_blocks:     most blocks in one custom kernel
+    block_kinds:    block operator kinds to enumerate (default: matmul, add, mul, div,
+                    accumulators, plus every elementwise kind the program uses)
+    accum_kinds:    accumulator kinds to enumerate
+    """
+
+    max_custom_kernels: int = 2
+    max_kernel_ops: int = 2
+    max_block_ops: int = 7
+    max_block_outputs: int = 2
+    max_kernel_inputs: int = 4
+    grid_sizes: tuple[int, ...] | None = None
+    max_grid_axes: int = 3
+    forloop_ranges: tuple[int, ...] | None = None
+    max_blocks: int = 1024
+    min_tile: int = 1
+    block_kinds: frozenset[OpKind] | None = None
+    kernel_kinds: frozenset[OpKind] = frozenset()
+    accum_kinds: frozenset[AccumKind] = frozenset({AccumKind.NONE, AccumKind.SUM})
+    time_limit: float = 60.0
+    workers: int | None = None
+    delta: float = 1e-9
+    abstract_pruning: bool = True
+    canonical_form: bool = True
+    label_pruning: bool = True
+    max_candidates: int = 64
+    extra: dict = field(default_factory=dict, compare=False)
+
+    def with_overrides(self, **overrides) -> SearchConfig:
+        unknown = set(overrides) - set(self.__dataclass_fields__)
+        if unknown:
+            raise UnsupportedError(f"superoptimize: unknown search option(s) {sorted(unknown)}")
+        return replace(self, **overrides)
+
+    @property
+    def worker_count(self) -> int:
+        return self.workers if self.workers else (os.cpu_count() or 1)
+
+
+PRESETS: dict[str, dict] = {
+    # matmul chains with a small inner dim: concatenation fuses the low-rank path
+    "lora": {"block_kinds_extra": frozenset({OpKind.CONCAT}), "max_block_ops": 5},
+    # attention: exp, partial sums of the denominators, two kernels
+    "attention": {"accum_kinds": frozenset({AccumKind.NONE, AccumKind.SUM})},
+    # MLPs: split-K partial sums over blocks, then a combining kernel
+    "mlp": {},
+}
+
+
+def default_config(program, preset: str | None = None, **overrides) -> SearchConfig:
+    """A config for ``program``: its elementwise kinds, grid sizes dividing its dims."""
+    used = {op.kind for op in program.ops}
+    kinds = set(_STRUCTURAL_BLOCK_KINDS) | {k for k in used if k in Group.ELEMENTWISE}
+    if OpKind.RMS_NORM in used:
+        kinds.add(OpKind.FORLOOP_ACCUM)
+    extra = dict(PRESETS.get(preset or "", {}))
+    if preset is not None and preset not in PRESETS:
+        raise UnsupportedError(f"superoptimize: unknown config preset {preset!r}; use one of {sorted(PRESETS)}")
+    kinds |= extra.pop("block_kinds_extra", frozenset())
+    accum = {AccumKind.NONE, AccumKind.SUM}
+    if OpKind.RMS_NORM in used:
+        accum.add(AccumKind.RMS)
+    config = SearchConfig(
+        block_kinds=frozenset(kinds),
+        accum_kinds=frozenset(accum),
+        grid_sizes=_default_grid_sizes(program),
+        forloop_ranges=(1, 2, 4, 8, 16, 32, 64),
+    )
+    return config.with_overrides(**{**extra, **overrides})
+
+
+def _default_grid_sizes(program) -> tuple[int, ...]:
+    largest = max(max(t.dims) for t in program.input_types)
+    sizes = [s for s in (2, 4, 8, 16, 32, 64, 96, 128, 192, 256) if s <= largest]
+    return tuple(sizes)

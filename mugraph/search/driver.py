@@ -1,0 +1,321 @@
+"""Running a search: work units over all local cores, verification, ranking, progress, time
+budget, Ctrl-C and resume. ``superoptimize`` is the entry point.
+
+The units are the first custom kernel's schedules (inputs, grid, for-loop), in a fixed order;
+each unit is enumerated to completion (or to the deadline) by one worker, which verifies the
+complete candidates it finds. Results are merged, deduplicated by structural hash and sorted
+by (cost, hash), so the answer does not depend on the number of workers — as long as no unit
+is cut short by the time budget.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mugraph.errors import MugraphError
+from mugraph.ir.ops import OpKind
+from mugraph.ir.rebuild import rebuild_kernel_graph
+from mugraph.ir.serialize import from_json, to_json
+from mugraph.search.config import SearchConfig, default_config
+from mugraph.search.generator import CustomChoice, Enumerator, SearchTimeout, Stats
+from mugraph.semantics.abstract import ABSTRACT_SEMANTICS, Term
+
+
+@dataclass
+class Candidate:
+    """A verified μGraph with its estimated cost."""
+
+    graph: Any
+    cost: float
+    hash: str
+    verification: Any = None
+
+    def to_dict(self) -> dict:
+        return {"graph": json.loads(to_json(self.graph, indent=None)), "cost": self.cost,
+                "hash": self.hash, "verification": str(self.verification)}
+
+
+@dataclass
+class SearchResult:
+    """What a search found and how it went."""
+
+    program: Any
+    candidates: list[Candidate]
+    stats: Stats
+    config: SearchConfig
+    elapsed: float = 0.0
+    units_done: int = 0
+    units_total: int = 0
+    timed_out: bool = False
+    interrupted: bool = False
+    log: list[str] = field(default_factory=list)
+
+    @property
+    def best(self):
+        return self.candidates[0].graph if self.candidates else None
+
+    def summary(self) -> str:
+        pruned = ", ".join(f"{k} {v}" for k, v in self.stats.pruned.most_common())
+        best = f"{self.candidates[0].cost * 1e6:.2f} us (est.)" if self.candidates else "none"
+        state = "interrupted" if self.interrupted else "time budget spent" if self.timed_out else "complete"
+        return (
+            f"search {state}: {self.units_done}/{self.units_total} units, "
+            f"{self.stats.states} states, {self.stats.block_graphs} block graphs, "
+            f"{self.stats.candidates} candidates, {len(self.candidates)} verified, best {best}, "
+            f"{self.elapsed:.1f} s\n  pruned: {pruned or 'nothing'}"
+        )
+
+
+def program_terms(program) -> list[Term]:
+    """The abstract expressions of the program's outputs (inputs are ``in0``, ``in1``...)."""
+    values: list[list[Term]] = []
+    for op in program.ops:
+        if op.kind is OpKind.INPUT:
+            values.append([ABSTRACT_SEMANTICS[op.kind]([], [], {"name": f"in{op.attr('index')}"})])
+            continue
+        args = [values[r.op][r.index] for r in op.inputs]
+        dims = [program.tensor_type(r).dims for r in op.inputs]
+        values.append([ABSTRACT_SEMANTICS[op.kind](args, dims, op.attr_dict)])
+    return [values[r.op][r.index] for r in program.outputs]
+
+
+class _OracleAdapter:
+    """The generator's view of the pruning oracle: keep a prefix unless it is decided useless."""
+
+    def __init__(self, targets: list[Term]) -> None:
+        from mugraph.search.oracle import SubexprOracle
+
+        self.targets = targets
+        self.oracle = SubexprOracle(targets)
+
+    def is_subexpr(self, term: Term) -> bool:
+        return self.oracle.is_subexpr(term).keep
+
+    def is_equivalent(self, term: Term, output: int) -> bool:
+        check = getattr(self.oracle, "is_equivalent", None)
+        if check is None:
+            return True  # the verifier decides
+        return bool(check(term, output))
+
+
+# ---- the worker side ---------------------------------------------------------------------------
+
+_WORKER: dict[str, Any] = {}
+
+
+def _init_worker(program, config, oracle, deadline, cost_fn) -> None:
+    _WORKER.update(program=program, config=config, oracle=oracle, deadline=deadline, cost=cost_fn)
+
+
+def _run_unit(choice: CustomChoice) -> tuple[str, list[dict], Stats, bool]:
+    program, config = _WORKER["program"], _WORKER["config"]
+    gen = Enumerator(program, config, _WORKER["oracle"], _WORKER["deadline"])
+    found: dict[str, dict] = {}
+
+    def visit(ops, outputs) -> None:
+        try:
+            graph = rebuild_kernel_graph(ops, outputs)
+        except MugraphError:
+            gen.stats.pruned["invalid_graph"] += 1
+            return
+        key = graph.structural_hash()
+        if key in found or len(found) >= config.max_candidates:
+            return
+        result = _verify(graph, program, config.delta)
+        if not result.passed:
+            gen.stats.pruned["verification"] += 1
+            return
+        found[key] = Candidate(graph, _WORKER["cost"](graph), key, result).to_dict()
+
+    timed_out = False
+    try:
+        gen.run(visit, first=choice)
+    except SearchTimeout:
+        timed_out = True
+    return choice.key(), list(found.values()), gen.stats, timed_out
+
+
+def _verify(graph, program, delta):
+    from mugraph.search.verify import verify
+
+    return verify(graph, program, delta=delta)
+
+
+# ---- the driver --------------------------------------------------------------------------------
+
+
+def default_cost(graph) -> float:
+    try:
+        from mugraph.optimize.cost_model import estimate
+    except ImportError:
+        from mugraph.search.cost import traffic_estimate
+
+        return traffic_estimate(graph)
+    return estimate(graph).seconds
+
+
+def superoptimize(
+    program,
+    *,
+    config: SearchConfig | None = None,
+    preset: str | None = None,
+    time_limit: float | None = None,
+    workers: int | None = None,
+    progress: bool | Callable[[str], None] = False,
+    checkpoint: str | os.PathLike | None = None,
+    cost: Callable[[Any], float] = default_cost,
+    **overrides,
+) -> SearchResult:
+    """Search μGraphs equivalent to ``program``; every candidate returned is verified."""
+    program.check()
+    from mugraph.search.verify import check_verifiable
+
+    check_verifiable(program)
+    cfg = config or default_config(program, preset)
+    if time_limit is not None:
+        overrides["time_limit"] = time_limit
+    if workers is not None:
+        overrides["workers"] = workers
+    cfg = cfg.with_overrides(**overrides) if overrides else cfg
+    report = _progress_printer(progress)
+    started = time.monotonic()
+    deadline = started + cfg.time_limit
+    oracle = _OracleAdapter(program_terms(program)) if cfg.abstract_pruning else None
+    probe = Enumerator(program, cfg, oracle)
+    units = [c for c in probe.custom_choices(probe.initial_tensors()) if _first_unit_ok(probe, c)]
+    done, saved = _load_checkpoint(checkpoint, program, cfg)
+    todo = [u for u in units if u.key() not in done]
+    result = SearchResult(program, [], Stats(), cfg, units_total=len(units), units_done=len(units) - len(todo))
+    found: dict[str, dict] = {c["hash"]: c for c in saved}
+    try:
+        for key, cands, stats, timed_out in _execute(todo, program, cfg, oracle, deadline, cost):
+            result.stats.merge(stats)
+            for c in cands:
+                found.setdefault(c["hash"], c)
+            if timed_out:
+                result.timed_out = True
+            else:
+                done.add(key)
+                result.units_done += 1
+            if report:
+                report(_progress_line(result, found, started, cfg))
+    except KeyboardInterrupt:
+        result.interrupted = True
+    result.elapsed = time.monotonic() - started
+    _save_checkpoint(checkpoint, program, cfg, done, found)
+    ranked = sorted(found.values(), key=lambda c: (c["cost"], c["hash"]))
+    result.candidates = [
+        Candidate(from_json(json.dumps(c["graph"])), c["cost"], c["hash"], c["verification"])
+        for c in ranked
+    ]
+    if report:
+        report(result.summary())
+    return result
+
+
+def _first_unit_ok(gen: Enumerator, choice: CustomChoice) -> bool:
+    cfg = gen.config
+    if cfg.max_custom_kernels == 1 or cfg.max_kernel_ops == 1:
+        return set(choice.inputs) == set(range(len(gen.program.input_ops)))
+    return True
+
+
+def _execute(units, program, cfg, oracle, deadline, cost):
+    """Yield each unit's results, in unit order, from a pool of forked workers (or inline)."""
+    count = min(cfg.worker_count, max(1, len(units)))
+    if count == 1 or "fork" not in multiprocessing.get_all_start_methods():
+        _init_worker(program, cfg, oracle, deadline, cost)
+        for unit in units:
+            if time.monotonic() > deadline:
+                return
+            yield _run_unit(unit)
+        return
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(count, initializer=_init_worker, initargs=(program, cfg, oracle, deadline, cost)) as pool:
+        try:
+            yield from pool.imap(_run_unit, units, chunksize=1)
+        except KeyboardInterrupt:
+            pool.terminate()
+            raise
+
+
+def _progress_line(result: SearchResult, found: dict, started: float, cfg: SearchConfig) -> str:
+    best = min((c["cost"] for c in found.values()), default=None)
+    best_text = f"{best * 1e6:.2f} us" if best is not None else "-"
+    top = ", ".join(f"{k} {v}" for k, v in result.stats.pruned.most_common(3))
+    return (
+        f"[{time.monotonic() - started:6.1f}/{cfg.time_limit:.0f} s] units {result.units_done}/"
+        f"{result.units_total}  states {result.stats.states}  pruned: {top}  "
+        f"verified {len(found)}  best {best_text}"
+    )
+
+
+def _progress_printer(progress) -> Callable[[str], None] | None:
+    if callable(progress):
+        return progress
+    if progress:
+        return lambda line: print(line, file=sys.stderr, flush=True)
+    return None
+
+
+# ---- checkpoints: interrupt now, resume later --------------------------------------------------
+
+
+def _checkpoint_key(program, cfg: SearchConfig) -> str:
+    """The program and the search space (not the budget or the worker count)."""
+    fields = {}
+    for name, value in vars(cfg).items():
+        if name in ("time_limit", "workers", "extra"):
+            continue
+        if isinstance(value, frozenset):
+            value = sorted(str(v) for v in value)
+        fields[name] = str(value)
+    text = json.dumps(fields, sort_keys=True)
+    return f"{program.structural_hash()}:{hashlib.blake2b(text.encode(), digest_size=12).hexdigest()}"
+
+
+def _load_checkpoint(path, program, cfg) -> tuple[set[str], list[dict]]:
+    if path is None or not Path(path).exists():
+        return set(), []
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError):
+        warnings.warn(f"mugraph: ignoring unreadable search checkpoint {path}", stacklevel=3)
+        return set(), []
+    if data.get("key") != _checkpoint_key(program, cfg):
+        return set(), []
+    return set(data.get("done", [])), list(data.get("found", []))
+
+
+def _save_checkpoint(path, program, cfg, done: set[str], found: dict) -> None:
+    if path is None:
+        return
+    data = {"key": _checkpoint_key(program, cfg), "done": sorted(done), "found": list(found.values())}
+    tmp = Path(f"{path}.tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def reference_recheck(graph, program, seed: int = 0, rtol: float = 1e-6) -> float:
+    """Max relative difference of ``graph`` and ``program`` on random floats (float64)."""
+    from mugraph.semantics.reference import evaluate
+
+    rng = np.random.default_rng(seed)
+    inputs = [rng.standard_normal(t.dims) * 0.5 for t in program.input_types]
+    worst = 0.0
+    for a, b in zip(evaluate(graph, inputs), evaluate(program, inputs), strict=True):
+        scale = max(float(np.max(np.abs(b))), 1e-30)
+        worst = max(worst, float(np.max(np.abs(a - b))) / scale)
+    return worst

@@ -1,0 +1,204 @@
+"""Finite-field semantics: every operator over Z_p × Z_q (paper §5, Table 3).
+
+The same driver as the reference semantics (:mod:`mugraph.semantics.interpret`) walks the
+graphs and partitions tensors, so imap / omap / forloop_dim mean exactly the same thing here.
+Arithmetic comes from :mod:`mugraph.semantics.field_arith`. Operators outside LAX (sqrt, relu,
+clamp, max, non-integer pow) are keyed uninterpreted functions of their field inputs — the same
+function on both sides of a comparison, never an approximation. Silu and tanh-form gelu are
+written with one exponential each: silu(x) = x / (1 + e^-x) and
+gelu(x) = x · e^{2z} / (e^{2z} + 1) with z = √(2/π)(x + 0.044715 x³) (as 1 + tanh z = 2e^{2z}/(e^{2z}+1)).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from mugraph.ir.graph import Op
+from mugraph.ir.ops import AccumKind, Group, OpKind
+from mugraph.semantics.field_arith import FieldArray, FieldContext
+from mugraph.semantics.field_arith import concatenate as field_concatenate
+from mugraph.semantics.interpret import EvalContext, Interpretation, Rule
+from mugraph.semantics.partition import broadcast_iterations
+
+_GELU_C = math.sqrt(2.0 / math.pi)
+
+
+def _silu(f: FieldContext, x: FieldArray, op: Op) -> FieldArray:
+    return f.div(x, f.add(f.ones(()), f.exp(f.neg(x))))
+
+
+def _gelu(f: FieldContext, x: FieldArray, op: Op) -> FieldArray:
+    z = f.mul_const(f.add(x, f.mul_const(f.mul(f.mul(x, x), x), 0.044715)), 2 * _GELU_C)
+    e = f.exp(z)
+    return f.mul(x, f.div(e, f.add(e, f.ones(()))))
+
+
+def _pow(f: FieldContext, x: FieldArray, op: Op) -> FieldArray:
+    e = op.attr("exponent")
+    if float(e).is_integer() and e >= 0:
+        return f.pow(x, int(e))
+    return f.uninterpreted("pow", x, float(e))
+
+
+UNARY: dict[OpKind, Callable[[FieldContext, FieldArray, Op], FieldArray]] = {
+    OpKind.EXP: lambda f, x, op: f.exp(x),
+    OpKind.SQUARE: lambda f, x, op: f.mul(x, x),
+    OpKind.SQRT: lambda f, x, op: f.uninterpreted("sqrt", x),
+    OpKind.SILU: _silu,
+    OpKind.GELU: _gelu,
+    OpKind.RELU: lambda f, x, op: f.uninterpreted("relu", x),
+    OpKind.CLAMP: lambda f, x, op: f.uninterpreted("clamp", x, op.attr("min_val"), op.attr("max_val")),
+    OpKind.MUL_SCALAR: lambda f, x, op: f.mul_const(x, op.attr("scalar")),
+    OpKind.POW: _pow,
+}
+
+BINARY = {
+    OpKind.ADD: FieldContext.add,
+    OpKind.SUB: FieldContext.sub,
+    OpKind.MUL: FieldContext.mul,
+    OpKind.DIV: FieldContext.div,
+}
+
+
+def _unary(fn):
+    def rule(interp, op, args, ctx):
+        return [fn(interp.field, args[0], op)]
+
+    return rule
+
+
+def _binary(fn):
+    def rule(interp, op, args, ctx):
+        return [fn(interp.field, args[0], args[1])]
+
+    return rule
+
+
+def _matmul(interp, op, args, ctx):
+    return [interp.field.matmul(args[0], args[1])]
+
+
+def _reduction(interp, op, args, ctx):
+    return [interp.field.sum(args[0], axis=ctx.lead + op.attr("dim"), keepdims=True)]
+
+
+def _reduction_max(interp, op, args, ctx):
+    return [interp.field.max_reduce(args[0], axis=ctx.lead + op.attr("dim"), keepdims=True)]
+
+
+def sqrt_of_mean(f: FieldContext, sum_sq: FieldArray, count: int) -> FieldArray:
+    """sqrt(sum / count), the sqrt uninterpreted: shared by rms_norm and the rms accumulator."""
+    return f.uninterpreted("sqrt", f.mul_const(sum_sq, _fraction(1, count)))
+
+
+def _fraction(a: int, b: int):
+    from fractions import Fraction
+
+    return Fraction(a, b)
+
+
+def _rms_norm(interp, op, args, ctx):
+    f, x = interp.field, args[0]
+    n_dims = len(op.attr("normalized_shape"))
+    axes = tuple(range(x.ndim - n_dims, x.ndim))
+    count = math.prod(x.shape[-n_dims:])
+    return [f.div(x, sqrt_of_mean(f, f.sum(f.mul(x, x), axis=axes, keepdims=True), count))]
+
+
+def _concat(interp, op, args, ctx):
+    a, b = args
+    shape = np.broadcast_shapes(a.shape[: ctx.lead], b.shape[: ctx.lead])
+    a = a.broadcast_to(shape + a.shape[ctx.lead:])
+    b = b.broadcast_to(shape + b.shape[ctx.lead:])
+    return [field_concatenate([a, b], axis=ctx.lead + op.attr("dim"))]
+
+
+def _reshape(interp, op, args, ctx):
+    x = args[0]
+    return [x.reshape(x.shape[: ctx.lead] + tuple(op.attr("dims")))]
+
+
+def _reduce_last(f: FieldContext, x: FieldArray, acc: AccumKind, dimx: int) -> FieldArray:
+    if acc is AccumKind.NONE:
+        return x
+    if acc is AccumKind.SUM_TODIMX:
+        *rest, last = x.shape
+        return f.sum(x.reshape(*rest, dimx, last // dimx), axis=-1)
+    if acc is AccumKind.RMS:
+        x = f.mul(x, x)
+    return f.sum(x, axis=-1, keepdims=True)
+
+
+def _iterations(x: FieldArray, loops: int) -> FieldArray:
+    return FieldArray(broadcast_iterations(x.p, loops), broadcast_iterations(x.q, loops))
+
+
+def _forloop_accum(interp, op, args, ctx):
+    f, acc = interp.field, op.attr("acc")
+    x = _iterations(args[0], ctx.forloop_range)
+    total = f.sum(_reduce_last(f, x, acc, ctx.reduction_dimx), axis=0, keepdims=True)
+    count = x.shape[-1] * ctx.forloop_range
+    if acc is AccumKind.MEAN:
+        total = f.mul_const(total, _fraction(1, count))
+    elif acc is AccumKind.RMS:
+        total = f.uninterpreted("sqrt", f.mul_const(total, _fraction(1, count)))
+    return [total]
+
+
+def _forloop_accum_max(interp, op, args, ctx):
+    x = _iterations(args[0], ctx.forloop_range)
+    return [interp.field.max_reduce(x, axis=0, keepdims=True)]
+
+
+def _forloop_accum_rescale(interp, op, args, ctx):
+    f, acc = interp.field, op.attr("acc")
+    x = _reduce_last(f, _iterations(args[0], ctx.forloop_range), acc, ctx.reduction_dimx)
+    scale = _iterations(args[1], ctx.forloop_range)
+    shape = np.broadcast_shapes(x.shape[1:], scale.shape[1:])
+    total = f.zeros(shape)
+    for i in range(ctx.forloop_range):
+        total = f.add(f.mul(total, scale[i]), x[i])
+    return [total.reshape((1, *total.shape))]
+
+
+def _thread_graph(interp, op, args, ctx):
+    values = list(args)
+    for kind, operands, attrs in op.attr("program"):
+        step = Op(kind, (), attrs, ())
+        values.append(interp.apply(step, [values[j] for j in operands], ctx)[0])
+    return [values[-1]]
+
+
+TABLE: dict[OpKind, Rule] = {
+    **{kind: _unary(fn) for kind, fn in UNARY.items()},
+    **{kind: _binary(fn) for kind, fn in BINARY.items()},
+    OpKind.MATMUL: _matmul,
+    OpKind.REDUCTION: _reduction,
+    OpKind.REDUCTION_MAX: _reduction_max,
+    OpKind.RMS_NORM: _rms_norm,
+    OpKind.CONCAT: _concat,
+    OpKind.RESHAPE: _reshape,
+    OpKind.FORLOOP_ACCUM: _forloop_accum,
+    OpKind.FORLOOP_ACCUM_MAX: _forloop_accum_max,
+    OpKind.FORLOOP_ACCUM_RESCALE: _forloop_accum_rescale,
+    OpKind.THREAD_GRAPH: _thread_graph,
+}
+
+DRIVER_KINDS = Group.BOUNDARY | {OpKind.CUSTOMIZED}
+
+
+class FieldInterpretation(Interpretation):
+    """Values are :class:`FieldArray`; index-only functions apply to both components."""
+
+    name = "finite-field"
+    table = TABLE
+
+    def __init__(self, field: FieldContext) -> None:
+        self.field = field
+
+    def relayout(self, value: FieldArray, fn: Callable[[Any], Any]) -> FieldArray:
+        return FieldArray(fn(value.p), fn(value.q))

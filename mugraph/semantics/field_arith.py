@@ -1,0 +1,1130 @@
+r"""Exact, vectorized arithmetic over Z_p × Z_q: the core of the equivalence verifier (§5).
+
+Mirage checks that two LAX μGraphs are equivalent by evaluating both on the same random inputs
+over two finite fields (paper §5.2, Table 3): every value is a pair ``(x_p, x_q)``; every
+operator except ``exp`` works on each component modulo its own prime, and ``exp`` maps the
+*exponent-field* component to a q-th root of unity of Z_p: ``exp(x) = ω^{x_q} mod p``.  This
+module is that arithmetic, on whole tensors at once.  A later layer evaluates μGraph operators
+with it; nothing here knows about graphs.
+
+Values
+------
+:class:`FieldArray` ``(p, q)`` holds two int64 NumPy arrays of one shape, the Z_p and the Z_q
+components, always canonical (``0 <= p < P``, ``0 <= q < Q``).  Arrays are treated as
+immutable: operations never write into their operands.  :class:`FieldContext` holds the primes,
+the root of unity ω and a 64-bit key for the uninterpreted functions; draw a fresh one per
+verification round with :meth:`FieldContext.from_rng`.  All arithmetic is a method of the
+context (``ctx.add(a, b)``, ``ctx.matmul(a, b)``, ``ctx.exp(x)`` ...).
+
+The primes
+----------
+``P = 2_147_483_579 = 2^31 - 69`` and ``Q = (P - 1) / 2 = 1_073_741_789 = 2^30 - 35``: P is the
+largest *safe* prime below 2^31, so Q is the largest prime that divides P - 1 for any prime
+P < 2^31 (Theorem 3 needs q | p - 1, and q <= (p-1)/2 always).  Why 2^31:
+
+* Elementwise products stay exact in int64: ``(P-1)^2 < 2^62``, so ``a*b mod P`` is one
+  multiplication and one (libdivide) floor division, with no 128-bit emulation.  A 62-bit p
+  would need a split multiply in every ``mul``/``pow``/``div``/``exp`` (several times slower).
+* Matrix products go through float64 BLAS, which is exact for integers below 2^53.  A 31-bit
+  modulus splits into 2-3 balanced limbs of 16/11 bits, so one float64 GEMM per limb is exact
+  over a long reduction (below) and a matmul costs 2-3 float64 GEMMs.  A 62-bit modulus would
+  need limbs on *both* operands (9-16 GEMMs and a limb split of the big weight) — measured far
+  over the time budget.  A modulus small enough for a single unsplit GEMM (k·p^2 < 2^53, i.e.
+  p ≈ 2^20 for k = 4096) would leave q ≈ 2^19 and Theorem 3 would cover only k <= 26 terms.
+* With Q ≈ 2^30, Theorem 3 (``d·k^4 < q``) covers k <= 181 exponential terms at degree 1 and
+  k <= 90 at degree 16: see :func:`theorem3_max_terms`.
+
+Matrix multiplication (:func:`matmul_mod`)
+------------------------------------------
+The operand with fewer elements (``S``) is split into L balanced base-2^s digits with
+``s = ceil((bits(m-1) + 1) / L)``, so every digit satisfies ``|d| <= D = 2^(s-1)``; the other
+operand (``W``) is converted to float64 unchanged (``0 <= w < m``).  The L digit matrices are
+stacked along the free dim, so all L products are one GEMM: ``S_l @ W`` for every l.  Every
+partial sum of a reduction of length k is bounded by ``k·D·(m-1)``, so the GEMM is exact
+(whatever order BLAS sums in, FMA or not) as long as ``k·D·(m-1) <= 2^53 - 2``.  The largest
+such k (the *exact chunk*) is:
+
+=========  ======  ============  ============
+L (limbs)  s bits  k_max mod P   k_max mod Q
+=========  ======  ============  ============
+2          16      128           256
+3          11      4096          8192
+4          8       32768         65536
+=========  ======  ============  ============
+
+A longer reduction is cut into chunks of at most k_max; each chunk's float64 sum is reduced
+modulo m exactly (``x - trunc(x·(1/m))·m``, exact for ``|x| <= 2^53 - 2``: see :func:`_fred`)
+and the reduced chunks are added up (at most ~4M chunks before float64 could round).  Limbs are
+recombined by Horner's rule ``r ← r·2^s + T_l (mod m)`` in float64 and the result is
+canonicalized in int64.  L is chosen per call by a small cost model (more limbs: more GEMM
+work; fewer limbs: more chunks, each a reduction of the output), and can be forced with
+``limbs=``.  ``W`` is converted to float64 in slices of about 2^20 elements into one reused
+buffer, which keeps the conversion out of the page-fault path.  Run this module
+(``python -m mugraph.semantics.field_arith``) for timings (:func:`benchmark_matmul`).
+
+exp and the q component of its result
+-------------------------------------
+``exp(x_p, x_q) = (ω^{x_q} mod p, h(ω^{x_q} mod p))``.  ω^e uses two 2^15-entry tables built
+once per context (``ω^e = T_lo[e mod 2^15]·T_hi[e >> 15] mod p``).  Table 3 leaves the Z_q
+component undefined: the value of an exponential has no image in the exponent field, and in a
+LAX μGraph it never reaches another ``exp``.  We set it to ``h``, a keyed pseudo-random function
+(the context key) of the Z_p value, reduced mod q.  That keeps evaluation a *function of the
+computed value* — equal p-values always get equal q-values, so equivalent subterms stay equal
+— while a non-LAX ``exp(exp(x))`` behaves as exp of an uninterpreted function instead of
+silently collapsing (a constant q component such as 0 would make every ``exp(exp(·))`` equal
+to 1 and accept non-equivalent programs).  Theorem 3 says nothing about such programs: the
+graph layer must reject a path with two ``exp`` structurally before evaluating.
+
+Division by zero
+----------------
+``div``/``inv`` raise :class:`FieldDivisionByZero` (an :class:`ArithmeticError`, not a
+:class:`~mugraph.errors.MugraphError`) when any divisor element is 0 in either component.
+That is the event 𝓔 of Theorem 3 failing (a denominator polynomial g_i or u_i vanishing at the
+random point): the verifier catches it and redraws the round; it is not a sign of
+non-equivalence.  Its probability is at most ``(number of divisor elements)·d / q`` per round.
+(A divisor whose q component came from an ``exp`` is a hash value and is also 0 with
+probability 1/q; that only causes an extra redraw.)
+
+Constants
+---------
+:func:`field_scalar` maps an int, a :class:`~fractions.Fraction` or a finite float (every
+finite binary float is a dyadic rational n/2^e) to the field exactly: ``n · (2^e)^{-1}``.
+``1/3`` given as ``Fraction(1, 3)`` is exact; the float ``1/3`` is the dyadic rational nearest
+to it, a different constant — two graphs must spell a constant with the same float to agree.
+NaN, infinities and complex numbers raise :class:`FieldConstantError`.
+
+Uninterpreted functions (non-LAX elementwise operators)
+-------------------------------------------------------
+``relu``, ``clamp``, ``sqrt``, ``silu``, ``gelu``, ``pow(x, 0.5)``... have no field meaning.  They
+are replaced by keyed pseudo-random functions of the field value: the pair is packed into 64
+bits (``x_p << 32 | x_q``), mixed by two keyed rounds of the MurmurHash3 finalizer (a bijection
+of uint64, so distinct values never collide before the final reduction), and reduced mod p and,
+after one more keyed round, mod q.  The seeds come from BLAKE2b of (key, kind, name, params);
+numeric params are compared by exact value, so ``clamp(x, 0, 1)`` and ``clamp(x, 0.0, 1.0)`` are
+the same function, and different names/params give unrelated functions.  Being a function of
+the value, an uninterpreted function never separates equivalent programs that apply it to equal
+arguments (soundness of acceptance for equal programs); two different arguments give
+independent-looking results, so a difference upstream survives (the chance that it is hidden
+is about 1/p per element).  Identities of the real function (``relu(x) - relu(-x) = x``) are
+*not* preserved: programs equivalent only through them are rejected — a missed optimization,
+never a wrong acceptance.
+
+* :func:`uninterpreted` — unary; :func:`uninterpreted2` — binary (``symmetric=True`` makes it
+  commutative).
+* :func:`uninterpreted_reduce` — a symmetric function of the *multiset* of values along an
+  axis: ``H(Σ_i h(x_i) mod 2^64)``.  Order-independent, and any change of the multiset changes
+  the 64-bit sum unless ``h`` values collide in sum (probability ~2^-64), so it detects e.g. a
+  dropped element with probability ≈ 1.  It is *not* compatible with regrouping:
+  ``R(R(a, b), c) ≠ R(a, b, c)``, so a reduction split across a for-loop does not match the
+  fused one.  Use it for opaque reductions.
+* :func:`keyed_max` / :func:`keyed_max_reduce` — the model of ``max`` (``reduction_max``,
+  ``forloop_accum_max``, elementwise max): the maximum under a keyed pseudo-random *total
+  order* of Z_p × Z_q (compare the 64-bit bijective mix of each value).  Like the real max it
+  is commutative, associative and idempotent and returns one of its arguments, so a max
+  reduction tiled across blocks and accumulated across for-loop iterations equals the fused
+  one — a sum-of-hashes reduction would reject exactly these Mirage rewrites.  Its
+  distinguishing power is that of max itself: dropping one of n elements changes the result
+  only when that element is the maximum (probability 1/n per row under a random order, just as
+  for real random inputs), so such bugs need many rows or rounds to show.  The softmax
+  stabilisation ``exp(x - max(x)) / Σ exp(x - max(x))`` is exact in the field for *any* value of
+  the max (ω^{-m} cancels), so it verifies.
+"""
+
+from __future__ import annotations
+
+import decimal
+import hashlib
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from mugraph.errors import ShapeError
+
+__all__ = [
+    "P",
+    "Q",
+    "FieldArray",
+    "FieldContext",
+    "FieldConstantError",
+    "FieldDivisionByZero",
+    "GemmPlan",
+    "benchmark_matmul",
+    "concatenate",
+    "exact_fraction",
+    "field_scalar",
+    "gemm_plan",
+    "is_prime",
+    "keyed_max",
+    "keyed_max_reduce",
+    "matmul_mod",
+    "theorem3_max_degree",
+    "theorem3_max_terms",
+    "theorem4_rounds",
+    "uninterpreted",
+    "uninterpreted2",
+    "uninterpreted_reduce",
+]
+
+P: int = 2_147_483_579  # largest safe prime below 2^31 (2^31 - 69)
+Q: int = (P - 1) // 2  # 1_073_741_789 (2^30 - 35), prime, divides P - 1
+
+_MAX_MODULUS = 1 << 31  # (m-1)^2 < 2^62 keeps elementwise products exact in int64
+_F64_EXACT = (1 << 53) - 2  # |partial sums| bound of an exact GEMM (see _fred)
+_CONVERT_ELEMS = 1 << 21  # W is converted to float64 in slices of about this many elements
+_PARALLEL_MIN = 1 << 16  # ... using two threads when a slice has at least this many
+_EPILOGUE_ELEMS = 1 << 16  # limb recombination works on blocks of about this many outputs
+_BATCH_INV_MIN = 1 << 14  # batch (Montgomery) inversion above this many elements
+_BATCH_INV_STEPS = 64
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+# ---------------------------------------------------------------------------------------------
+
+
+class FieldDivisionByZero(ArithmeticError):
+    """A divisor was 0 in Z_p or Z_q: Theorem 3's event 𝓔 failed; redraw the round."""
+
+    def __init__(self, component: str, count: int) -> None:
+        super().__init__(f"division by zero in Z_{component} ({count} zero divisor element(s))")
+        self.component = component
+        self.count = count
+
+
+class FieldConstantError(ValueError):
+    """A constant (NaN, inf, complex, an unsupported type...) has no exact field image."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Number theory on Python ints
+# ---------------------------------------------------------------------------------------------
+
+_MR_BASES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37)
+
+
+def is_prime(n: int) -> bool:
+    """Deterministic Miller–Rabin for n < 3.3·10^24 (covers every modulus used here)."""
+    if n < 2:
+        return False
+    for b in _MR_BASES:
+        if n % b == 0:
+            return n == b
+    d, s = n - 1, 0
+    while d % 2 == 0:
+        d, s = d // 2, s + 1
+    for a in _MR_BASES:
+        x = pow(a, d, n)
+        if x in (1, n - 1):
+            continue
+        for _ in range(s - 1):
+            x = x * x % n
+            if x == n - 1:
+                break
+        else:
+            return False
+    return True
+
+
+def theorem3_max_terms(degree: int, q: int = Q) -> int:
+    """Largest k with ``degree · k^4 < q`` (Theorem 3's side condition).
+
+    k is the number of terms ``f_i/g_i · e^{h_i/u_i}`` with distinct exponents in the normal
+    form (2) of the *difference* of the two programs, ``degree`` the largest degree of the
+    polynomials f_i, g_i, h_i, u_i.  With the default Q ≈ 2^30: 181 at degree 1, 152 at 2,
+    107 at 8, 90 at 16, 32 at 1024.
+    """
+    if degree < 1:
+        raise ValueError("degree must be >= 1")
+    return math.isqrt(math.isqrt((q - 1) // degree))
+
+
+def theorem3_max_degree(terms: int, q: int = Q) -> int:
+    """Largest degree d with ``d · terms^4 < q`` (0 when none)."""
+    if terms < 1:
+        raise ValueError("terms must be >= 1")
+    return (q - 1) // terms**4
+
+
+def theorem4_rounds(terms: int, delta: float) -> int:
+    """Rounds after which non-equivalent programs pass every round with probability <= delta.
+
+    Uses Theorem 3's per-round bound ``1 - 1/k`` (its o(1/k) term dropped), so the result is
+    ``ceil(ln(1/δ) / -ln(1 - 1/k))`` ≈ ``k·ln(1/δ)`` (Theorem 4); one round when k = 1.
+    """
+    if not 0 < delta <= 1:
+        raise ValueError("delta must be in (0, 1]")
+    if terms <= 1 or delta == 1:
+        return 1
+    return max(1, math.ceil(math.log(1 / delta) / -math.log1p(-1 / terms)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Constants
+# ---------------------------------------------------------------------------------------------
+
+
+def exact_fraction(value: Any) -> Fraction:
+    """The exact rational value of an int, Fraction, Decimal or finite float.
+
+    Raises :class:`FieldConstantError` for NaN, infinities and anything else (complex, str...).
+    """
+    if isinstance(value, bool | np.bool_ | int | np.integer):
+        return Fraction(int(value))
+    if isinstance(value, Fraction):
+        return value
+    if isinstance(value, float | np.floating | decimal.Decimal):
+        finite = value.is_finite() if isinstance(value, decimal.Decimal) else np.isfinite(value)
+        if not finite:
+            raise FieldConstantError(f"{value!r} has no image in a finite field")
+        # exact: every finite binary float is a dyadic rational n / 2^e
+        return Fraction(*value.as_integer_ratio())
+    raise FieldConstantError(f"cannot map {value!r} of type {type(value).__name__} exactly")
+
+
+def field_scalar(value: Any, modulus: int) -> int:
+    """The exact image in Z_modulus of an int, Fraction, Decimal or finite float."""
+    frac = exact_fraction(value)
+    den = frac.denominator % modulus
+    if den == 0:
+        raise FieldConstantError(f"denominator of {value!r} is divisible by {modulus}")
+    return frac.numerator * pow(den, -1, modulus) % modulus
+
+
+# ---------------------------------------------------------------------------------------------
+# FieldArray
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class FieldArray:
+    """A tensor of Z_p × Z_q values: two int64 arrays of one shape (broadcast on creation)."""
+
+    p: np.ndarray
+    q: np.ndarray
+
+    def __post_init__(self) -> None:
+        p = np.asarray(self.p, dtype=np.int64)
+        q = np.asarray(self.q, dtype=np.int64)
+        if p.shape != q.shape:
+            p, q = np.broadcast_arrays(p, q)
+        object.__setattr__(self, "p", p)
+        object.__setattr__(self, "q", q)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.p.shape
+
+    @property
+    def ndim(self) -> int:
+        return self.p.ndim
+
+    @property
+    def size(self) -> int:
+        return self.p.size
+
+    def __getitem__(self, index: Any) -> FieldArray:
+        return FieldArray(self.p[index], self.q[index])
+
+    def reshape(self, *shape: Any) -> FieldArray:
+        return FieldArray(self.p.reshape(*shape), self.q.reshape(*shape))
+
+    def transpose(self, *axes: int) -> FieldArray:
+        return FieldArray(self.p.transpose(*axes), self.q.transpose(*axes))
+
+    def swapaxes(self, a: int, b: int) -> FieldArray:
+        return FieldArray(self.p.swapaxes(a, b), self.q.swapaxes(a, b))
+
+    def broadcast_to(self, shape: Sequence[int]) -> FieldArray:
+        return FieldArray(np.broadcast_to(self.p, shape), np.broadcast_to(self.q, shape))
+
+    def copy(self) -> FieldArray:
+        return FieldArray(self.p.copy(), self.q.copy())
+
+    def equals(self, other: FieldArray) -> bool:
+        """Same shape and the same value in both components."""
+        return (
+            self.shape == other.shape
+            and bool(np.array_equal(self.p, other.p))
+            and bool(np.array_equal(self.q, other.q))
+        )
+
+
+def concatenate(arrays: Sequence[FieldArray], axis: int = 0) -> FieldArray:
+    """np.concatenate of both components."""
+    return FieldArray(
+        np.concatenate([a.p for a in arrays], axis=axis),
+        np.concatenate([a.q for a in arrays], axis=axis),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Elementwise kernels on canonical int64 arrays (one modulus)
+# ---------------------------------------------------------------------------------------------
+
+
+def _canon_(x: np.ndarray, m: int) -> np.ndarray:
+    """In place: x ← x mod m (floor), via a libdivide floor division; returns x."""
+    t = x // m
+    t *= m
+    x -= t
+    return x
+
+
+def add_mod(a: np.ndarray, b: np.ndarray, m: int) -> np.ndarray:
+    r = np.add(a, b)
+    r -= m
+    r += (r >> 63) & m
+    return r
+
+
+def sub_mod(a: np.ndarray, b: np.ndarray, m: int) -> np.ndarray:
+    r = np.subtract(a, b)
+    r += (r >> 63) & m
+    return r
+
+
+def neg_mod(a: np.ndarray, m: int) -> np.ndarray:
+    r = np.negative(a)
+    r += (r >> 63) & m
+    return r
+
+
+def mul_mod(a: np.ndarray, b: np.ndarray, m: int) -> np.ndarray:
+    return _canon_(np.multiply(a, b), m)
+
+
+def pow_mod(x: np.ndarray, e: int, m: int) -> np.ndarray:
+    """x^e mod m elementwise (m prime, e >= 0 a Python int); 0^0 = 1."""
+    x = np.asarray(x, dtype=np.int64)
+    if e < 0:
+        raise ValueError("negative exponent: use inv")
+    if e == 0:
+        return np.ones_like(x)
+    e = (e - 1) % (m - 1) + 1  # Fermat; keeps e >= 1 so that 0^e stays 0
+    result: np.ndarray | None = None
+    base = x
+    while True:
+        if e & 1:
+            result = base.copy() if result is None else mul_mod(result, base, m)
+        e >>= 1
+        if not e:
+            return result  # type: ignore[return-value]
+        base = mul_mod(base, base, m)
+
+
+def _batch_inv(x: np.ndarray, m: int) -> np.ndarray:
+    """Montgomery's simultaneous inversion, vectorized over columns: ~3 mulmods per element."""
+    flat = x.ravel()
+    n = flat.size
+    steps = _BATCH_INV_STEPS
+    width = -(-n // steps)
+    grid = np.ones(steps * width, dtype=np.int64)
+    grid[:n] = flat
+    grid = grid.reshape(steps, width)
+    prefix = np.empty_like(grid)
+    prefix[0] = grid[0]
+    for i in range(1, steps):
+        prefix[i] = mul_mod(prefix[i - 1], grid[i], m)
+    acc = pow_mod(prefix[-1], m - 2, m)  # (x_0 ... x_i)^-1 for i = steps - 1
+    out = np.empty_like(grid)
+    for i in range(steps - 1, 0, -1):
+        out[i] = mul_mod(acc, prefix[i - 1], m)
+        acc = mul_mod(acc, grid[i], m)
+    out[0] = acc
+    return out.ravel()[:n].reshape(x.shape)
+
+
+def inv_mod(x: np.ndarray, m: int, component: str = "?") -> np.ndarray:
+    """x^{-1} mod m elementwise; raises FieldDivisionByZero if any element is 0."""
+    x = np.asarray(x, dtype=np.int64)
+    zeros = x.size - int(np.count_nonzero(x))
+    if zeros:
+        raise FieldDivisionByZero(component, zeros)
+    if x.size >= _BATCH_INV_MIN:
+        return _batch_inv(x, m)
+    return pow_mod(x, m - 2, m)
+
+
+def sum_mod(
+    x: np.ndarray, m: int, axis: int | tuple[int, ...] | None = None, keepdims: bool = False
+) -> np.ndarray:
+    """Sum over axis mod m (exact: int64 holds up to 2^32 terms below 2^31)."""
+    if axis is None:
+        n = x.size
+    else:
+        n = math.prod(x.shape[a] for a in ((axis,) if isinstance(axis, int) else axis))
+    if n >= 1 << 32:
+        raise ValueError("reduction of 2^32 or more elements")
+    return _canon_(np.asarray(np.sum(x, axis=axis, keepdims=keepdims, dtype=np.int64)), m)
+
+
+# ---------------------------------------------------------------------------------------------
+# Matrix multiplication: limb-split float64 GEMM
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GemmPlan:
+    """How :func:`matmul_mod` multiplies modulo ``modulus`` with ``limbs`` digits.
+
+    ``digit_bits`` is s (0 when limbs = 1: no split), ``digit_bound`` D (every digit has
+    |d| <= D; with no split D = m - 1) and ``chunk`` the longest reduction one float64 GEMM
+    computes exactly: the largest k with ``k · D · (m-1) <= 2^53 - 2``.
+    """
+
+    modulus: int
+    limbs: int
+    digit_bits: int
+    digit_bound: int
+    chunk: int
+
+
+def gemm_plan(modulus: int, limbs: int) -> GemmPlan:
+    """The exactness plan for ``limbs`` balanced digits (chunk 0: that many limbs is unusable)."""
+    if limbs == 1:
+        bits, bound = 0, modulus - 1
+    else:
+        bits = -(-((modulus - 1).bit_length() + 1) // limbs)
+        bound = 1 << (bits - 1)
+    return GemmPlan(modulus, limbs, bits, bound, _F64_EXACT // (bound * (modulus - 1)))
+
+
+# Cost model (ns) for choosing the number of limbs; measured on a 2-core Xeon (SPR) VM.
+_NS_PER_MAC = 0.03  # float64 GEMM, per multiply-add
+_NS_PER_OP = 0.5  # one elementwise pass, per element
+_NS_PER_CHUNK = 20_000.0  # Python/BLAS overhead per exact chunk
+
+
+def _choose_limbs(m: int, macs: int, outs: int, k: int, split_elems: int) -> GemmPlan:
+    best: tuple[float, GemmPlan] | None = None
+    for limbs in (1, 2, 3, 4):
+        plan = gemm_plan(m, limbs)
+        if plan.chunk < 1:
+            continue
+        chunks = -(-k // plan.chunk)
+        reduce_ops = 5 * limbs * chunks if chunks > 1 else 0  # _fred + accumulate per chunk
+        cost = limbs * macs * _NS_PER_MAC + chunks * _NS_PER_CHUNK
+        cost += (reduce_ops + 6 * limbs) * outs * _NS_PER_OP + (3 * limbs + 1) * split_elems
+        if best is None or cost < best[0]:
+            best = (cost, plan)
+    if best is None:
+        raise ValueError(f"modulus {m} is too large for exact float64 GEMM")
+    return best[1]
+
+
+def _fred(a: np.ndarray, m: int) -> np.ndarray:
+    """In place: a ← a - trunc(a·(1/m))·m for integer-valued float64 |a| <= 2^53 - 2.
+
+    The computed quotient is within 2/m of a/m (two roundings of relative error 2^-53 on a
+    value below 2^53/m), so trunc() is the true truncated quotient or off by one only when a/m
+    lies within 2/m of an integer; then |t·m| <= |a| + 2 <= 2^53, so t·m and a - t·m are exact
+    integers.  The result lies in [-m-2, m+2] and is congruent to a.
+    """
+    t = a * (1.0 / m)
+    np.trunc(t, out=t)
+    t *= m
+    a -= t
+    return a
+
+
+def _stacked(arr: np.ndarray, i: int, size: int, split_left: bool) -> np.ndarray:
+    """Block i of a limb-stacked array: rows [i·size, (i+1)·size) or the same columns."""
+    if split_left:
+        return arr[..., i * size : (i + 1) * size, :]
+    return arr[..., :, i * size : (i + 1) * size]
+
+
+def _split_digits(s: np.ndarray, plan: GemmPlan, split_left: bool) -> np.ndarray:
+    """The balanced digits of s (canonical int64) as float64, stacked along rows/columns.
+
+    Adding ``offset = Σ_{i<L-1} 2^(s-1)·2^(s·i)`` first turns balanced digits into plain ones:
+    digit i is ``((s + offset) >> s·i) & (2^s - 1)) - 2^(s-1)`` (in [-2^(s-1), 2^(s-1))), the
+    top digit ``(s + offset) >> s·(L-1)`` (in [0, 2^(s-1)] since s·L >= bits(m-1) + 1).
+    """
+    limbs, bits = plan.limbs, plan.digit_bits
+    if limbs == 1:
+        return s.astype(np.float64)
+    half = 1 << (bits - 1)
+    size = s.shape[-2] if split_left else s.shape[-1]
+    shape = list(s.shape)
+    shape[-2 if split_left else -1] *= limbs
+    out = np.empty(shape)
+    t = s + sum(half << (bits * i) for i in range(limbs - 1))
+    u = np.empty_like(t)
+    for i in range(limbs):
+        target = _stacked(out, i, size, split_left)
+        if i == limbs - 1:
+            np.right_shift(t, bits * i, out=target, casting="unsafe")
+        else:
+            np.right_shift(t, bits * i, out=u)
+            u &= (1 << bits) - 1
+            np.subtract(u, half, out=target, casting="unsafe")
+    return out
+
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _convert(dst: np.ndarray, src: np.ndarray) -> None:
+    """dst[...] = src (int64 → float64); split over two threads when large (it is
+    memory-bound, and NumPy releases the GIL while casting)."""
+    global _POOL
+    axis = next((i for i, n in enumerate(dst.shape) if n > 1), None)
+    if dst.size < _PARALLEL_MIN or axis is None or (os.cpu_count() or 1) < 2:
+        np.copyto(dst, src)
+        return
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="field_arith")
+    half = (slice(None),) * axis + (slice(0, dst.shape[axis] // 2),)
+    rest = (slice(None),) * axis + (slice(dst.shape[axis] // 2, None),)
+    future = _POOL.submit(np.copyto, dst[half], src[half])
+    np.copyto(dst[rest], src[rest])
+    future.result()
+
+
+def _gemm_chunks(
+    digits: np.ndarray, w_arr: np.ndarray, plan: GemmPlan, split_left: bool, out_shape: tuple
+) -> tuple[np.ndarray, int]:
+    """The limb-stacked products digits·W (split_left) or W·digits, reduced per exact chunk.
+
+    Returns the float64 sums and a bound on their absolute values.
+    """
+    m, k = plan.modulus, w_arr.shape[-2] if split_left else w_arr.shape[-1]
+    per_k = max(1, w_arr.size // k)
+    step = max(1, min(plan.chunk, k, _CONVERT_ELEMS // per_k))
+    if split_left:
+        buf = np.empty((*w_arr.shape[:-2], step, w_arr.shape[-1]))
+    else:
+        buf = np.empty((*w_arr.shape[:-2], w_arr.shape[-2], step))
+    acc = np.empty(out_shape)
+    tmp = np.empty(out_shape) if step < min(plan.chunk, k) else acc
+    chunks = -(-k // plan.chunk)
+    total = np.zeros(out_shape) if chunks > 1 else acc
+    for c0 in range(0, k, plan.chunk):
+        c1 = min(k, c0 + plan.chunk)
+        for s0 in range(c0, c1, step):
+            s1 = min(c1, s0 + step)
+            target = acc if s0 == c0 else tmp
+            if split_left:
+                w = buf[..., : s1 - s0, :]
+                _convert(w, w_arr[..., s0:s1, :])
+                np.matmul(digits[..., s0:s1], w, out=target)
+            else:
+                w = buf[..., : s1 - s0]
+                _convert(w, w_arr[..., s0:s1])
+                np.matmul(w, digits[..., s0:s1, :], out=target)
+            if target is not acc:
+                acc += target
+        if chunks > 1:
+            total += _fred(acc, m)
+    bound = chunks * (m + 2) if chunks > 1 else k * plan.digit_bound * (m - 1)
+    return total, bound
+
+
+def _combine_limbs(
+    total: np.ndarray, bound: int, plan: GemmPlan, split_left: bool, rows: int, cols: int
+) -> np.ndarray:
+    """Σ_i T_i·2^(s·i) mod m by Horner's rule, canonical int64, in cache-sized row blocks."""
+    m, limbs = plan.modulus, plan.limbs
+    scale = float(1 << plan.digit_bits)
+    reduce_low = (m + 2) * (1 << plan.digit_bits) + bound > _F64_EXACT
+    out = np.empty((*total.shape[:-2], rows, cols), dtype=np.int64)
+    per_row = max(1, out.size // max(1, rows))
+    block = max(1, _EPILOGUE_ELEMS // per_row)
+    for r0 in range(0, rows, block):
+        r1 = min(rows, r0 + block)
+        if split_left:
+            parts = [total[..., i * rows + r0 : i * rows + r1, :] for i in range(limbs)]
+        else:
+            parts = [_stacked(total[..., r0:r1, :], i, cols, False) for i in range(limbs)]
+        acc = parts[-1]
+        for low in reversed(parts[:-1]):
+            _fred(acc, m)
+            acc *= scale
+            acc += _fred(low, m) if reduce_low else low
+        dst = out[..., r0:r1, :]
+        np.copyto(dst, acc, casting="unsafe")
+        _canon_(dst, m)
+    return out
+
+
+def _matmul_core(x: np.ndarray, y: np.ndarray, m: int, limbs: int | None) -> np.ndarray:
+    rows, k, cols = x.shape[-2], x.shape[-1], y.shape[-1]
+    batch = np.broadcast_shapes(x.shape[:-2], y.shape[:-2])
+    split_left = x.size <= y.size
+    s_arr, w_arr = (x, y) if split_left else (y, x)
+    outs = math.prod(batch) * rows * cols
+    plan = gemm_plan(m, limbs) if limbs else _choose_limbs(m, outs * k, outs, k, s_arr.size)
+    if plan.chunk < 1:
+        raise ValueError(f"{plan.limbs} limb(s) cannot multiply exactly modulo {m}")
+    digits = _split_digits(s_arr, plan, split_left)
+    if split_left:
+        out_shape = (*batch, plan.limbs * rows, cols)
+    else:
+        out_shape = (*batch, rows, plan.limbs * cols)
+    total, bound = _gemm_chunks(digits, w_arr, plan, split_left, out_shape)
+    return _combine_limbs(total, bound, plan, split_left, rows, cols)
+
+
+def matmul_mod(x: np.ndarray, y: np.ndarray, m: int, *, limbs: int | None = None) -> np.ndarray:
+    """Exact ``x @ y mod m`` (np.matmul semantics: batch broadcasting, 1-D operands).
+
+    ``x`` and ``y`` must be canonical (``0 <= v < m``, int64); ``m < 2^31``.  ``limbs`` forces
+    the number of digits (1-4; default: chosen by a cost model).  See the module docstring.
+    """
+    x = np.asarray(x, dtype=np.int64)
+    y = np.asarray(y, dtype=np.int64)
+    if x.ndim == 0 or y.ndim == 0:
+        raise ShapeError("matmul: operands must have at least one dimension")
+    x2 = x[None, :] if x.ndim == 1 else x
+    y2 = y[:, None] if y.ndim == 1 else y
+    if x2.shape[-1] != y2.shape[-2]:
+        raise ShapeError(f"matmul: inner dims differ: {x.shape} @ {y.shape}")
+    try:
+        np.broadcast_shapes(x2.shape[:-2], y2.shape[:-2])
+    except ValueError as exc:
+        raise ShapeError(f"matmul: batch dims do not broadcast: {x.shape} @ {y.shape}") from exc
+    if x2.shape[-1] == 0:
+        batch = np.broadcast_shapes(x2.shape[:-2], y2.shape[:-2])
+        out = np.zeros((*batch, x2.shape[-2], y2.shape[-1]), dtype=np.int64)
+    else:
+        out = _matmul_core(x2, y2, m, limbs)
+    if x.ndim == 1:
+        out = out[..., 0, :]
+    if y.ndim == 1:
+        out = out[..., 0]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Keyed hashing (uninterpreted functions)
+# ---------------------------------------------------------------------------------------------
+
+_U64 = np.uint64
+_FMIX1 = _U64(0xFF51AFD7ED558CCD)
+_FMIX2 = _U64(0xC4CEB9FE1A85EC53)
+_S33 = _U64(33)
+_S32 = _U64(32)
+
+
+def _fmix64_(h: np.ndarray) -> np.ndarray:
+    """In place: the MurmurHash3 64-bit finalizer (a bijection of uint64)."""
+    h ^= h >> _S33
+    h *= _FMIX1
+    h ^= h >> _S33
+    h *= _FMIX2
+    h ^= h >> _S33
+    return h
+
+
+def _canon_param(v: Any) -> Any:
+    """A hashable spelling of a parameter; numbers by exact value (0 == 0.0 == Fraction(0))."""
+    if isinstance(v, bool | np.bool_):
+        return ("bool", bool(v))
+    if isinstance(v, tuple | list):
+        return tuple(_canon_param(u) for u in v)
+    try:
+        return ("num", str(exact_fraction(v)))
+    except FieldConstantError:
+        return (type(v).__name__, repr(v))
+
+
+def _seeds(key: int | bytes, kind: str, name: str, params: Sequence[Any], n: int) -> list[Any]:
+    """n 64-bit seeds derived from (key, kind, name, params) by BLAKE2b."""
+    if isinstance(key, bytes | bytearray):
+        key_enc = b"b" + bytes(key)
+    elif isinstance(key, int | np.integer):
+        key_enc = b"i" + str(int(key)).encode()
+    else:
+        raise TypeError(f"key must be int or bytes, not {type(key).__name__}")
+    h = hashlib.blake2b(digest_size=8 * n)
+    h.update(len(key_enc).to_bytes(8, "little") + key_enc)
+    h.update(repr((kind, name, tuple(_canon_param(v) for v in params))).encode())
+    d = h.digest()
+    return [_U64(int.from_bytes(d[8 * i : 8 * i + 8], "little")) for i in range(n)]
+
+
+def _pack(x: FieldArray) -> np.ndarray:
+    """Injective packing of each (x_p, x_q) into a uint64: x_p << 32 | x_q."""
+    v = x.p.astype(np.uint64)
+    v <<= _S32
+    v |= x.q.astype(np.uint64)
+    return v
+
+
+def _mix(v: np.ndarray, s0: Any, s1: Any) -> np.ndarray:
+    """Two keyed rounds: fmix(fmix(v ^ s0) + s1), in place; a bijection of uint64."""
+    v ^= s0
+    _fmix64_(v)
+    v += s1
+    return _fmix64_(v)
+
+
+def _to_field(h: np.ndarray, s2: Any, moduli: tuple[int, int]) -> FieldArray:
+    """A mixed uint64 → (h mod p, fmix(h ^ s2) mod q)."""
+    p, q = moduli
+    hp = (h % _U64(p)).astype(np.int64)
+    h ^= s2
+    hq = (_fmix64_(h) % _U64(q)).astype(np.int64)
+    return FieldArray(hp, hq)
+
+
+def uninterpreted(
+    name: str, key: int | bytes, x: FieldArray, *params: Any, moduli: tuple[int, int] = (P, Q)
+) -> FieldArray:
+    """A keyed pseudo-random function ``Z_p × Z_q → Z_p × Z_q`` named ``name``/``params``."""
+    s = _seeds(key, "u1", name, params, 3)
+    with np.errstate(over="ignore"):
+        return _to_field(_mix(_pack(x), s[0], s[1]), s[2], moduli)
+
+
+def uninterpreted2(
+    name: str,
+    key: int | bytes,
+    a: FieldArray,
+    b: FieldArray,
+    *params: Any,
+    symmetric: bool = False,
+    moduli: tuple[int, int] = (P, Q),
+) -> FieldArray:
+    """A keyed pseudo-random function of two values (commutative when ``symmetric``).
+
+    ``H(h_a(a) + h_b(b) mod 2^64)`` with ``h_a = h_b`` when symmetric, independent otherwise.
+    """
+    s = _seeds(key, "u2s" if symmetric else "u2", name, params, 6)
+    sb0, sb1 = (s[0], s[1]) if symmetric else (s[2], s[3])
+    with np.errstate(over="ignore"):
+        h = np.add(_mix(_pack(a), s[0], s[1]), _mix(_pack(b), sb0, sb1))
+        return _to_field(_mix(h, s[4], s[5]), s[5], moduli)
+
+
+def uninterpreted_reduce(
+    name: str,
+    key: int | bytes,
+    x: FieldArray,
+    axis: int | tuple[int, ...],
+    *params: Any,
+    keepdims: bool = False,
+    moduli: tuple[int, int] = (P, Q),
+) -> FieldArray:
+    """A keyed pseudo-random function of the multiset of values along ``axis``.
+
+    ``H(Σ_i h(x_i) mod 2^64)``: order-independent, but not regrouping-compatible (see module
+    docstring; use :func:`keyed_max_reduce` for max).
+    """
+    s = _seeds(key, "ur", name, params, 5)
+    with np.errstate(over="ignore"):
+        h = _mix(_pack(x), s[0], s[1])
+        total = np.asarray(np.sum(h, axis=axis, keepdims=keepdims, dtype=np.uint64))
+        return _to_field(_mix(total, s[3], s[4]), s[2], moduli)
+
+
+def _order_key(x: FieldArray, seeds: list[Any]) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return _mix(_pack(x), seeds[0], seeds[1])
+
+
+def keyed_max(name: str, key: int | bytes, a: FieldArray, b: FieldArray) -> FieldArray:
+    """max(a, b) under a keyed pseudo-random total order (a semilattice, like real max)."""
+    s = _seeds(key, "max", name, (), 2)
+    take_a = _order_key(a, s) >= _order_key(b, s)
+    return FieldArray(np.where(take_a, a.p, b.p), np.where(take_a, a.q, b.q))
+
+
+def keyed_max_reduce(
+    name: str, key: int | bytes, x: FieldArray, axis: int, keepdims: bool = False
+) -> FieldArray:
+    """The :func:`keyed_max` of all values along ``axis`` (equal to any fold of keyed_max)."""
+    s = _seeds(key, "max", name, (), 2)
+    idx = np.expand_dims(np.argmax(_order_key(x, s), axis=axis), axis)
+    p = np.take_along_axis(x.p, idx, axis=axis)
+    q = np.take_along_axis(x.q, idx, axis=axis)
+    if not keepdims:
+        p, q = np.squeeze(p, axis=axis), np.squeeze(q, axis=axis)
+    return FieldArray(p, q)
+
+
+# ---------------------------------------------------------------------------------------------
+# The context
+# ---------------------------------------------------------------------------------------------
+
+
+def _power_table(base: int, size: int, m: int) -> np.ndarray:
+    """[base^0, base^1, ..., base^(size-1)] mod m, by doubling."""
+    table = np.empty(size, dtype=np.int64)
+    table[0] = 1
+    n = 1
+    while n < size:
+        k = min(n, size - n)
+        table[n : n + k] = mul_mod(table[:k], np.int64(pow(base, n, m)), m)
+        n += k
+    return table
+
+
+@dataclass(frozen=True)
+class FieldContext:
+    """Primes, a random q-th root of unity ω ≠ 1 and a hash key: one verification round.
+
+    Build with :meth:`from_rng`.  ``p < 2^31`` and ``q | p - 1`` must be primes (small primes
+    are fine, e.g. for exhaustive tests).
+    """
+
+    omega: int
+    key: int
+    p: int = P
+    q: int = Q
+    _exp_bits: int = field(init=False, repr=False, compare=False)
+    _exp_lo: np.ndarray = field(init=False, repr=False, compare=False)
+    _exp_hi: np.ndarray = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        p, q = self.p, self.q
+        if not (2 < p < _MAX_MODULUS and is_prime(p) and is_prime(q) and (p - 1) % q == 0):
+            raise ValueError(f"need primes q | p - 1 with p < 2^31, got p={p}, q={q}")
+        if not (1 < self.omega < p and pow(self.omega, q, p) == 1):
+            raise ValueError(f"omega={self.omega} is not a q-th root of unity other than 1")
+        bits = -(-(q - 1).bit_length() // 2)
+        object.__setattr__(self, "_exp_bits", bits)
+        object.__setattr__(self, "_exp_lo", _power_table(self.omega, 1 << bits, p))
+        hi_size = ((q - 1) >> bits) + 1
+        object.__setattr__(self, "_exp_hi", _power_table(pow(self.omega, 1 << bits, p), hi_size, p))
+
+    @classmethod
+    def from_rng(cls, rng: np.random.Generator, *, p: int = P, q: int = Q) -> FieldContext:
+        """ω = g^((p-1)/q) for uniform g in Z_p^* (redrawn while ω = 1); a 63-bit key."""
+        while True:
+            omega = pow(int(rng.integers(1, p)), (p - 1) // q, p)
+            if omega != 1:
+                break
+        return cls(omega=omega, key=int(rng.integers(0, 1 << 63)), p=p, q=q)
+
+    @property
+    def moduli(self) -> tuple[int, int]:
+        return (self.p, self.q)
+
+    # -- construction ------------------------------------------------------------------------
+
+    def random(self, shape: int | Sequence[int], rng: np.random.Generator) -> FieldArray:
+        """Independent uniform elements of Z_p × Z_q.
+
+        One raw 64-bit draw per element: its low bits(p-1) bits are x_p, the next bits(q-1)
+        bits x_q; an element with x_p >= p or x_q >= q is redrawn (rejection keeps it exactly
+        uniform; with the default primes a redraw happens with probability ~10^-7).
+        """
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        xp, xq = self._raw_pairs(rng, math.prod(shape))
+        bad = np.flatnonzero((xp >= self.p) | (xq >= self.q))
+        while bad.size:
+            vp, vq = self._raw_pairs(rng, bad.size)
+            xp[bad], xq[bad] = vp, vq
+            bad = bad[(vp >= self.p) | (vq >= self.q)]
+        return FieldArray(xp.reshape(shape), xq.reshape(shape))
+
+    def _raw_pairs(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+        bp, bq = (self.p - 1).bit_length(), (self.q - 1).bit_length()
+        raw = np.asarray(rng.bit_generator.random_raw(n), dtype=np.uint64)
+        xp = (raw & _U64((1 << bp) - 1)).view(np.int64)
+        raw >>= _U64(bp)
+        raw &= _U64((1 << bq) - 1)
+        return xp, raw.view(np.int64)
+
+    def scalar(self, value: Any) -> tuple[int, int]:
+        """The exact image (c_p, c_q) of a constant (see :func:`field_scalar`)."""
+        return field_scalar(value, self.p), field_scalar(value, self.q)
+
+    def const(self, value: Any, shape: int | Sequence[int] = ()) -> FieldArray:
+        cp, cq = self.scalar(value)
+        return FieldArray(np.full(shape, cp, dtype=np.int64), np.full(shape, cq, dtype=np.int64))
+
+    def zeros(self, shape: int | Sequence[int]) -> FieldArray:
+        return self.const(0, shape)
+
+    def ones(self, shape: int | Sequence[int]) -> FieldArray:
+        return self.const(1, shape)
+
+    def from_ints(self, values: Any) -> FieldArray:
+        """An integer array (any sign, any int dtype or Python ints) mapped exactly."""
+        arr = np.asarray(values)
+        if arr.dtype == object:
+            fp = np.vectorize(lambda v: int(v) % self.p, otypes=[np.int64])
+            fq = np.vectorize(lambda v: int(v) % self.q, otypes=[np.int64])
+            return FieldArray(fp(arr), fq(arr))
+        if not np.issubdtype(arr.dtype, np.integer):
+            raise FieldConstantError(f"from_ints needs an integer array, got {arr.dtype}")
+        if arr.dtype == np.uint64:
+            return FieldArray(
+                (arr % _U64(self.p)).astype(np.int64), (arr % _U64(self.q)).astype(np.int64)
+            )
+        arr = arr.astype(np.int64)
+        return FieldArray(_canon_(arr.copy(), self.p), _canon_(arr.copy(), self.q))
+
+    def is_canonical(self, x: FieldArray) -> bool:
+        """Whether every component is in range (a debugging check)."""
+        return bool(
+            x.p.dtype == np.int64
+            and x.q.dtype == np.int64
+            and (x.size == 0 or (x.p.min() >= 0 and x.p.max() < self.p))
+            and (x.size == 0 or (x.q.min() >= 0 and x.q.max() < self.q))
+        )
+
+    # -- arithmetic (Table 3) ----------------------------------------------------------------
+
+    def _both(self, fn: Callable[..., np.ndarray], *xs: FieldArray, **kw: Any) -> FieldArray:
+        return FieldArray(
+            fn(*(x.p for x in xs), self.p, **kw), fn(*(x.q for x in xs), self.q, **kw)
+        )
+
+    def add(self, a: FieldArray, b: FieldArray) -> FieldArray:
+        return self._both(add_mod, a, b)
+
+    def sub(self, a: FieldArray, b: FieldArray) -> FieldArray:
+        return self._both(sub_mod, a, b)
+
+    def neg(self, a: FieldArray) -> FieldArray:
+        return self._both(neg_mod, a)
+
+    def mul(self, a: FieldArray, b: FieldArray) -> FieldArray:
+        return self._both(mul_mod, a, b)
+
+    def square(self, a: FieldArray) -> FieldArray:
+        return self.mul(a, a)
+
+    def inv(self, a: FieldArray) -> FieldArray:
+        """1/a; raises :class:`FieldDivisionByZero` if any component is 0."""
+        return FieldArray(inv_mod(a.p, self.p, "p"), inv_mod(a.q, self.q, "q"))
+
+    def div(self, a: FieldArray, b: FieldArray) -> FieldArray:
+        """a / b = a · b^{-1} (b inverted at its own shape, then broadcast)."""
+        return self.mul(a, self.inv(b))
+
+    def mul_const(self, a: FieldArray, c: Any) -> FieldArray:
+        """a · c for an exact constant c (int, Fraction, finite float...)."""
+        cp, cq = self.scalar(c)
+        return FieldArray(mul_mod(a.p, np.int64(cp), self.p), mul_mod(a.q, np.int64(cq), self.q))
+
+    def pow(self, a: FieldArray, e: int) -> FieldArray:
+        """a^e for an integer e >= 0 (an integral float is accepted)."""
+        if isinstance(e, float | np.floating) and float(e).is_integer():
+            e = int(e)
+        if not isinstance(e, int | np.integer) or isinstance(e, bool) or e < 0:
+            raise ValueError(f"pow needs a non-negative integer exponent, got {e!r}")
+        return FieldArray(pow_mod(a.p, int(e), self.p), pow_mod(a.q, int(e), self.q))
+
+    def sum(
+        self, a: FieldArray, axis: int | tuple[int, ...] | None = None, keepdims: bool = False
+    ) -> FieldArray:
+        return self._both(sum_mod, a, axis=axis, keepdims=keepdims)
+
+    def matmul(self, a: FieldArray, b: FieldArray, *, limbs: int | None = None) -> FieldArray:
+        """a @ b in both fields (np.matmul semantics); exact, see :func:`matmul_mod`."""
+        return FieldArray(
+            matmul_mod(a.p, b.p, self.p, limbs=limbs), matmul_mod(a.q, b.q, self.q, limbs=limbs)
+        )
+
+    def exp_p(self, e: np.ndarray) -> np.ndarray:
+        """ω^e mod p for exponents 0 <= e < q (two table lookups and one mulmod)."""
+        lo = np.take(self._exp_lo, e & ((1 << self._exp_bits) - 1))
+        hi = np.take(self._exp_hi, e >> self._exp_bits)
+        return mul_mod(lo, hi, self.p)
+
+    def exp(self, a: FieldArray) -> FieldArray:
+        """(ω^{a_q} mod p, keyed hash of that value mod q): see the module docstring."""
+        rp = self.exp_p(a.q)
+        s = _seeds(self.key, "exp.q", "exp", (), 1)
+        with np.errstate(over="ignore"):
+            h = rp.astype(np.uint64)
+            h ^= s[0]
+            rq = (_fmix64_(h) % _U64(self.q)).astype(np.int64)
+        return FieldArray(rp, rq)
+
+    # -- uninterpreted functions keyed by this round's key -----------------------------------
+
+    def uninterpreted(self, name: str, x: FieldArray, *params: Any) -> FieldArray:
+        return uninterpreted(name, self.key, x, *params, moduli=self.moduli)
+
+    def uninterpreted2(
+        self, name: str, a: FieldArray, b: FieldArray, *params: Any, symmetric: bool = False
+    ) -> FieldArray:
+        return uninterpreted2(
+            name, self.key, a, b, *params, symmetric=symmetric, moduli=self.moduli
+        )
+
+    def uninterpreted_reduce(
+        self,
+        name: str,
+        x: FieldArray,
+        axis: int | tuple[int, ...],
+        *params: Any,
+        keepdims: bool = False,
+    ) -> FieldArray:
+        return uninterpreted_reduce(
+            name, self.key, x, axis, *params, keepdims=keepdims, moduli=self.moduli
+        )
+
+    def max(self, a: FieldArray, b: FieldArray, name: str = "max") -> FieldArray:
+        return keyed_max(name, self.key, a, b)
+
+    def max_reduce(
+        self, x: FieldArray, axis: int, keepdims: bool = False, name: str = "max"
+    ) -> FieldArray:
+        return keyed_max_reduce(name, self.key, x, axis, keepdims=keepdims)
+
+
+# ---------------------------------------------------------------------------------------------
+# Benchmark
+# ---------------------------------------------------------------------------------------------
+
+BENCH_SHAPES: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = (
+    ((8, 4096), (4096, 4096)),
+    ((2, 256, 64), (2, 64, 4096)),
+    ((2, 256, 4096), (2, 4096, 64)),
+    ((8, 14336), (14336, 4096)),
+)
+
+
+def benchmark_matmul(
+    shapes: Sequence[tuple[tuple[int, ...], tuple[int, ...]]] = BENCH_SHAPES,
+    repeats: int = 5,
+    limbs: int | None = None,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Best-of-``repeats`` milliseconds of ``ctx.matmul`` (both fields) per shape; prints them."""
+    rng = np.random.default_rng(seed)
+    ctx = FieldContext.from_rng(rng)
+    times: dict[str, float] = {}
+    for sa, sb in shapes:
+        a, b = ctx.random(sa, rng), ctx.random(sb, rng)
+        best = math.inf
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            ctx.matmul(a, b, limbs=limbs)
+            best = min(best, time.perf_counter() - t0)
+        label = f"{sa} @ {sb}"
+        times[label] = best * 1e3
+        plan_p = _plan_for(sa, sb, P, limbs)
+        plan_q = _plan_for(sa, sb, Q, limbs)
+        print(
+            f"{label:40s} {best * 1e3:8.2f} ms  "
+            f"(limbs p/q: {plan_p.limbs}/{plan_q.limbs}, chunk {plan_p.chunk}/{plan_q.chunk})"
+        )
+    return times
+
+
+def _plan_for(sa: tuple[int, ...], sb: tuple[int, ...], m: int, limbs: int | None) -> GemmPlan:
+    if limbs:
+        return gemm_plan(m, limbs)
+    rows, k, cols = sa[-2], sa[-1], sb[-1]
+    batch = np.broadcast_shapes(sa[:-2], sb[:-2])
+    outs = math.prod(batch) * rows * cols
+    return _choose_limbs(m, outs * k, outs, k, min(math.prod(sa), math.prod(sb)))
+
+
+if __name__ == "__main__":
+    benchmark_matmul()

@@ -1,0 +1,538 @@
+"""Triton code generation and the compiled runtime, under Triton's CPU interpreter.
+
+Every graph is compiled, run on random inputs and compared with the reference semantics by
+``check_against_reference`` (operator by operator, then end to end).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+if not torch.cuda.is_available():  # no GPU: generated kernels run on Triton's interpreter
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import mugraph  # noqa: E402
+from mugraph.codegen.check import CodegenMismatchError, check_against_reference, compare  # noqa: E402
+from mugraph.codegen.elementwise import FORMULAS  # noqa: E402
+from mugraph.codegen.loader import interpreter_active  # noqa: E402
+from mugraph.codegen.padding import padded_shapes  # noqa: E402
+from mugraph.codegen.torch_ops import TORCH_KERNELS  # noqa: E402
+from mugraph.codegen.triton_gen import (  # noqa: E402
+    TRITON_EMITTERS,
+    reshape_groups,
+    reshape_is_reinterpretation,
+)
+from mugraph.errors import GraphInputError, UnsupportedError  # noqa: E402
+from mugraph.ir.ops import Group, OpKind  # noqa: E402
+from mugraph.runtime.compiled import compile_graph  # noqa: E402
+
+CACHE = os.path.join(tempfile.gettempdir(), "mugraph-test-cache")
+os.environ.setdefault("MUGRAPH_CACHE_DIR", CACHE)
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+F16, F32 = mugraph.float16, mugraph.float32
+# on a GPU machine (without TRITON_INTERPRET) the same checks run on the GPU
+DEVICE = torch.device("cpu" if interpreter_active() else "cuda")
+
+
+def run_check(g, scale: float = 1.0, **options):
+    """Compile ``g`` and compare it with the reference; return the program."""
+    program = compile_graph(g, **options)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check_against_reference(g, program, scale=scale, device=DEVICE)
+    return program
+
+
+def one_kernel(inputs, build, grid=(2, 1, 1), loops=1, dimx=4, dtype=F16):
+    """A graph with one customized op: ``inputs`` are (dims, imap, fdim) or
+    (dims, imap, fdim, strides); ``build(tb, tiles)`` returns [(value, omap, fdim), ...]."""
+    g = mugraph.new_kernel_graph()
+    ds = [g.new_input(spec[0], strides=spec[3] if len(spec) > 3 else None, dtype=dtype)
+          for spec in inputs]
+    tb = mugraph.new_threadblock_graph(grid, (128, 1, 1), loops, dimx)
+    ts = [tb.new_input(d, spec[1], spec[2]) for d, spec in zip(ds, inputs, strict=True)]
+    for value, omap, fdim in build(tb, ts):
+        tb.new_output(value, omap, fdim)
+    for out in g.customized(ds, tb):
+        g.mark_output(out)
+    return g
+
+
+# ---- tables -------------------------------------------------------------------------------
+
+
+def test_every_op_kind_has_an_emission():
+    covered = set(TRITON_EMITTERS) | set(TORCH_KERNELS)
+    assert covered == set(OpKind)
+    assert set(TRITON_EMITTERS) >= Group.BLOCK
+    assert set(TORCH_KERNELS) == Group.KERNEL
+    assert set(FORMULAS) == Group.ELEMENTWISE
+
+
+# ---- kernel level (PyTorch) ----------------------------------------------------------------
+
+KERNEL_UNARY = [
+    ("exp", {}), ("square", {}), ("sqrt", {}), ("silu", {}), ("gelu", {}), ("relu", {}),
+    ("clamp", {"min_val": -0.3, "max_val": 0.4}), ("mul_scalar", {"scalar": 1.7}),
+    ("pow", {"exponent": 3}), ("pow", {"exponent": 2.5}),
+]
+
+
+@pytest.mark.parametrize("name,kw", KERNEL_UNARY, ids=[f"{n}{kw}" for n, kw in KERNEL_UNARY])
+def test_kernel_unary(name, kw):
+    g = mugraph.new_kernel_graph()
+    x = g.new_input((6, 10), dtype=F16)
+    g.mark_output(getattr(g, name)(x, **kw))
+    run_check(g)
+
+
+@pytest.mark.parametrize("name", ["add", "sub", "mul", "div"])
+def test_kernel_binary_broadcast(name):
+    g = mugraph.new_kernel_graph()
+    a = g.new_input((6, 10), dtype=F16)
+    b = g.new_input((6, 1), dtype=F16)
+    g.mark_output(getattr(g, name)(a, b))
+    g.mark_output(getattr(g, name)(b, a))
+    run_check(g)
+
+
+def test_kernel_matmul_reduction_rms_concat_reshape_softmax():
+    g = mugraph.new_kernel_graph()
+    a = g.new_input((2, 6, 8), dtype=F16)
+    b = g.new_input((8, 5), dtype=F16)
+    c = g.new_input((2, 6, 8), strides=(1, 2, 12), dtype=F16)  # non-contiguous
+    g.mark_output(g.matmul(a, b))
+    g.mark_output(g.reduction(a, 1))
+    g.mark_output(g.rms_norm(c, (6, 8)))
+    g.mark_output(g.concat(a, c, 2))
+    g.mark_output(g.reshape(a, (12, 8)))
+    g.mark_output(g.softmax(c, dim=-1))
+    run_check(g)
+
+
+def test_kernel_pow_negative_exponent():
+    g = mugraph.new_kernel_graph()
+    x = g.new_input((4, 8), dtype=F32)
+    g.mark_output(g.pow(g.exp(x), -2))
+    run_check(g)
+
+
+# ---- block level: elementwise ---------------------------------------------------------------
+
+BLOCK_UNARY = KERNEL_UNARY + [("pow", {"exponent": -2}), ("pow", {"exponent": 0.5}),
+                              ("pow", {"exponent": 0})]
+
+
+@pytest.mark.parametrize("name,kw", BLOCK_UNARY, ids=[f"{n}{kw}" for n, kw in BLOCK_UNARY])
+def test_block_unary(name, kw):
+    def build(tb, t):
+        x = t[0] if name != "pow" or kw["exponent"] >= 0 else tb.exp(t[0])
+        return [(getattr(tb, name)(x, **kw), (0, -1, -1), -1)]
+
+    # 12 x 24 rows split over 2 blocks: tiles [6, 24], padded to [8, 32]
+    run_check(one_kernel([((12, 24), (0, -1, -1), -1)], build))
+
+
+@pytest.mark.parametrize("name", ["add", "sub", "mul", "div"])
+def test_block_binary_broadcast(name):
+    def build(tb, t):
+        return [(getattr(tb, name)(t[0], t[1]), (0, -1, -1), -1),
+                (getattr(tb, name)(t[2], t[0]), (0, -1, -1), -1)]
+
+    ins = [((12, 24), (0, -1, -1), -1), ((12, 1), (0, -1, -1), -1), ((1, 24), (-1, -1, -1), -1)]
+    run_check(one_kernel(ins, build))
+
+
+def test_thread_graph():
+    program = (
+        (OpKind.MUL, (0, 1), ()),
+        (OpKind.SILU, (2,), ()),
+        (OpKind.MUL_SCALAR, (3,), (("scalar", 0.5),)),
+        (OpKind.ADD, (4, 0), ()),
+    )
+
+    def build(tb, t):
+        return [(tb.thread_graph([t[0], t[1]], program), (0, -1, -1), -1)]
+
+    run_check(one_kernel([((12, 20), (0, -1, -1), -1), ((12, 1), (0, -1, -1), -1)], build))
+
+
+# ---- block level: matmul ---------------------------------------------------------------------
+
+
+def test_block_matmul_looped_dot():
+    def build(tb, t):
+        return [(tb.forloop_accum(tb.matmul(t[0], t[1])), (1, -1, -1), -1)]
+
+    ins = [((24, 64), (-1, -1, -1), 1), ((64, 48), (1, -1, -1), 0)]
+    run_check(one_kernel(ins, build, grid=(3, 1, 1), loops=2))
+
+
+def test_block_matmul_vector_fallback():
+    # M = 1 (decode-like) and N = 1: broadcast multiply + sum instead of tl.dot
+    def build(tb, t):
+        return [(tb.matmul(t[0], t[1]), (1, -1, -1), -1), (tb.matmul(t[1], t[2]), (-1, -1, -1), -1)]
+
+    ins = [((1, 40), (-1, -1, -1), -1), ((40, 32), (1, -1, -1), -1), ((32, 1), (-1, -1, -1), -1)]
+    g = one_kernel(ins, build, grid=(1, 1, 1))
+    assert "tl.dot" not in run_check(g).source
+
+
+def test_block_matmul_batched_3d_and_4d():
+    def build(tb, t):
+        return [(tb.matmul(t[0], t[1]), (0, -1, -1), -1), (tb.matmul(t[2], t[3]), (0, -1, -1), -1)]
+
+    ins = [((4, 16, 24), (0, -1, -1), -1), ((4, 24, 20), (0, -1, -1), -1),
+           ((2, 2, 16, 16), (0, -1, -1), -1), ((2, 1, 16, 32), (0, -1, -1), -1)]
+    run_check(one_kernel(ins, build))
+
+
+def test_block_matmul_of_computed_operands_fp32():
+    def build(tb, t):
+        return [(tb.matmul(tb.exp(t[0]), tb.relu(t[1])), (0, -1, -1), -1)]
+
+    ins = [((32, 20), (0, -1, -1), -1), ((20, 18), (-1, -1, -1), -1)]
+    run_check(one_kernel(ins, build, dtype=F32), scale=0.5)
+
+
+def test_block_matmul_bfloat16():
+    def build(tb, t):
+        return [(tb.forloop_accum(tb.matmul(t[0], t[1])), (1, -1, -1), -1)]
+
+    ins = [((16, 32), (-1, -1, -1), 1), ((32, 32), (1, -1, -1), 0)]
+    run_check(one_kernel(ins, build, loops=2, dtype=mugraph.bfloat16))
+
+
+# ---- block level: reductions, normalisation, data movement ------------------------------------
+
+
+def test_block_reductions_and_rms_norm():
+    def build(tb, t):
+        x = t[0]
+        return [
+            (tb.reduction(x, 1), (0, -1, -1), -1),
+            (tb.reduction_max(x, 1), (0, -1, -1), -1),
+            (tb.rms_norm(x), (0, -1, -1), -1),
+            (tb.reduction_max(tb.exp(x), 0), (0, -1, -1), -1),
+            (tb.reduction(tb.exp(x), 0), (0, -1, -1), -1),
+        ]
+
+    run_check(one_kernel([((12, 20), (0, -1, -1), -1)], build))
+
+
+def test_block_concat_of_loads_and_of_computed_values():
+    def build(tb, t):
+        a, b = t
+        return [
+            (tb.concat(a, b, 1), (0, -1, -1), -1),  # two loads: one tile, two address ranges
+            (tb.concat(tb.exp(a), b, 1), (0, -1, -1), -1),  # scratch round trip
+            (tb.concat(tb.square(a), tb.exp(a), 0), (0, -1, -1), -1),
+        ]
+
+    g = one_kernel([((12, 20), (0, -1, -1), -1), ((12, 12), (0, -1, -1), -1)], build)
+    source = run_check(g).source
+    assert "scratch_ptr" in source and "tl.debug_barrier()" in source
+
+
+def test_block_concat_feeding_matmul_lora_style():
+    def build(tb, t):
+        x, w, a, b = t
+        xa = tb.matmul(x, a)
+        return [(tb.matmul(tb.concat(x, xa, 1), tb.concat(w, b, 0)), (1, -1, -1), -1)]
+
+    ins = [((16, 32), (-1, -1, -1), -1), ((32, 64), (1, -1, -1), -1),
+           ((32, 16), (-1, -1, -1), -1), ((16, 64), (1, -1, -1), -1)]
+    run_check(one_kernel(ins, build), scale=0.5)
+
+
+def test_block_reshape_reinterpreted_and_through_scratch():
+    def build(tb, t):
+        x = t[0]  # tile [6, 16]
+        return [
+            (tb.reshape(x, (3, 32)), (0, -1, -1), -1),  # padded [8,16] -> [4,32]: tl.reshape
+            (tb.reshape(tb.exp(x), (16, 6)), (0, -1, -1), -1),  # needs scratch
+            (tb.reshape(x, (96,)), (0, -1, -1), -1),
+        ]
+
+    run_check(one_kernel([((12, 16), (0, -1, -1), -1)], build))
+
+
+def test_reshape_groups():
+    expected = [(range(0, 2), range(0, 1)), (range(2, 3), range(1, 2))]
+    assert reshape_groups((2, 3, 4), (6, 4)) == expected
+    assert reshape_is_reinterpretation((6, 16), (8, 16), (3, 32), (4, 32))
+    assert not reshape_is_reinterpretation((6, 16), (8, 16), (16, 6), (16, 8))
+
+
+# ---- accumulators ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("acc", [None, "sum", "mean", "rms", "sum_todimx"])
+def test_forloop_accum(acc):
+    def build(tb, t):
+        return [(tb.forloop_accum(t[0], acc), (0, -1, -1), -1),
+                (tb.forloop_accum(tb.exp(t[1]), acc), (0, -1, -1), -1)]
+
+    # last dims per iteration: 24 (padded 32: general sum_todimx) and 16 (reshape path)
+    ins = [((4, 96), (0, -1, -1), 1), ((4, 64), (0, -1, -1), 1)]
+    run_check(one_kernel(ins, build, loops=4, dimx=4))
+
+
+def test_forloop_accum_of_invariant_input():
+    def build(tb, t):
+        return [(tb.add(tb.forloop_accum(t[0]), tb.forloop_accum(t[1], "sum")), (0, -1, -1), -1)]
+
+    run_check(one_kernel([((4, 12), (0, -1, -1), -1), ((4, 36), (0, -1, -1), 1)], build, loops=3))
+
+
+def test_accum_max_and_rescale_online_softmax_shape():
+    def build(tb, t):
+        s = t[0]
+        m = tb.reduction_max(s, 1)
+        e = tb.exp(s)
+        r = tb.exp(tb.mul_scalar(m, -0.1))
+        return [
+            (tb.forloop_accum_max(m), (0, -1, -1), -1),
+            (tb.forloop_accum_rescale(e, r), (0, -1, -1), -1),
+            (tb.forloop_accum_rescale(e, r, "sum"), (0, -1, -1), -1),
+        ]
+
+    run_check(one_kernel([((6, 60), (0, -1, -1), 1)], build, loops=3))
+
+
+# ---- maps: imap, omap, forloop_dim ------------------------------------------------------------
+
+
+def test_three_grid_axes_and_forloop_output():
+    def build(tb, t):
+        x = t[0]  # [2, 3, 4, 20] over grid (2, 3, 2) on dims 0, 1, 2 ... forloop over dim 3
+        return [(tb.exp(x), (0, 1, 2), 3), (tb.forloop_accum(x, "sum"), (0, 1, 2), -1)]
+
+    run_check(one_kernel([((2, 3, 4, 20), (0, 1, 2), 3)], build, grid=(2, 3, 2), loops=2))
+
+
+def test_replicated_and_invariant_inputs_with_forloop_output():
+    def build(tb, t):
+        x, y = t  # x replicated over the grid and the loop, y split over both
+        return [(tb.add(y, tb.reduction(x, 1)), (1, -1, -1), 1)]
+
+    ins = [((10, 7), (-1, -1, -1), -1), ((10, 48), (1, -1, -1), 1)]
+    run_check(one_kernel(ins, build, grid=(2, 1, 1), loops=3))
+
+
+def test_strided_input_and_strided_output():
+    g = mugraph.new_kernel_graph()
+    x = g.new_input((16, 24), strides=(1, 16), dtype=F16)  # column-major
+    w = g.new_input((24, 32), dtype=F16)
+    tb = mugraph.new_threadblock_graph((2, 2, 1), (128, 1, 1), 3)
+    tx = tb.new_input(x, (0, -1, -1), 1)
+    tw = tb.new_input(w, (-1, 1, -1), 0)
+    tb.new_output(tb.forloop_accum(tb.matmul(tx, tw)), (0, 1, -1))
+    (o,) = g.customized([x, w], tb)
+    g.mark_output(o, strides=(1, 16))
+    prog = run_check(g)
+    xs = [torch.randn(24, 16).half().to(DEVICE).t(), torch.randn(24, 32).half().to(DEVICE)]
+    out = prog(inputs=xs)[0]
+    assert out.stride() == (1, 16)
+    torch.testing.assert_close(out.float(), xs[0].float() @ xs[1].float(), rtol=2e-2, atol=5e-2)
+
+
+def test_no_hoisting_variant_and_launch_options():
+    def build(tb, t):
+        x, w = t
+        return [(tb.forloop_accum(tb.matmul(tb.exp(x), w)), (1, -1, -1), -1)]
+
+    ins = [((16, 32), (-1, -1, -1), -1), ((32, 64), (1, -1, -1), 1)]
+    g = one_kernel(ins, build, loops=2)
+    a = run_check(g, hoist_invariants=False, num_warps=2, num_stages=1)
+    b = run_check(g)
+    assert a is not b and a.launch_configs[2].num_warps == 2
+    loop_a = a.source.split("for it in range")[1]
+    loop_b = b.source.split("for it in range")[1]
+    assert "in0_ptr" in loop_a and "in0_ptr" not in loop_b  # x reloaded / hoisted
+
+
+def test_64bit_addressing_variant(monkeypatch):
+    import mugraph.runtime.compiled as compiled
+
+    g = _rmsnorm_linear()
+    prog = compile_graph(g, cache=False)
+    monkeypatch.setattr(compiled, "_INT32_SPAN", 16)  # every tensor counts as huge
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check_against_reference(g, prog, device=DEVICE)
+    step = prog.steps[2]
+    assert "tl.int64" in step.kernel_source(True).source and True in step._kernels
+
+
+def test_two_kernels_and_torch_ops_in_one_program():
+    g = mugraph.new_kernel_graph()
+    x = g.new_input((8, 32), dtype=F16)
+    w = g.new_input((32, 32), dtype=F16)
+    tb = mugraph.new_threadblock_graph((2, 1, 1), (128, 1, 1), 2)
+    tb.new_output(tb.forloop_accum(tb.matmul(tb.new_input(x, (-1, -1, -1), 1),
+                                             tb.new_input(w, (1, -1, -1), 0))), (1, -1, -1))
+    (h,) = g.customized([x, w], tb)
+    s = g.silu(h)
+    tb2 = mugraph.new_threadblock_graph((4, 1, 1), (128, 1, 1), 1)
+    tb2.new_output(tb2.rms_norm(tb2.new_input(s, (0, -1, -1), -1)), (0, -1, -1))
+    (o,) = g.customized([s], tb2)
+    g.mark_output(o)
+    g.mark_output(h)
+    prog = run_check(g)
+    assert prog.source.count("@triton.jit") == 2
+
+
+# ---- runtime -------------------------------------------------------------------------------
+
+
+def _rmsnorm_linear(m=8, k=64, n=32, loops=4):
+    g = mugraph.new_kernel_graph()
+    x = g.new_input((m, k), dtype=F16)
+    w = g.new_input((k, n), dtype=F16)
+    tb = mugraph.new_threadblock_graph((2, 1, 1), (128, 1, 1), loops)
+    tx = tb.new_input(x, (-1, -1, -1), 1)
+    tw = tb.new_input(w, (1, -1, -1), 0)
+    tb.new_output(tb.div(tb.forloop_accum(tb.matmul(tx, tw)), tb.forloop_accum(tx, "rms")),
+                  (1, -1, -1))
+    (o,) = g.customized([x, w], tb)
+    g.mark_output(o)
+    return g
+
+
+def test_generated_source_structure(tmp_path):
+    prog = compile_graph(_rmsnorm_linear())
+    src = prog.source
+    assert src.count("@triton.jit") == 1
+    assert "tl.dot(" in src and "for it in range(0, 4):" in src
+    assert "tl.program_id(0)" in src and "tl.sqrt(" in src
+    paths = prog.save_codes(tmp_path)
+    assert [p.name for p in paths] == ["mg_k2.py"]
+    assert paths[0].read_text() == prog.kernels[0].source
+
+
+def test_compile_cache_check_and_inputs():
+    g = _rmsnorm_linear()
+    prog = compile_graph(g, check=True)
+    assert compile_graph(_rmsnorm_linear()) is prog  # same structure: same program
+    x, w = torch.randn(8, 64).half().to(DEVICE), torch.randn(64, 32).half().to(DEVICE)
+    out1 = prog(inputs=[x, w])[0]
+    out2 = prog(inputs=[x, w])[0]
+    assert out1 is not out2 and torch.equal(out1, out2)
+    with pytest.raises(GraphInputError):
+        prog(inputs=[x])
+    with pytest.raises(GraphInputError):
+        prog(inputs=[x.float(), w])
+
+
+def test_mismatch_is_reported_with_kernel_name(monkeypatch):
+    g = _rmsnorm_linear()
+    prog = compile_graph(g, cache=False)
+    step = next(iter(prog.steps.values()))
+    real = step.launch
+
+    def broken(inputs, outputs, scratch):
+        real(inputs, outputs, scratch)
+        outputs[0].mul_(1.5)
+
+    monkeypatch.setattr(step, "launch", broken)
+    with pytest.raises(CodegenMismatchError, match="mg_k2"):
+        check_against_reference(g, prog, device=DEVICE)
+
+
+def test_compare_nonfinite():
+    assert compare(np.array([np.nan, np.inf]), np.array([np.nan, np.inf]), 1e-2, 1e-2).ok
+    assert not compare(np.array([1.0, np.inf]), np.array([1.0, 2.0]), 1e-2, 1e-2).ok
+
+
+# ---- unsupported cases -----------------------------------------------------------------------
+
+
+def test_tile_too_large_is_unsupported():
+    def build(tb, t):
+        return [(tb.exp(t[0]), (-1, -1, -1), -1)]
+
+    g = one_kernel([((128, 256), (-1, -1, -1), -1)], build, grid=(1, 1, 1))
+    with pytest.raises(UnsupportedError, match=r"mg_k1.*block_input b0.*max_tile_elements"):
+        compile_graph(g, max_tile_elements=1 << 12)
+
+
+def test_grid_over_cuda_limit_is_unsupported():
+    def build(tb, t):
+        return [(tb.exp(t[0]), (-1, 0, -1), -1)]
+
+    g = one_kernel([((70000, 2), (-1, 0, -1), -1)], build, grid=(1, 70000, 1))
+    with pytest.raises(UnsupportedError, match="grid"):
+        compile_graph(g)
+
+
+def test_padding_analysis_ties_dims():
+    g = _rmsnorm_linear(m=8)
+    block = g.ops[2].attr("graph")
+    pads = padded_shapes(block)
+    assert all(p >= 16 or p == 1 for shape in pads.values() for p in shape)
+
+
+# ---- the hand-written μGraphs of mugraph.library ------------------------------------------------
+
+try:
+    from mugraph.library import WORKLOADS
+except ImportError:  # pragma: no cover - the library lands separately
+    WORKLOADS = {}
+
+
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+def test_library_workloads(name):
+    w = WORKLOADS[name]
+    for build in (w.naive, w.optimized):
+        run_check(build(w.small), scale=0.5)
+    for sizes in w.extra.values():
+        small = {k: (v if k not in ("k", "n") else min(v, 256)) for k, v in sizes.items()}
+        try:
+            g = w.optimized(small)
+        except mugraph.MugraphError:
+            continue
+        run_check(g, scale=0.5)
+
+
+# ---- the optimizer: cost model, profiler, tuner ------------------------------------------------
+
+
+def test_cost_model_is_cheap_and_ranks_fusion_first():
+    import time
+
+    from mugraph.library import WORKLOADS as W  # noqa: I001
+    from mugraph.optimize import estimate
+
+    w = W["rmsnorm_linear"]
+    naive, fused = w.naive(w.suite), w.optimized(w.suite)
+    start = time.perf_counter()
+    for _ in range(200):
+        cost_fused = estimate(fused)
+    assert (time.perf_counter() - start) / 200 < 2e-3
+    cost_naive = estimate(naive)
+    assert cost_fused.launches == 1 and cost_naive.launches > 1
+    assert cost_fused.seconds < cost_naive.seconds
+    assert cost_fused.tensor_core_flops > 0 and cost_fused.dram_bytes > 0
+    assert cost_fused.kernels[0].blocks == fused.ops[2].attr("graph").num_blocks
+    assert "launches" in cost_fused.summary()
+
+
+def test_profiler_and_tuner_without_gpu_degrade_gracefully():
+    from mugraph.optimize import candidate_variants, optimize_program, profile_program
+
+    g = _rmsnorm_linear()
+    if torch.cuda.is_available():
+        pytest.skip("covered by tests/gpu")
+    m = profile_program(compile_graph(g))
+    assert m.seconds == float("inf") and "CUDA" in m.error
+    result = optimize_program(g)
+    assert result.program is compile_graph(g) and "no GPU" in result.note
+    variants = candidate_variants(g.ops[2].attr("graph"))
+    assert len(variants) >= 6 and len(set(variants)) == len(variants)
