@@ -141,7 +141,7 @@ def bench_z3(program: Program, oracle: SubexprOracle, terms: list[Term], sample:
         for t in group:
             theirs = solver.is_subexpr(t)
             disagree += theirs.decided and theirs.subexpr != oracle.is_subexpr(t).subexpr
-        times = solver.stats.uncached_seconds[start:]
+        times = list(solver.stats.uncached_seconds)[start:]
         print(
             f"   z3 (timeout 500 ms), {len(group)} {label} queries: median "
             f"{statistics.median(times) * 1e3:.1f} ms, max {max(times) * 1e3:.0f} ms, "

@@ -270,7 +270,7 @@ WORKLOADS: dict[str, Workload] = {
             rmsnorm_linear_naive,
             rmsnorm_linear_fused,
             small={"m": 4, "k": 256, "n": 96, "k_tile": 64, "n_tile": 16},
-            suite={"m": 2, "k": 4096, "n": 6144, "k_tile": 64, "n_tile": 64},
+            suite={"m": 2, "k": 4096, "n": 6144, "k_tile": 256, "n_tile": 64},
         ),
         Workload(
             "gated_mlp",
@@ -278,7 +278,7 @@ WORKLOADS: dict[str, Workload] = {
             gated_mlp_naive,
             gated_mlp_fused,
             small={"m": 8, "k": 128, "n": 64, "k_tile": 32, "n_tile": 16},
-            suite={"m": 8, "k": 4096, "n": 4096, "k_tile": 64, "n_tile": 64},
+            suite={"m": 8, "k": 4096, "n": 4096, "k_tile": 128, "n_tile": 64},
         ),
         Workload(
             "lora",
@@ -287,7 +287,7 @@ WORKLOADS: dict[str, Workload] = {
             lora_fused,
             small={"m": 16, "k": 64, "n": 128, "r": 16, "k_tile": 64, "n_tile": 32},
             suite={"m": 16, "k": 256, "n": 4096, "r": 16, "k_tile": 256, "n_tile": 64},
-            extra={"looped": {"m": 4, "k": 4096, "n": 4096, "r": 16, "k_tile": 64, "n_tile": 64}},
+            extra={"looped": {"m": 4, "k": 4096, "n": 4096, "r": 16, "k_tile": 256, "n_tile": 32}},
         ),
         Workload(
             "adapter_mlp",
@@ -295,7 +295,7 @@ WORKLOADS: dict[str, Workload] = {
             adapter_mlp_naive,
             adapter_mlp_partial_sums,
             small={"m": 8, "k": 256, "r": 16, "n": 64, "parts": 4, "k_tile": 32, "n_tile": 16},
-            suite={"m": 8, "k": 4096, "r": 16, "n": 4096, "parts": 32, "k_tile": 64, "n_tile": 64},
+            suite={"m": 8, "k": 4096, "r": 16, "n": 4096, "parts": 32, "k_tile": 128, "n_tile": 64},
         ),
         Workload(
             "attention_flashdecoding",
@@ -308,7 +308,7 @@ WORKLOADS: dict[str, Workload] = {
             },
             suite={
                 "h": 2, "h_kv": 2, "s": 256, "d": 64, "n": 4096,
-                "parts": 16, "n_tile": 64, "h_tile": 1, "h_tile2": 1, "s_parts": 4,
+                "parts": 8, "n_tile": 64, "h_tile": 1, "h_tile2": 1, "s_parts": 8,
             },
         ),
         Workload(
@@ -318,7 +318,7 @@ WORKLOADS: dict[str, Workload] = {
             attention_mirage_gqa,
             small={"h": 8, "h_kv": 2, "s": 1, "d": 16, "n": 128, "parts": 4, "n_tile": 16,
                    "h_tile2": 1},
-            suite={"h": 16, "h_kv": 2, "s": 1, "d": 128, "n": 4096, "parts": 16, "n_tile": 64,
+            suite={"h": 16, "h_kv": 2, "s": 1, "d": 128, "n": 4096, "parts": 32, "n_tile": 64,
                    "h_tile2": 1},
 
         ),

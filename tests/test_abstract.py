@@ -240,9 +240,7 @@ def test_concat_then_matmul_is_the_section_7_2_operator() -> None:
     assert product is ab.add(ab.sum(64, ab.mul(w, y)), ab.sum(8, ab.mul(x, z)))
     # a concat along a dim the matmul does not reduce stays a concat (= add under A_eq)
     rows = semantics(OpKind.CONCAT, [w, x], [(16, 64), (8, 64)], dim=0)
-    assert semantics(OpKind.MATMUL, [rows, y], [(24, 64), (64, 32)]) is ab.sum(
-        64, ab.mul(rows, y)
-    )
+    assert semantics(OpKind.MATMUL, [rows, y], [(24, 64), (64, 32)]) is ab.sum(64, ab.mul(rows, y))
 
 
 def test_flashdecoding_through_the_table_is_the_target() -> None:

@@ -248,7 +248,20 @@ def test_block_concat_feeding_matmul_lora_style():
 
     ins = [((16, 32), (-1, -1, -1), -1), ((32, 64), (1, -1, -1), -1),
            ((32, 16), (-1, -1, -1), -1), ((16, 64), (1, -1, -1), -1)]
-    run_check(one_kernel(ins, build), scale=0.5)
+    source = run_check(one_kernel(ins, build), scale=0.5).source
+    # split into one product per part: no concatenated tile, no scratch round trip
+    assert "scratch_ptr" not in source and source.count("tl.dot(") == 3
+
+
+def test_matmul_of_unaligned_concats_keeps_the_scratch_path():
+    def build(tb, t):
+        x, w, a, b = t
+        return [(tb.matmul(tb.concat(x, tb.exp(a), 1), tb.concat(w, b, 0)), (1, -1, -1), -1)]
+
+    # x: K part 32 against w's 16 rows: the split points differ (exp(a): no two-range load)
+    ins = [((16, 32), (-1, -1, -1), -1), ((16, 64), (1, -1, -1), -1),
+           ((16, 16), (-1, -1, -1), -1), ((32, 64), (1, -1, -1), -1)]
+    assert "scratch_ptr" in run_check(one_kernel(ins, build), scale=0.5).source
 
 
 def test_block_reshape_reinterpreted_and_through_scratch():
@@ -261,6 +274,57 @@ def test_block_reshape_reinterpreted_and_through_scratch():
         ]
 
     run_check(one_kernel([((12, 16), (0, -1, -1), -1)], build))
+
+
+def test_reshape_dropping_unit_dims_is_a_reinterpretation():
+    def build(tb, t):
+        q = tb.reshape(t[0], (1, 6, 16))  # [1, 6, 1, 16] -> [1, 6, 16], padded to 16 rows
+        return [(tb.reshape(tb.matmul(q, t[1]), (1, 6, 1, 16)), (0, -1, -1), -1)]
+
+    ins = [((2, 6, 1, 16), (0, -1, -1), -1), ((2, 16, 16), (0, -1, -1), -1)]
+    source = run_check(one_kernel(ins, build, grid=(2, 1, 1)), scale=0.5).source
+    assert "scratch_ptr" not in source and "tl.reshape" in source
+
+
+def test_unrolled_loop_variant():
+    g = _rmsnorm_linear()
+    program = run_check(g, unroll=True)
+    assert "tl.static_range(0, 4)" in program.source
+    assert "for it in range" in compile_graph(g).source
+
+
+def test_short_loops_without_matmul_unroll_by_default():
+    w = WORKLOADS["adapter_mlp"]
+    program = run_check(w.optimized(w.small), scale=0.5)
+    first, second = program.kernels
+    assert "tl.static_range" not in first.source and "tl.static_range(0, 4)" in second.source
+    assert program.launch_configs[4].num_stages == 1
+    forced = compile_graph(w.optimized(w.small), unroll=False)
+    assert "tl.static_range" not in forced.source
+
+
+def test_default_launch_pipelines_loops():
+    from mugraph.runtime.compiled import default_launch, loop_tile_bytes
+
+    g = _rmsnorm_linear()
+    block = g.ops[2].attr("graph")
+    assert loop_tile_bytes(block) == (16 * 16 + 16 * 16) * 2
+    assert default_launch(block).num_stages == 4 and default_launch(block).num_warps == 4
+    w = WORKLOADS["lora"]
+    unlooped = w.optimized(w.suite).ops[4].attr("graph")
+    assert unlooped.forloop_range == 1 and default_launch(unlooped).num_stages == 1
+
+
+def test_cuda_graph_option_is_accepted_and_harmless_here():
+    g = _rmsnorm_linear()
+    program = compile_graph(g, cuda_graph=False)
+    assert program is not compile_graph(g) and program.cuda_graph is False
+    x, w = torch.randn(8, 64).half().to(DEVICE), torch.randn(64, 32).half().to(DEVICE)
+    ref = compile_graph(g)(inputs=[x, w])[0]
+    for _ in range(3):
+        assert torch.equal(program(inputs=[x, w])[0], ref)
+    if DEVICE.type == "cpu":
+        assert program.fast_path_stats() == {"plans": 0, "graphs": 0, "graph_replays": 0}
 
 
 def test_reshape_groups():
@@ -536,3 +600,9 @@ def test_profiler_and_tuner_without_gpu_degrade_gracefully():
     assert result.program is compile_graph(g) and "no GPU" in result.note
     variants = candidate_variants(g.ops[2].attr("graph"))
     assert len(variants) >= 6 and len(set(variants)) == len(variants)
+    assert any(v.unroll for v in variants) and {v.num_stages for v in variants} >= {2, 3, 4}
+    from mugraph.optimize import optimize_graphs, precompile
+
+    assert precompile([compile_graph(g), compile_graph(g, num_warps=2)]) == [None, None]
+    result = optimize_graphs([("a", g), ("b", _rmsnorm_linear(loops=2))])
+    assert result.label == "a" and "no GPU" in result.note

@@ -131,6 +131,16 @@ def test_attention(attention: SubexprOracle) -> None:
     )
 
 
+def test_equivalence_to_the_target(attention: SubexprOracle) -> None:
+    e = ab.exp(mm(Q, K, S_D))
+    softmax_then_v = mm(ab.div(e, ab.sum(S_N, e)), V, S_N)
+    assert attention.equivalent_to_target(softmax_then_v).subexpr is True
+    split = ab.div(ab.sum(SPLIT, mm(e, V, S_N // SPLIT)), ab.sum(S_N, e))
+    assert attention.equivalent_to_target(split).subexpr is True
+    assert attention.equivalent_to_target(mm(e, V, S_N)).subexpr is False  # a subexpression only
+    assert attention.equivalent_to_target(ab.exp(V)).subexpr is False
+
+
 def test_unnormalised_nested_sum_is_found(attention: SubexprOracle) -> None:
     """sum(P, sum(n/P, x)) built without the constructors' normalisation: the e-graph's own
     sum-sum rule (and factorisation seeding) still finds it."""
@@ -250,6 +260,8 @@ def test_lora(lora: SubexprOracle) -> None:
             left,  # the concat prefixes (sub-concat-operands)
             right,
             ab.add(X, xa),
+            ab.add(xa, X),
+            ab.concat(B, W, -2, R_LORA, K_LORA),
             fused,
             mm(X, ab.mul(A, B), K_LORA * R_LORA),  # X@(A@B): sums merge (sum-sum)
         ],
@@ -389,3 +401,76 @@ def test_z3_agrees_with_the_egraph() -> None:
                 assert theirs.subexpr == ours.subexpr, term
     assert all(solver.is_subexpr(t).subexpr is True for t in positives)
     assert all(not solver.is_subexpr(t).subexpr for t in negatives)  # False or undecided
+
+
+# --------------------------------------------------------------------------- hand-written μGraphs
+
+
+def _block_terms(block, inputs: list[Term], seen: list[Term]) -> list[Term]:
+    """Inline a block graph (paper §4.3): its inputs' expressions are the kernel inputs'."""
+    values: list[Term] = []
+    kernel_inputs = iter(inputs)
+    outputs = []
+    for op in block.ops:
+        args = [values[r.op] for r in op.inputs]
+        dims = [block.tensor_type(r).dims for r in op.inputs]
+        if op.kind is OpKind.BLOCK_INPUT:
+            args, dims = [next(kernel_inputs)], [()]
+        attrs = {
+            **op.attr_dict,
+            "forloop_range": block.forloop_range,
+            "reduction_dimx": block.reduction_dimx,
+        }
+        term = ABSTRACT_SEMANTICS[op.kind](args, dims, attrs)
+        values.append(term)
+        seen.append(term)
+        if op.kind is OpKind.BLOCK_OUTPUT:
+            outputs.append(term)
+    return outputs
+
+
+def _graph_terms(graph) -> tuple[list[Term], list[Term]]:
+    """The abstract expressions of a kernel graph's outputs, and of all its tensors."""
+    values: list[list[Term]] = []
+    seen: list[Term] = []
+    for op in graph.ops:
+        if op.kind is OpKind.INPUT:
+            values.append([ab.var(f"in{op.attr('index')}")])
+            continue
+        args = [values[r.op][r.index] for r in op.inputs]
+        if op.kind is OpKind.CUSTOMIZED:
+            values.append(_block_terms(op.attr("graph"), args, seen))
+            continue
+        dims = [graph.tensor_type(r).dims for r in op.inputs]
+        values.append([ABSTRACT_SEMANTICS[op.kind](args, dims, op.attr_dict)])
+        seen.append(values[-1][0])
+    return [values[r.op][r.index] for r in graph.outputs], seen
+
+
+def _workload_cases() -> list[tuple[str, str]]:
+    from mugraph.library import WORKLOADS
+
+    return [
+        (name, label)
+        for name, workload in WORKLOADS.items()
+        for label in ("small", "suite", *workload.extra)
+    ]
+
+
+@pytest.mark.parametrize(("name", "label"), _workload_cases())
+def test_hand_written_micrographs_survive_pruning(name: str, label: str) -> None:
+    """Theorem 1 on the library's hand-written μGraphs (FlashDecoding, Mirage GQA, LoRA
+    through concat, RMSNorm+Linear, gated MLP, adapter MLP): every tensor of the optimized
+    μGraph is a subexpression of the naive program's expression, and its output is A_eq-equal
+    to it, so the search cannot prune its way past them."""
+    from mugraph.library import WORKLOADS
+
+    workload = WORKLOADS[name]
+    sizes = {"small": workload.small, "suite": workload.suite, **workload.extra}[label]
+    (target,), _ = _graph_terms(workload.naive(sizes))
+    (output,), tensors = _graph_terms(workload.optimized(sizes))
+    oracle = SubexprOracle([target])
+    assert oracle.saturation.saturated
+    pruned = [str(t) for t in tensors if not oracle.is_subexpr(t).subexpr]
+    assert not pruned
+    assert oracle.equivalent_to_target(output).subexpr is True

@@ -92,7 +92,23 @@ class _Analysis:
             last = len(self.dims(out)) - 1
             self.tie_all(ins[0], out, () if op.attr("acc") is AccumKind.NONE else (last,))
             self.tie_all(ins[1], out)
-        # RESHAPE, BLOCK_INPUT, BLOCK_OUTPUT: no ties
+        elif kind is OpKind.RESHAPE:
+            self._reshape(ins[0], out)
+        # BLOCK_INPUT, BLOCK_OUTPUT: no ties
+
+    def _reshape(self, src: TensorRef, out: TensorRef) -> None:
+        """Where a group of merged or split dims holds a single dim above 1 on each side (a
+        reshape that only adds or drops size-1 dims there), the two dims get one padded size,
+        so the reshape is a register reinterpretation rather than a scratch round trip."""
+        from mugraph.codegen.triton_gen import reshape_groups
+
+        din, dout = self.dims(src), self.dims(out)
+        groups = reshape_groups(din, dout)
+        for gin, gout in groups or []:
+            big_in = [d for d in gin if din[d] > 1]
+            big_out = [d for d in gout if dout[d] > 1]
+            if len(big_in) == 1 and len(big_out) == 1:
+                self.tie(src, big_in[0], out, big_out[0])
 
     def _matmul(self, a: TensorRef, b: TensorRef, out: TensorRef) -> None:
         rank = len(self.dims(out))
@@ -108,6 +124,10 @@ class _Analysis:
             self.need(a, rank - 2, self.dot_min_dim)
             self.need(a, rank - 1, self.dot_min_dim)
             self.need(b, rank - 1, self.dot_min_dim)
+        parts = split_matmul_parts(self.block, a, b)
+        if parts is not None:  # emitted as one product per part: the parts must line up
+            for pa, pb in parts:
+                self._matmul(pa, pb, out)
 
     def run(self) -> dict[TensorRef, tuple[int, ...]]:
         for index, op in enumerate(self.block.ops):
@@ -127,6 +147,25 @@ class _Analysis:
             )
             for ref in refs
         }
+
+
+def split_matmul_parts(
+    block: BlockGraph, a: TensorRef, b: TensorRef
+) -> list[tuple[TensorRef, TensorRef]] | None:
+    """``matmul(concat(a1, a2, -1), concat(b1, b2, -2))`` is ``a1 @ b1 + a2 @ b2`` when the
+    two concatenations split the inner dim at the same place: the pairs (a1, b1), (a2, b2),
+    else None. (LoRA's fused form, paper Fig 9b.)"""
+    op_a, op_b = block.ops[a.op], block.ops[b.op]
+    if op_a.kind is not OpKind.CONCAT or op_b.kind is not OpKind.CONCAT:
+        return None
+    rank = len(block.tensor_type(a).dims)
+    if rank < 2 or op_a.attr("dim") != rank - 1 or op_b.attr("dim") != rank - 2:
+        return None
+    a1, a2 = op_a.inputs
+    b1, b2 = op_b.inputs
+    if block.tensor_type(a1).dims[-1] != block.tensor_type(b1).dims[-2]:
+        return None
+    return [(a1, b1), (a2, b2)]
 
 
 def padded_shapes(block: BlockGraph, dot_min_dim: int = 16) -> dict[TensorRef, tuple[int, ...]]:

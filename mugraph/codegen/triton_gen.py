@@ -16,8 +16,12 @@ Data movement: ``reshape`` is a ``tl.reshape`` when the padding allows a pure re
 (every non-leading dim of each merged or split group exact) and otherwise goes through a
 block-private fp32 scratch buffer in global memory (store, barrier, load). ``concat`` of two
 input tiles becomes one tile loaded from two masked address ranges (no register shuffles);
-any other concat goes through the scratch buffer. Splitting a consuming matmul into two dots
-would avoid the scratch round trip; it is not done.
+any other concat goes through the scratch buffer, unless only a split matmul (below) uses it.
+
+A matmul of two concatenations that split the inner dim at the same place (LoRA's
+``(X || XA) @ (W ; B)``) is emitted as the sum of the two parts' products, without the
+concatenated tiles. Reshapes that only add or drop size-1 dims tie the padding of the dims
+they keep (:mod:`mugraph.codegen.padding`), so they are reinterpretations too.
 
 Matmul: ``tl.dot`` with float32 accumulation when every one of M, K, N exceeds 1 (their padded
 sizes are then at least ``dot_min_dim`` = 16); 3-D tiles use the batched ``tl.dot``; tiles of
@@ -35,7 +39,7 @@ from dataclasses import dataclass, replace
 
 from mugraph.codegen import tiles
 from mugraph.codegen.elementwise import formula, zero_preserving
-from mugraph.codegen.padding import padded_shapes
+from mugraph.codegen.padding import padded_shapes, split_matmul_parts
 from mugraph.dtypes import DType
 from mugraph.errors import UnsupportedError
 from mugraph.ir import maps
@@ -59,6 +63,11 @@ class CodegenOptions:
     dot_min_dim: the smallest padded M, K, N of a ``tl.dot`` (16 on NVIDIA GPUs).
     hoist_invariants: compute for-loop-invariant values once before the loop (True) or
         recompute them in every iteration (False: less register pressure).
+    unroll: unroll the for-loop completely (``tl.static_range``): every iteration's loads
+        can be issued before the first is used. For short loops over small tiles (the
+        combination of partial sums), where one memory latency per iteration would dominate;
+        long loops over large tiles are better pipelined by Triton (``num_stages``). None:
+        :func:`auto_unroll` decides.
     interpret: emit for Triton's CPU interpreter (no bf16 ``tl.dot``).
     index64: 64-bit address arithmetic (tensors spanning 2**31 elements or more).
     """
@@ -66,8 +75,29 @@ class CodegenOptions:
     max_tile_elements: int = 1 << 17
     dot_min_dim: int = 16
     hoist_invariants: bool = True
+    unroll: bool | None = None
     interpret: bool = False
     index64: bool = False
+
+
+AUTO_UNROLL_MAX = 32  # longest for-loop unrolled by default
+
+
+def auto_unroll(block: BlockGraph) -> bool:
+    """Whether a for-loop is unrolled by default: short loops without a matmul inside (the
+    combination of partial sums), whose iterations are one small load each."""
+    if not 1 < block.forloop_range <= AUTO_UNROLL_MAX:
+        return False
+    phases = _phases(block)
+    return not any(
+        op.kind is OpKind.MATMUL and phase is LOOP
+        for op, phase in zip(block.ops, phases, strict=True)
+    )
+
+
+def unrolled(block: BlockGraph, options: CodegenOptions) -> bool:
+    """Whether the kernel of ``block`` gets an unrolled for-loop with these options."""
+    return auto_unroll(block) if options.unroll is None else options.unroll
 
 
 @dataclass(frozen=True)
@@ -315,12 +345,27 @@ def _dot_operand(em: KernelEmitter, val: Val, graph_dtype: DType, sec: Phase) ->
 
 
 def _emit_matmul(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
-    a = em.zero_pads(em.get(op.inputs[0], sec), sec)
-    b = em.zero_pads(em.get(op.inputs[1], sec), sec)
+    parts = split_matmul_parts(em.block, op.inputs[0], op.inputs[1])
+    if parts is not None:
+        return _matmul_split(em, op, ref, sec, parts)
+    return _matmul_pair(em, op, ref, sec, op.inputs[0], op.inputs[1])
+
+
+def _matmul_pair(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase, ra, rb) -> Val:
+    a = em.zero_pads(em.get(ra, sec), sec)
+    b = em.zero_pads(em.get(rb, sec), sec)
     pad, dims = em.pad(ref), em.dims(ref)
     if min(a.dims[-2], a.dims[-1], b.dims[-1]) > 1:
         return _matmul_dot(em, op, ref, sec, a, b, pad, dims)
     return _matmul_broadcast(em, op, ref, sec, a, b, pad, dims)
+
+
+def _matmul_split(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase, parts) -> Val:
+    """A product over concatenated inner dims as the sum of the parts' products: no
+    concatenated tile, no scratch round trip, no padding of the joint inner dim."""
+    vals = [_matmul_pair(em, op, ref, sec, ra, rb) for ra, rb in parts]
+    expr = " + ".join(v.name for v in vals)
+    return em.assign(sec, f"b{ref.op}", expr, em.dims(ref), em.pad(ref), zero_pad=True)
 
 
 def _matmul_dot(em, op, ref, sec, a: Val, b: Val, pad, dims) -> Val:
@@ -644,7 +689,8 @@ def _body(em: KernelEmitter) -> list[str]:
     pad = "    "
     lines = [pad + line for line in _prologue(em) + em.lines[PRE]]
     if em.loop and em.lines[LOOP]:
-        lines.append(f"{pad}for it in range(0, {em.block.forloop_range}):")
+        loop = "tl.static_range" if unrolled(em.block, em.options) else "range"
+        lines.append(f"{pad}for it in {loop}(0, {em.block.forloop_range}):")
         if em.options.index64:
             lines.append(f"{pad}    it_ = tl.full([], 0, tl.int64) + it")
         lines += [pad * 2 + line for line in em.lines[LOOP]]

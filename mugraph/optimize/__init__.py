@@ -4,8 +4,15 @@ loop-invariant loads) — by profiling on a GPU, and rank μGraphs without one b
 """
 
 from mugraph.optimize.cost_model import Cost, KernelCost, estimate
-from mugraph.optimize.profile import Measurement, profile_callable, profile_program
-from mugraph.optimize.tune import Variant, candidate_variants, optimize_program
+from mugraph.optimize.precompile import precompile
+from mugraph.optimize.profile import Measurement, profile_callable, profile_loop, profile_program
+from mugraph.optimize.tune import (
+    TuneResult,
+    Variant,
+    candidate_variants,
+    optimize_graphs,
+    optimize_program,
+)
 
 __all__ = [
     "Cost",
@@ -14,7 +21,11 @@ __all__ = [
     "Variant",
     "candidate_variants",
     "estimate",
+    "TuneResult",
+    "optimize_graphs",
     "optimize_program",
+    "precompile",
     "profile_callable",
+    "profile_loop",
     "profile_program",
 ]

@@ -12,7 +12,7 @@ them into one estimated time:
 - compute time: flops at the tensor-core rate (fp16/bf16 ``tl.dot``, padded to 16) or at
   ``CUDA_CORE_RATIO`` of it, likewise bounded per multiprocessor.
 - loop latency: ``ITERATION_LATENCY`` per for-loop iteration per wave (a dependent chain of
-  loads that pipelining only partly hides).
+  loads that pipelining only partly hides); one in all for loops the code generator unrolls.
 
 Inputs replicated across blocks are read from DRAM once when they fit in L2, and re-read
 through L2 otherwise. The constants are rough H100 figures; rankings, not absolute times, are
@@ -206,7 +206,11 @@ def _customized(op: Op, ins, label: str, gpu: GPUSpec) -> KernelCost:
     tc_rate = gpu.tensor_core_flops * MATMUL_EFFICIENCY
     cc_rate = gpu.tensor_core_flops * CUDA_CORE_RATIO
     compute = (tc / tc_rate + (flops - tc) / cc_rate) * gpu.multiprocessors * busiest
-    latency = waves * loops * ITERATION_LATENCY
+    # an unrolled loop (the code generator's default for short loops without a matmul, see
+    # mugraph.codegen.triton_gen.auto_unroll) issues all its loads at once: one latency
+    from mugraph.codegen.triton_gen import auto_unroll
+
+    latency = waves * (1 if auto_unroll(block) else loops) * ITERATION_LATENCY
     seconds = gpu.launch_overhead + max(memory, compute, latency)
     return KernelCost(label, dram, l2, flops * blocks, tc * blocks, blocks, waves, 1, seconds)
 

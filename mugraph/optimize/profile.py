@@ -75,6 +75,30 @@ def profile_callable(
     return Measurement(statistics.median(times), times)
 
 
+def profile_loop(fn: Callable[[], Any], *, warmup: int = 10, reps: int = 200) -> Measurement:
+    """Seconds per call of ``fn()`` called back to back with no flush and no synchronisation
+    in between (wall clock over all calls, then one synchronisation): the larger of the host's
+    time per call (Python, launches) and the device's. Inf with the error if it raises."""
+    import time
+
+    import torch
+
+    if not torch.cuda.is_available():
+        return Measurement(float("inf"), error="no CUDA device to profile on")
+    try:
+        for _ in range(max(1, warmup)):
+            fn()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+        seconds = (time.perf_counter() - start) / reps
+    except Exception as error:  # noqa: BLE001
+        return Measurement(float("inf"), error=f"{type(error).__name__}: {error}")
+    return Measurement(seconds, (seconds,))
+
+
 def profile_program(
     program,
     inputs: Sequence[Any] | None = None,

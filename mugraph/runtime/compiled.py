@@ -7,12 +7,21 @@ allocates intermediate tensors once per device and reuses them, launches the ker
 order and returns fresh output tensors. It runs on CUDA tensors and, with
 ``TRITON_INTERPRET=1`` set before kernels are loaded, on CPU tensors.
 
+Calls on CUDA take a fast path once a set of inputs has been seen (a :class:`_Plan`, keyed by
+the inputs' data pointers and checked against their shapes, strides and dtypes): the launch
+arguments of every kernel are precomputed, and kernels are launched through the compiled
+kernel's launcher rather than Triton's JIT dispatch. With ``cuda_graph`` on (the default on
+CUDA) a plan also captures the whole program in a CUDA graph, keyed by the pointers of the
+fresh outputs it is given, the second time it sees them, and replays it afterwards: one launch
+per call. Programs with PyTorch operators, or outputs that alias inputs, keep the general path.
+
 Programs are cached in-process by the graph's structural hash and the options.
 """
 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -28,6 +37,9 @@ from mugraph.ir.tensor import TensorType
 from mugraph.runtime.call import check_inputs
 
 _INT32_SPAN = 2**31 - 1
+SHARED_MEMORY_BUDGET = 192 * 1024  # bytes of pipelined tiles a kernel may keep in flight
+MAX_GRAPHS_PER_PLAN = 4  # CUDA graphs kept per input set (one per set of output pointers)
+MAX_PLANS = 8  # input sets with a fast path, per program
 
 
 @dataclass(frozen=True)
@@ -38,11 +50,42 @@ class LaunchConfig:
     num_stages: int = 2
 
 
+def loop_tile_bytes(block: BlockGraph) -> int:
+    """Bytes of the input tiles a for-loop iteration loads (what one pipeline stage holds)."""
+    from mugraph.codegen.padding import next_pow2
+
+    total = 0
+    for op in block.input_ops:
+        if op.attr("forloop_dim") >= 0:
+            t = op.outputs[0]
+            total += math.prod(max(16, next_pow2(d)) if d > 1 else 1 for d in t.dims) * (
+                t.dtype.itemsize
+            )
+    return total
+
+
+LARGE_TILE = 16384  # elements of a register tile above which a kernel gets 8 warps by default
+
+
 def default_launch(block: BlockGraph) -> LaunchConfig:
-    """The block graph's own thread count (block_dim) as warps, two pipeline stages."""
+    """The block graph's own thread count (block_dim) as warps (at least 8 for very large
+    tiles without matmuls); as many pipeline stages (up to 4) as fit the loop's tiles in shared memory, 1
+    without a for-loop or with an unrolled one."""
+    from mugraph.codegen.triton_gen import auto_unroll
+
     warps = max(1, math.prod(block.block_dim) // 32)
     warps = 1 << (warps.bit_length() - 1)  # a power of two
-    return LaunchConfig(num_warps=min(warps, 16), num_stages=2)
+    large = max((t.num_elements for op in block.ops for t in op.outputs), default=1) >= LARGE_TILE
+    if large and not any(op.kind is OpKind.MATMUL for op in block.ops):
+        # (not with a matmul: Triton 3.6 computed a pipelined M=128 tl.dot wrongly with 8
+        # warps on an H100 while 4 were right; the tuner checks every variant it times)
+        warps = max(warps, 8)
+    if block.forloop_range <= 1 or auto_unroll(block):
+        stages = 1
+    else:
+        per_stage = max(1, loop_tile_bytes(block))
+        stages = max(2, min(4, SHARED_MEMORY_BUDGET // per_stage))
+    return LaunchConfig(num_warps=min(warps, 16), num_stages=stages)
 
 
 def kernel_name(op_index: int) -> str:
@@ -60,13 +103,67 @@ def op_label(graph, op_index: int) -> str:
     return f"PyTorch operator %{op_index} ({op.kind.value})"
 
 
+def _span_of(shape, strides) -> int:
+    return 1 + sum((d - 1) * abs(s) for d, s in zip(shape, strides, strict=True) if d > 0)
+
+
 def _span(t) -> int:
     """Elements between a tensor's first and last address, plus one."""
-    return 1 + sum((d - 1) * abs(s) for d, s in zip(t.shape, t.stride(), strict=True) if d > 0)
+    return _span_of(t.shape, t.stride())
 
 
 def _is_out_of_resources(error: Exception) -> bool:
     return type(error).__name__ in ("OutOfResources", "OutOfResourcesError")
+
+
+def _hook_active(hook: Any) -> bool:
+    """Whether a Triton launch hook does anything (None, or an empty HookChain, does not)."""
+    if hook is None:
+        return False
+    calls = getattr(hook, "calls", None)
+    return calls is None or bool(calls)
+
+
+def _direct_launcher(compiled: Any, grid: tuple[int, int, int]):
+    """A function ``(stream, args)`` that launches ``compiled`` (a Triton CompiledKernel)
+    through its launcher, as Triton's JIT does once it has found the kernel; raises
+    :class:`_NoPlan` (with the reason) when that is not possible: the interpreter, launch
+    hooks set (a profiler), or a Triton without these entry points."""
+    if compiled is None:
+        raise _NoPlan("no compiled kernel (interpreter?)")
+    try:
+        from triton import knobs
+
+        hooks = knobs.runtime
+        if _hook_active(hooks.launch_enter_hook) or _hook_active(hooks.launch_exit_hook):
+            raise _NoPlan("Triton launch hooks are set")
+    except ImportError:
+        pass
+    try:
+        run = compiled.run  # loads the module (and checks its resources) on first access
+        function = compiled.function
+        packed = compiled.packed_metadata
+    except Exception as error:  # noqa: BLE001 - no direct launch: the JIT path stays
+        raise _NoPlan(f"compiled kernel without launcher entry points: {error}") from None
+    g0, g1, g2 = grid
+
+    def launch(stream: int, args) -> None:
+        run(g0, g1, g2, stream, function, packed, None, None, None, *args)
+
+    return launch
+
+
+def _jit_launcher(step: KernelStep, index64: bool):
+    """A function ``(stream, args)`` launching through Triton's JIT (tensor arguments; the
+    stream is PyTorch's current one, as always with the JIT)."""
+    kernel = step.kernel(index64)
+    grid = step.block.grid_dim
+
+    def launch(stream: int, args) -> None:
+        config = step.launch_config
+        kernel[grid](*args, num_warps=config.num_warps, num_stages=config.num_stages)
+
+    return launch
 
 
 class KernelStep:
@@ -101,7 +198,8 @@ class KernelStep:
             self._kernels[index64] = load_kernel(src.name, src.source)
         return self._kernels[index64]
 
-    def launch(self, inputs: list[Any], outputs: list[Any], scratch: Any) -> None:
+    def arguments(self, inputs: list[Any], outputs: list[Any], scratch: Any) -> tuple[list, bool]:
+        """The kernel's argument list for these tensors, and whether it needs 64-bit indices."""
         tensors = [*inputs, *outputs] + ([scratch] if scratch is not None else [])
         index64 = any(_span(t) > _INT32_SPAN for t in tensors)
         args: list[Any] = []
@@ -110,16 +208,22 @@ class KernelStep:
             args.extend(int(s) for s in t.stride())
         if scratch is not None:
             args.append(scratch)
+        return args, index64
+
+    def launch(self, inputs: list[Any], outputs: list[Any], scratch: Any) -> Any:
+        """Launch through Triton's JIT; returns Triton's compiled kernel (None when
+        interpreted). A launch out of shared memory is retried with fewer pipeline stages."""
+        args, index64 = self.arguments(inputs, outputs, scratch)
         kernel = self.kernel(index64)
-        config = self.launch_config
-        try:
-            grid = self.block.grid_dim
-            kernel[grid](*args, num_warps=config.num_warps, num_stages=config.num_stages)
-        except Exception as error:  # noqa: BLE001 - retried with a smaller pipeline
-            if not _is_out_of_resources(error) or config.num_stages <= 1:
-                raise
-            self.launch_config = LaunchConfig(config.num_warps, 1)
-            kernel[self.block.grid_dim](*args, num_warps=config.num_warps, num_stages=1)
+        grid = self.block.grid_dim
+        while True:
+            config = self.launch_config
+            try:
+                return kernel[grid](*args, num_warps=config.num_warps, num_stages=config.num_stages)
+            except Exception as error:  # noqa: BLE001 - retried with a smaller pipeline
+                if not _is_out_of_resources(error) or config.num_stages <= 1:
+                    raise
+                self.launch_config = LaunchConfig(config.num_warps, config.num_stages - 1)
 
 
 @dataclass
@@ -130,7 +234,12 @@ class _DeviceState:
 
 
 class CompiledProgram:
-    """A kernel graph bound to generated kernels; call it as ``program(inputs=[...])``."""
+    """A kernel graph bound to generated kernels; call it as ``program(inputs=[...])``.
+
+    cuda_graph: capture each input set's launches in a CUDA graph and replay it (None: on for
+    CUDA tensors). Replays read the inputs at the addresses they had when captured, so a
+    tensor changed in place is seen; outputs are fresh tensors on every call, as without it.
+    """
 
     def __init__(
         self,
@@ -138,11 +247,13 @@ class CompiledProgram:
         options: CodegenOptions | None = None,
         launch: dict[int, LaunchConfig] | None = None,
         kernel_options: dict[int, CodegenOptions] | None = None,
+        cuda_graph: bool | None = None,
     ) -> None:
         graph.check()
         self.graph = graph
         self.options = options or CodegenOptions(interpret=interpreter_active())
         self.kernel_options = dict(kernel_options or {})
+        self.cuda_graph = cuda_graph
         launch = dict(launch or {})
         self.steps: dict[int, KernelStep] = {}
         for i, op in enumerate(graph.ops):
@@ -151,6 +262,8 @@ class CompiledProgram:
                 opts = self.kernel_options.get(i, self.options)
                 self.steps[i] = KernelStep(graph, i, opts, config)
         self._devices: dict[str, _DeviceState] = {}
+        self._plans: dict[tuple, _Plan] = {}  # every device's plans, by input pointers
+        self.plan_note = ""  # how the fast path went (or why there is none)
         self._build_plan()
 
     # ---- introspection -------------------------------------------------------------------
@@ -193,17 +306,67 @@ class CompiledProgram:
             configs[op_index] = launch
         if options is not None:
             kernel_options[op_index] = options
-        return CompiledProgram(self.graph, self.options, configs, kernel_options)
+        return CompiledProgram(self.graph, self.options, configs, kernel_options, self.cuda_graph)
+
+    def fast_path_stats(self) -> dict[str, int]:
+        """How many input sets have a fast path and how many CUDA graphs they hold."""
+        plans = list(self._plans.values())
+        return {
+            "plans": len(plans),
+            "graphs": sum(len(p.graphs) for p in plans),
+            "graph_replays": sum(p.replays for p in plans),
+        }
+
+    def fast_path_note(self) -> str:
+        """Why the fast path or the CUDA graphs are off, or which launcher they use."""
+        failed = [p.graph_failed for p in self._plans.values() if p.graph_failed]
+        return self.plan_note + (f"; CUDA graph capture failed: {failed[0]}" if failed else "")
 
     # ---- running -------------------------------------------------------------------------
 
     def __call__(self, inputs: Sequence[Any] | None = None, **kwargs: Any) -> list[Any]:
         if kwargs:
             raise UnsupportedError(f"compiled program: unknown options {sorted(kwargs)}")
+        if self._plans:
+            try:
+                key = tuple([x.data_ptr() for x in inputs])
+            except Exception:  # noqa: BLE001 - not tensors: the checked path says what is wrong
+                key = None
+            plan = self._plans.get(key)
+            if plan is not None and plan.matches(inputs):
+                if plan.verified:
+                    return plan.call(inputs)
+                try:
+                    outs = plan.call(inputs)
+                except Exception as error:  # noqa: BLE001 - this Triton launches otherwise
+                    self._plans.clear()
+                    self._plannable = False
+                    self.plan_note = f"fast path off: {type(error).__name__}: {error}"
+                else:
+                    plan.verified = True
+                    return outs
+        return self._call_checked(inputs)
+
+    def _call_checked(self, inputs) -> list[Any]:
+        self._check_inputs(inputs)
+        state = self._device_state(inputs[0].device)
+        if (
+            self._plannable
+            and state.device.type == "cuda"
+            and not interpreter_active()
+            and _current_device() == state.device.index
+        ):
+            trace: list = []
+            values = self.run_values(inputs, _trace=trace)
+            outs = [self._finish_output(values, k, ref) for k, ref in enumerate(self._outputs)]
+            self._add_plan(inputs, state, values, trace)
+            return outs
         values = self.run_values(inputs)
         return [self._finish_output(values, k, ref) for k, ref in enumerate(self._outputs)]
 
-    def run_values(self, inputs: Sequence[Any] | None) -> list[list[Any]]:
+    def run_values(
+        self, inputs: Sequence[Any] | None, _trace: list | None = None
+    ) -> list[list[Any]]:
         """Every operator's outputs (one list per operator of the kernel graph)."""
         self._check_inputs(inputs)
         state = self._device_state(inputs[0].device)
@@ -214,7 +377,7 @@ class CompiledProgram:
                 continue
             args = [values[r.op][r.index] for r in refs]
             if kind is OpKind.CUSTOMIZED:
-                values.append(self._run_kernel(payload, args, state))
+                values.append(self._run_kernel(payload, args, state, _trace))
             else:
                 values.append([run_torch_op(op, args)])
         return values
@@ -231,6 +394,10 @@ class CompiledProgram:
         self._fresh = {(r.op, r.index) for r in self._outputs}
         self._out_specs = [graph.tensor_type(r) for r in self._outputs]
         self._aliased = [graph.ops[r.op].kind is OpKind.INPUT for r in self._outputs]
+        # the fast path covers programs of generated kernels only, whose outputs they write
+        self._plannable = all(
+            op.kind in (OpKind.INPUT, OpKind.CUSTOMIZED) for op in graph.ops
+        ) and not any(self._aliased)
 
     def _check_inputs(self, inputs) -> None:
         """A quick check of the inputs; on any doubt the full check, which raises."""
@@ -269,10 +436,15 @@ class CompiledProgram:
             f"set before compiling); got tensors on {device}"
         )
 
-    def _run_kernel(self, step: KernelStep, args: list[Any], state: _DeviceState) -> list[Any]:
+    def _run_kernel(
+        self, step: KernelStep, args: list[Any], state: _DeviceState, trace: list | None = None
+    ) -> list[Any]:
         i = step.op_index
         outs = [self._output_buffer(i, j, t, state) for j, t in enumerate(step.op.outputs)]
-        step.launch(args, outs, self._scratch(step, state))
+        scratch = self._scratch(step, state)
+        compiled = step.launch(args, outs, scratch)
+        if trace is not None:
+            trace.append((step, list(args), outs, scratch, compiled))
         return outs
 
     def _output_buffer(self, i: int, j: int, t: TensorType, state: _DeviceState) -> Any:
@@ -305,6 +477,184 @@ class CompiledProgram:
             return out
         return t
 
+    # ---- the fast path ---------------------------------------------------------------------
+
+    def _add_plan(self, inputs, state: _DeviceState, values, trace) -> None:
+        try:
+            plan = _Plan.build(self, inputs, state, values, trace)
+        except _NoPlan as why:
+            self.plan_note = f"no fast path: {why}"
+            return
+        if len(self._plans) >= MAX_PLANS:
+            self._plans.pop(next(iter(self._plans)))
+        self._plans[plan.key] = plan
+        self.plan_note = plan.note
+
+
+class _NoPlan(Exception):
+    """This input set gets no fast path (the general path stays correct)."""
+
+
+class _Plan:
+    """The launches of one program for one set of input tensors, with arguments precomputed.
+
+    Kernels are launched through their compiled launchers with pointers passed as integers:
+    the plan is keyed by the inputs' pointers and checked against their shapes, strides and
+    dtypes, intermediate buffers belong to the program, and the fresh outputs of each call are
+    allocated with the strides they were planned with. Where Triton offers no such launcher,
+    the plan launches through the JIT with tensors (slower, still without the checks).
+    """
+
+    def __init__(self) -> None:
+        self.key: tuple = ()
+        self.signature: list[tuple] = []
+        self.device = None
+        self.device_index = 0
+        self.fresh_specs: list[tuple] = []  # (shape, strides, dtype) of each fresh buffer
+        self.outputs: list[int] = []  # graph output k -> fresh buffer index
+        self.launches: list[tuple] = []  # (launch, args, fills, direct)
+        self.use_graph = False
+        self.graphs: OrderedDict = OrderedDict()
+        self.seen: dict[tuple, int] = {}
+        self.replays = 0
+        self.graph_failed = ""
+        self.verified = False  # a call went through (until then a failure turns it off)
+        self.note = "fast path"
+
+    @classmethod
+    def build(cls, program: CompiledProgram, inputs, state: _DeviceState, values, trace) -> _Plan:
+        import torch
+
+        plan = cls()
+        plan.key = tuple(x.data_ptr() for x in inputs)
+        plan.signature = [(x.shape, tuple(x.stride()), x.dtype) for x in inputs]
+        plan.device = state.device
+        plan.device_index = state.device.index if state.device.index is not None else 0
+        fresh_index: dict[int, int] = {}  # id(tensor) -> fresh buffer index
+        for i, j in sorted(program._fresh):
+            t = values[i][j]
+            fresh_index[id(t)] = len(plan.fresh_specs)
+            plan.fresh_specs.append((tuple(t.shape), tuple(t.stride()), t.dtype))
+            if t.data_ptr() % 16:
+                raise _NoPlan("an output is not 16-byte aligned")
+        plan.outputs = [fresh_index[id(values[r.op][r.index])] for r in program._outputs]
+        input_index = {id(x): k for k, x in enumerate(inputs)}
+        for step, ins, outs, scratch, compiled in trace:
+            args, index64 = step.arguments(ins, outs, scratch)
+            try:
+                launch, direct = _direct_launcher(compiled, step.block.grid_dim), True
+            except _NoPlan as why:
+                launch, direct = _jit_launcher(step, index64), False
+                plan.note = f"fast path through Triton's JIT ({why})"
+            fills = []  # (position, 0: fresh output k / 1: input k)
+            flat: list[Any] = []
+            for pos, a in enumerate(args):
+                if isinstance(a, torch.Tensor):
+                    k = fresh_index.get(id(a))
+                    if k is not None:
+                        fills.append((pos, 0, k))
+                    elif not direct and id(a) in input_index:
+                        fills.append((pos, 1, input_index[id(a)]))
+                    flat.append(a.data_ptr() if direct else a)
+                else:
+                    flat.append(a)
+            if not direct:  # never keep the caller's tensors alive in the plan
+                for pos, _, _ in fills:
+                    flat[pos] = None
+            plan.launches.append((launch, tuple(flat), tuple(fills), direct))
+        want = program.cuda_graph
+        plan.use_graph = (want is None or bool(want)) and state.device.type == "cuda"
+        return plan
+
+    def matches(self, inputs) -> bool:
+        if len(inputs) != len(self.signature):
+            return False
+        for x, (shape, strides, dtype) in zip(inputs, self.signature, strict=False):
+            if x.dtype is not dtype or x.shape != shape or x.stride() != strides:
+                return False
+        return True
+
+    def call(self, inputs) -> list[Any]:
+        import torch
+
+        device = self.device
+        fresh = [
+            torch.empty_strided(shape, strides, dtype=dtype, device=device)
+            for shape, strides, dtype in self.fresh_specs
+        ]
+        if self.use_graph and not self.graph_failed:
+            capturing = torch.cuda.is_current_stream_capturing()
+            key = tuple([t.data_ptr() for t in fresh])
+            graph = self.graphs.get(key)
+            if graph is not None and not capturing:
+                graph.replay()
+                self.replays += 1
+                return [fresh[k] for k in self.outputs]
+            self.launch(fresh, inputs, _current_stream(self.device_index))
+            if not capturing:
+                seen = self.seen.get(key, 0) + 1
+                if len(self.seen) > 64:
+                    self.seen.clear()
+                self.seen[key] = seen
+                if seen >= 2:
+                    self._capture(key, fresh, inputs)
+            return [fresh[k] for k in self.outputs]
+        self.launch(fresh, inputs, _current_stream(self.device_index))
+        return [fresh[k] for k in self.outputs]
+
+    def launch(self, fresh: list[Any], inputs, stream: int) -> None:
+        for launch, args, fills, direct in self.launches:
+            if fills:
+                args = list(args)
+                if direct:
+                    for pos, _, k in fills:
+                        args[pos] = fresh[k].data_ptr()
+                else:
+                    for pos, kind, k in fills:
+                        args[pos] = fresh[k] if kind == 0 else inputs[k]
+            launch(stream, args)
+
+    def _capture(self, key: tuple, fresh: list[Any], inputs) -> None:
+        """Capture this input set's launches with these outputs (replayed by later calls)."""
+        import torch
+
+        device = self.device
+        graph = torch.cuda.CUDAGraph()
+        current = torch.cuda.current_stream(device)
+        side = torch.cuda.Stream(device)
+        side.wait_stream(current)
+        try:
+            with torch.cuda.stream(side):
+                graph.capture_begin()
+                try:
+                    self.launch(fresh, inputs, side.cuda_stream)
+                finally:
+                    graph.capture_end()
+        except Exception as error:  # noqa: BLE001 - no graph: launches stay direct
+            self.graph_failed = f"{type(error).__name__}: {error}"
+            return
+        finally:
+            current.wait_stream(side)
+        if len(self.graphs) >= MAX_GRAPHS_PER_PLAN:
+            self.graphs.popitem(last=False)
+        self.graphs[key] = graph
+
+
+def _current_device() -> int:
+    import torch
+
+    return torch.cuda.current_device()
+
+
+def _current_stream(device_index: int) -> int:
+    """The raw handle of PyTorch's current stream on the device (what Triton launches on)."""
+    import torch
+
+    getter = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if getter is not None:
+        return getter(device_index)
+    return torch.cuda.current_stream(device_index).cuda_stream
+
 
 def _empty(t: TensorType, device) -> Any:
     import torch
@@ -333,6 +683,7 @@ def compile_graph(
     kernel_options: dict[int, CodegenOptions] | None = None,
     cache: bool = True,
     seed: int = 0,
+    cuda_graph: bool | None = None,
     **codegen: Any,
 ) -> CompiledProgram:
     """Compile a kernel graph into a :class:`CompiledProgram`.
@@ -340,11 +691,12 @@ def compile_graph(
     num_warps / num_stages: one launch configuration for every kernel (``launch`` sets them
     per kernel, keyed by the customized operator's position in ``graph.ops``).
     codegen: fields of :class:`~mugraph.codegen.triton_gen.CodegenOptions`
-    (max_tile_elements, dot_min_dim, hoist_invariants).
+    (max_tile_elements, dot_min_dim, hoist_invariants, unroll).
+    cuda_graph: replay each input set's launches as one CUDA graph (None: on for CUDA).
     check: run :func:`mugraph.codegen.check.check_against_reference` before returning.
     """
     graph.check()
-    unknown = set(codegen) - {"max_tile_elements", "dot_min_dim", "hoist_invariants"}
+    unknown = set(codegen) - {"max_tile_elements", "dot_min_dim", "hoist_invariants", "unroll"}
     if unknown:
         raise UnsupportedError(f"compile_graph: unknown options {sorted(unknown)}")
     options = CodegenOptions(interpret=interpreter_active(), **codegen)
@@ -356,10 +708,12 @@ def compile_graph(
                 configs[i] = LaunchConfig(
                     num_warps or base.num_warps, num_stages or base.num_stages
                 )
-    key = (graph.structural_hash(), options, _freeze(configs), _freeze(kernel_options))
+    key = (
+        graph.structural_hash(), options, _freeze(configs), _freeze(kernel_options), cuda_graph
+    )
     program = _PROGRAMS.get(key) if cache else None
     if program is None:
-        program = CompiledProgram(graph, options, configs, kernel_options)
+        program = CompiledProgram(graph, options, configs, kernel_options, cuda_graph)
         if cache:
             _PROGRAMS[key] = program
     if check and (key, seed) not in _CHECKED:

@@ -21,6 +21,12 @@ class SearchConfig:
     grid_sizes:     sizes a grid axis may take (each must divide the index it splits)
     forloop_ranges: for-loop ranges to try (1 = no loop)
     max_blocks:     most blocks in one custom kernel
+    min_tile:       a grid axis or the for-loop leaves at least this many elements of the
+                    index it splits per block / iteration (tensor cores want 16) ...
+    max_full_split: ... unless it splits an index of at most this size completely (heads)
+    split_before_boundary: a custom kernel that is not the last splits an index the
+                    program reduces over its grid, so its outputs are partial results a
+                    later kernel combines (otherwise the two kernels could be one)
     block_kinds:    block operator kinds to enumerate (default: matmul, add, mul, div,
                     accumulators, plus every elementwise kind the program uses)
     accum_kinds:    accumulator kinds to enumerate
@@ -29,19 +35,24 @@ class SearchConfig:
     max_custom_kernels: int = 2
     max_kernel_ops: int = 2
     max_block_ops: int = 7
+    min_block_ops: int = 3
+    deepening: bool = True
     max_block_outputs: int = 2
     max_kernel_inputs: int = 4
     grid_sizes: tuple[int, ...] | None = None
     max_grid_axes: int = 3
     forloop_ranges: tuple[int, ...] | None = None
     max_blocks: int = 1024
-    min_tile: int = 1
+    min_tile: int = 16
+    max_full_split: int = 64
+    split_before_boundary: bool = True
     block_kinds: frozenset[OpKind] | None = None
     kernel_kinds: frozenset[OpKind] = frozenset()
     accum_kinds: frozenset[AccumKind] = frozenset({AccumKind.NONE, AccumKind.SUM})
     time_limit: float = 60.0
     workers: int | None = None
     delta: float = 1e-9
+    verify_rounds: int = 4
     abstract_pruning: bool = True
     canonical_form: bool = True
     label_pruning: bool = True

@@ -104,10 +104,8 @@ class _OracleAdapter:
         return self.oracle.is_subexpr(term).keep
 
     def is_equivalent(self, term: Term, output: int) -> bool:
-        check = getattr(self.oracle, "is_equivalent", None)
-        if check is None:
-            return True  # the verifier decides
-        return bool(check(term, output))
+        """Keep a complete graph unless its output is decided not A_eq-equal to the target."""
+        return self.oracle.equivalent_to_target(term, output).keep
 
 
 # ---- the worker side ---------------------------------------------------------------------------
@@ -119,8 +117,12 @@ def _init_worker(program, config, oracle, deadline, cost_fn) -> None:
     _WORKER.update(program=program, config=config, oracle=oracle, deadline=deadline, cost=cost_fn)
 
 
-def _run_unit(choice: CustomChoice) -> tuple[str, list[dict], Stats, bool]:
-    program, config = _WORKER["program"], _WORKER["config"]
+def _run_unit(unit: tuple[int, CustomChoice]) -> tuple[str, list[dict], Stats, bool]:
+    cap, choice = unit
+    if time.monotonic() > _WORKER["deadline"]:
+        return _unit_key(unit), [], Stats(), True
+    program = _WORKER["program"]
+    config = _WORKER["config"].with_overrides(max_block_ops=cap)
     gen = Enumerator(program, config, _WORKER["oracle"], _WORKER["deadline"])
     found: dict[str, dict] = {}
 
@@ -133,7 +135,7 @@ def _run_unit(choice: CustomChoice) -> tuple[str, list[dict], Stats, bool]:
         key = graph.structural_hash()
         if key in found or len(found) >= config.max_candidates:
             return
-        result = _verify(graph, program, config.delta)
+        result = _verify(graph, program, config.delta, config.verify_rounds)
         if not result.passed:
             gen.stats.pruned["verification"] += 1
             return
@@ -144,13 +146,17 @@ def _run_unit(choice: CustomChoice) -> tuple[str, list[dict], Stats, bool]:
         gen.run(visit, first=choice)
     except SearchTimeout:
         timed_out = True
-    return choice.key(), list(found.values()), gen.stats, timed_out
+    return _unit_key(unit), list(found.values()), gen.stats, timed_out
 
 
-def _verify(graph, program, delta):
+def _unit_key(unit: tuple[int, CustomChoice]) -> str:
+    return f"{unit[0]}|{unit[1].key()}"
+
+
+def _verify(graph, program, delta, rounds):
     from mugraph.search.verify import verify
 
-    return verify(graph, program, delta=delta)
+    return verify(graph, program, delta=delta, max_rounds=rounds)
 
 
 # ---- the driver --------------------------------------------------------------------------------
@@ -193,10 +199,9 @@ def superoptimize(
     started = time.monotonic()
     deadline = started + cfg.time_limit
     oracle = _OracleAdapter(program_terms(program)) if cfg.abstract_pruning else None
-    probe = Enumerator(program, cfg, oracle)
-    units = [c for c in probe.custom_choices(probe.initial_tensors()) if _first_unit_ok(probe, c)]
+    units = plan_units(program, cfg, oracle)
     done, saved = _load_checkpoint(checkpoint, program, cfg)
-    todo = [u for u in units if u.key() not in done]
+    todo = [u for u in units if _unit_key(u) not in done]
     result = SearchResult(program, [], Stats(), cfg, units_total=len(units), units_done=len(units) - len(todo))
     found: dict[str, dict] = {c["hash"]: c for c in saved}
     try:
@@ -225,11 +230,22 @@ def superoptimize(
     return result
 
 
-def _first_unit_ok(gen: Enumerator, choice: CustomChoice) -> bool:
-    cfg = gen.config
-    if cfg.max_custom_kernels == 1 or cfg.max_kernel_ops == 1:
-        return set(choice.inputs) == set(range(len(gen.program.input_ops)))
-    return True
+def plan_units(program, cfg: SearchConfig, oracle) -> list[tuple[int, CustomChoice]]:
+    """The work units: (block-operator cap, first custom kernel's schedule).
+
+    With iterative deepening the caps grow from ``cfg.min_block_ops`` to ``max_block_ops`` so
+    small μGraphs are found first; within a cap, schedules go cheapest-traffic first."""
+    probe = Enumerator(program, cfg, oracle)
+    tensors = probe.initial_tensors()
+    last = cfg.max_custom_kernels == 1 or cfg.max_kernel_ops == 1
+    n_inputs = len(tensors)
+    choices = [
+        c for c in probe.custom_choices(tensors, last=last)
+        if not last or set(c.inputs) == set(range(n_inputs))
+    ]
+    choices.sort(key=lambda c: (probe.choice_traffic(c, tensors), c.key()))
+    caps = range(cfg.min_block_ops, cfg.max_block_ops + 1) if cfg.deepening else [cfg.max_block_ops]
+    return [(cap, c) for cap in caps for c in choices]
 
 
 def _execute(units, program, cfg, oracle, deadline, cost):
@@ -245,10 +261,12 @@ def _execute(units, program, cfg, oracle, deadline, cost):
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(count, initializer=_init_worker, initargs=(program, cfg, oracle, deadline, cost)) as pool:
         try:
-            yield from pool.imap(_run_unit, units, chunksize=1)
-        except KeyboardInterrupt:
+            for outcome in pool.imap(_run_unit, units, chunksize=1):
+                yield outcome
+                if time.monotonic() > deadline:
+                    break
+        finally:
             pool.terminate()
-            raise
 
 
 def _progress_line(result: SearchResult, found: dict, started: float, cfg: SearchConfig) -> str:

@@ -51,11 +51,32 @@ PRUNING_RULES: dict[str, str] = {
     "too_many_leaves": "more unused values than the remaining operators can consume and the "
     "outputs can save",
     "unused_tensor": "the last kernel must consume every value not yet used, or it is dead",
+    "split_before_boundary": "search-space restriction: a kernel followed by another splits "
+    "a reduced index over its grid (partial results); otherwise one kernel could do both",
+    "abstract_equivalence": "a complete graph whose output is decided not A_eq-equal to the "
+    "program's (Theorem 1 covers only A_eq-equal graphs)",
     "abstract_error": "the abstraction rejects the operator (e.g. a sum_todimx that does not "
     "divide)",
     "invalid_graph": "the complete graph failed the builder's checks (counted, never returned)",
     "verification": "the complete graph is not equivalent to the program (finite-field test)",
 }
+
+
+# Continuations of kernel-graph prefixes, shared by every unit a worker process runs (the key
+# holds everything they depend on, including the program's tensors and the search caps).
+_WORKER_MEMO: dict = {}
+
+
+def _memo_scope(program, config: SearchConfig) -> tuple:
+    """What continuations depend on besides the prefix: the program and the search space."""
+    fields = []
+    for name, value in sorted(vars(config).items()):
+        if name in ("time_limit", "workers", "extra", "max_block_ops"):
+            continue
+        if isinstance(value, frozenset):
+            value = tuple(sorted(str(v) for v in value))
+        fields.append((name, str(value)))
+    return (program.structural_hash(), tuple(fields))
 
 
 class SearchTimeout(Exception):
@@ -89,6 +110,16 @@ class Grid:
     @property
     def forloop_range(self) -> int:
         return self.loop[1] if self.loop else 1
+
+
+@dataclass(frozen=True)
+class BlockLimits:
+    """What closing a block graph requires: input iterators (all must be used), the most
+    outputs, and whether an output must be a partial result (see split_before_boundary)."""
+
+    n_inputs: int
+    max_outputs: int
+    need_partial: bool
 
 
 @dataclass
@@ -138,10 +169,12 @@ class Generator:
         self.oracle = oracle if config.abstract_pruning else None
         self.deadline = deadline
         self.stats = Stats()
-        self.input_labels = lab.program_input_labels(program)
+        self.input_labels, self.output_labels = lab.program_labels(program)
+        self.output_atoms = {lab.outer_atom(x) for labels in self.output_labels for x in labels} - {None}
         self.target_types = program.output_types
         self.smem_budget = program.gpu.shared_memory_per_block
         self._subexpr_cache: dict[Term, bool] = {}
+        self.memo: dict = _WORKER_MEMO.setdefault(_memo_scope(program, config), {})
 
     # ---- kernel level ------------------------------------------------------------------------
 
@@ -154,19 +187,25 @@ class Generator:
     def initial_ops(self) -> list[Op]:
         return list(self.program.input_ops)
 
-    def custom_choices(self, tensors: list[Tensor]) -> Iterator[CustomChoice]:
-        """Input sets, grids, for-loops and the maps they imply, in a fixed order."""
+    def custom_choices(self, tensors: list[Tensor], last: bool = False) -> Iterator[CustomChoice]:
+        """Input sets, grids, for-loops and the maps they imply, in a fixed order. The last
+        kernel of a graph splits only indices of the program's output over its grid: splitting
+        any other index leaves partial results that no later kernel would combine."""
         cfg = self.config
         usable = list(range(len(tensors)))
         for count in range(1, min(cfg.max_kernel_inputs, len(usable)) + 1):
             for inputs in itertools.combinations(usable, count):
-                yield from self._schedules([tensors[i] for i in inputs], inputs)
+                yield from self._schedules([tensors[i] for i in inputs], inputs, last)
 
-    def _schedules(self, ins: list[Tensor], positions: tuple[int, ...]) -> Iterator[CustomChoice]:
+    def _schedules(self, ins: list[Tensor], positions: tuple[int, ...],
+                   last: bool = False) -> Iterator[CustomChoice]:
         cfg = self.config
         atoms = sorted({lab.outer_atom(lbl) for t in ins for lbl in t.labels if lbl} - {None})
+        if last and cfg.label_pruning:
+            atoms = [a for a in atoms if a in self.output_atoms]
         sizes = {a: _atom_size(ins, a) for a in atoms}
-        axis_options = [(a, g) for a in atoms for g in cfg.grid_sizes or () if sizes[a] % g == 0]
+        axis_options = [(a, g) for a in atoms for g in cfg.grid_sizes or ()
+                        if self._split_ok(sizes[a], g)]
         for n_axes in range(0, cfg.max_grid_axes + 1):
             for axes in itertools.combinations(axis_options, n_axes):
                 if len({a for a, _ in axes}) != n_axes:
@@ -175,6 +214,10 @@ class Generator:
                 for _, g in axes:
                     blocks *= g
                 if blocks > cfg.max_blocks:
+                    continue
+                if (not last and cfg.split_before_boundary
+                        and all(a in self.output_atoms for a, _ in axes)):
+                    self.stats.pruned["split_before_boundary"] += 1
                     continue
                 split = [_split_labels(t.labels, axes) for t in ins]
                 if any(s is None for s in split):
@@ -185,13 +228,27 @@ class Generator:
                         yield choice
 
     def _loops(self, split: list) -> Iterator[tuple[str, int] | None]:
+        """For-loop choices: an index and a range leaving tiles of at least min_tile — or,
+        for partial results side by side (an index that is the outer factor of a compound
+        dim), one iteration per partial, which combines them."""
         yield None
         atoms = sorted({lab.outer_atom(lbl) for labels in split for lbl in labels if lbl} - {None})
         for atom in atoms:
-            size = min(lbl[0][1] for labels in split for lbl in labels if lbl and lbl[0][0] == atom)
+            factors = [lbl for labels in split for lbl in labels if lbl and lbl[0][0] == atom]
+            size = min(lbl[0][1] for lbl in factors)
+            partials = lab.is_partial_atom(atom)
             for f in self.config.forloop_ranges or ():
-                if f > 1 and size % f == 0:
+                if f < 2 or size % f:
+                    continue
+                if size // f >= self.config.min_tile or (partials and f == size):
                     yield (atom, f)
+
+    def _split_ok(self, extent: int, parts: int) -> bool:
+        """May an index of ``extent`` be cut into ``parts`` (grid axis or for-loop)?"""
+        if parts < 2 or extent % parts:
+            return False
+        cfg = self.config
+        return extent // parts >= cfg.min_tile or (parts == extent and extent <= cfg.max_full_split)
 
     def _maps(self, ins: list[Tensor], positions, grid: Grid) -> CustomChoice | None:
         imaps, fdims = [], []
@@ -210,6 +267,28 @@ class Generator:
         if grid.loop and all(f < 0 for f in fdims):
             return None  # a loop that splits nothing only repeats work
         return CustomChoice(positions, grid, tuple(imaps), tuple(fdims))
+
+    def choice_traffic(self, choice: CustomChoice, tensors: list[Tensor]) -> int:
+        """Bytes the kernel's blocks load from device memory: a lower bound on its traffic,
+        used to explore cheap schedules first."""
+        from mugraph.ir import maps
+
+        grid = choice.grid
+        blocks = 1
+        for _, g in grid.axes:
+            blocks *= g
+        total = 0
+        for pos, imap, fdim in zip(choice.inputs, choice.imaps, choice.fdims, strict=True):
+            src = tensors[pos]
+            try:
+                tile = maps.input_tile_dims("", src.type.dims, grid.grid_dim, imap, grid.forloop_range, fdim)
+            except MugraphError:
+                return 1 << 62
+            elems = 1
+            for d in tile:
+                elems *= d
+            total += elems * src.type.dtype.itemsize * blocks * (grid.forloop_range if fdim >= 0 else 1)
+        return total
 
     # ---- block level -------------------------------------------------------------------------
 
@@ -249,62 +328,82 @@ class Generator:
 
         In canonical form a new operator's newest input is at least the previous operator's,
         so only those are generated (the rank check settles ties). Operand pairs that mix
-        for-loop phases, or that are the same tensor, are skipped here (counted as pruned)."""
-        cfg = self.config
-        kinds = sorted(cfg.block_kinds or (), key=_KIND_ORDER.__getitem__)
+        for-loop phases, whose shapes cannot fit, or that are the same tensor are skipped here
+        and counted as pruned."""
+        pruned = self.stats.pruned
         n = len(tensors)
-        lowest = max(last_rank[0], 0) if cfg.canonical_form else 0
+        lowest = max(last_rank[0], 0) if self.config.canonical_form else 0
         for j in range(lowest, n):
-            phase = tensors[j].phase
-            partners = []
-            for i in range(n):
-                other = tensors[i].phase
-                if {phase, other} == {Phase.LOOP, Phase.POST}:
-                    self.stats.pruned["phase"] += 1
-                elif i != j:
-                    partners.append(i)
-            for kind in kinds:
-                yield from self._candidates_with_newest(kind, j, partners, tensors, grid, last_rank)
-
-    def _candidates_with_newest(self, kind, j, partners, tensors, grid, last_rank):
-        cfg = self.config
-        if kind in Group.ELEMENTWISE_UNARY:
-            yield from self._ranked(kind, (j,), _unary_attrs(kind), last_rank)
-        elif kind in Group.ELEMENTWISE_BINARY or kind is OpKind.MATMUL or kind is OpKind.CONCAT:
-            commutative = kind in (OpKind.ADD, OpKind.MUL)
-            pairs = [(i, j) for i in partners if i < j]
-            if not commutative:
-                pairs += [(j, i) for i in partners if i < j]
-            if kind is OpKind.MUL:
-                pairs.append((j, j))  # x*x (square) is the one useful self-operand
-            for pair in pairs:
-                if kind is OpKind.CONCAT:
-                    for d in range(len(tensors[j].type.dims)):
-                        yield from self._ranked(kind, pair, {"dim": d}, last_rank)
+            tj = tensors[j]
+            dj = tj.type.dims
+            older = []
+            for i in range(j):
+                if {tj.phase, tensors[i].phase} == {Phase.LOOP, Phase.POST}:
+                    pruned["phase"] += 1
                 else:
-                    yield from self._ranked(kind, pair, {}, last_rank)
-        elif kind is OpKind.FORLOOP_ACCUM:
-            if grid.forloop_range > 1 and tensors[j].phase is Phase.LOOP:
-                for acc in sorted(cfg.accum_kinds, key=lambda a: a.value):
-                    yield from self._ranked(kind, (j,), {"acc": acc}, last_rank)
-        elif kind is OpKind.REDUCTION:
-            for d, size in enumerate(tensors[j].type.dims):
-                if size > 1:
-                    yield from self._ranked(kind, (j,), {"dim": d}, last_rank)
+                    older.append(i)
+            shapes = _PairShapes(older, tensors, dj)
+            pruned["shape"] += shapes.rejected
+            for kind, order, category in self._kind_plan:
+                for inputs, attrs, key in self._operands(category, kind, j, tj, shapes, grid):
+                    rank = (j, inputs, order, key)
+                    if self.config.canonical_form and rank <= last_rank:
+                        pruned["canonical_form"] += 1
+                        continue
+                    yield rank, kind, inputs, attrs
 
-    def _ranked(self, kind, inputs, attrs, last_rank):
-        rank = (max(inputs), inputs, _KIND_ORDER[kind], tuple(sorted((k, str(v)) for k, v in attrs.items())))
-        if self.config.canonical_form and rank <= last_rank:
-            self.stats.pruned["canonical_form"] += 1
-            return
-        yield rank, kind, inputs, attrs
+    def _operands(self, category: str, kind: OpKind, j: int, tj: Tensor, shapes, grid: Grid):
+        """(inputs, attrs, attrs key) of one kind of operator whose newest input is ``j``."""
+        if category == "unary":
+            yield (j,), {}, ()
+        elif category == "binary":
+            for i in shapes.broadcast:
+                yield (i, j), {}, ()
+                if kind not in _COMMUTATIVE:
+                    yield (j, i), {}, ()
+            if kind is OpKind.MUL:
+                yield (j, j), {}, ()  # x*x (square) is the one useful self-operand
+        elif category == "matmul":
+            for i in shapes.matmul_left:
+                yield (i, j), {}, ()
+            for i in shapes.matmul_right:
+                yield (j, i), {}, ()
+        elif category == "concat":
+            for i, d in shapes.concat:
+                yield (i, j), {"dim": d}, (("dim", d),)
+                yield (j, i), {"dim": d}, (("dim", d),)
+        elif category == "accum":
+            if grid.forloop_range > 1 and tj.phase is Phase.LOOP:
+                for acc in self._accum_order:
+                    yield (j,), {"acc": acc}, (("acc", acc.value),)
+        elif category == "reduction":
+            for d, size in enumerate(tj.type.dims):
+                if size > 1:
+                    yield (j,), {"dim": d}, (("dim", d),)
+
+    @property
+    def _kind_plan(self) -> list[tuple[OpKind, int, str]]:
+        plan = self.__dict__.get("_plan")
+        if plan is None:
+            kinds = sorted(self.config.block_kinds or (), key=_KIND_ORDER.__getitem__)
+            plan = [(k, _KIND_ORDER[k], _category(k)) for k in kinds]
+            plan = [p for p in plan if p[2] is not None]
+            self.__dict__["_plan"] = plan
+            self.__dict__["_accum_order"] = sorted(self.config.accum_kinds, key=lambda a: a.value)
+        return plan
+
+    @property
+    def _accum_order(self) -> list[AccumKind]:
+        self._kind_plan  # noqa: B018 - fills the cache
+        return self.__dict__["_accum_order"]
 
     def make_block_op(self, kind: OpKind, inputs: tuple[int, ...], attrs: dict,
                       tensors: list[Tensor], grid: Grid, smem_used: int) -> tuple[Op, Tensor] | None:
         """Check one block operator; return it and its output tensor, or None (counted).
 
-        Checks run cheapest first: phases, operands, shapes, index labels, shared memory, and
-        last the abstract expression."""
+        Checks run in order of how much they prune per unit of cost: phases, operands, the
+        abstract expression (a cached lookup that rejects most candidates), shapes, index
+        labels and shared memory."""
         pruned = self.stats.pruned
         args = [tensors[i] for i in inputs]
         phases = [a.phase for a in args]
@@ -315,6 +414,15 @@ class Generator:
             pruned["self_operand"] += 1
             return None
         in_dims = [a.type.dims for a in args]
+        full_attrs = {**attrs, "forloop_range": grid.forloop_range, "reduction_dimx": 64}
+        try:
+            expr = ABSTRACT_SEMANTICS[kind]([a.expr for a in args], in_dims, full_attrs)
+        except Exception:  # noqa: BLE001 - an operator the abstraction rejects is pruned
+            pruned["abstract_error"] += 1
+            return None
+        if not self.subexpr(expr):
+            pruned["abstract_expression"] += 1
+            return None
         dims = quick_dims(kind, in_dims, attrs, grid.forloop_range)
         if dims is None:
             pruned["shape"] += 1
@@ -326,15 +434,6 @@ class Generator:
         otype = TensorType(dims, args[0].type.dtype)
         if smem_used + otype.num_bytes > self.smem_budget:
             pruned["shared_memory"] += 1
-            return None
-        full_attrs = {**attrs, "forloop_range": grid.forloop_range, "reduction_dimx": 64}
-        try:
-            expr = ABSTRACT_SEMANTICS[kind]([a.expr for a in args], in_dims, full_attrs)
-        except Exception:  # noqa: BLE001 - an operator the abstraction rejects is pruned
-            pruned["abstract_error"] += 1
-            return None
-        if not self.subexpr(expr):
-            pruned["abstract_expression"] += 1
             return None
         phase = Phase.POST if kind in Group.ACCUMULATOR else combine_phases(phases)
         op = Op(kind, tuple(a.ref for a in args), freeze_attrs(attrs), (otype,))
@@ -348,25 +447,73 @@ class Generator:
             cached = self._subexpr_cache[term] = bool(self.oracle.is_subexpr(term))
         return cached
 
-    def outputs_for(self, tensors: list[Tensor], grid: Grid, n_inputs: int):
+    def outputs_for(self, tensors: list[Tensor], grid: Grid, limits: BlockLimits):
         """Output savers for the prefix's leaves, or None when it cannot be closed yet: every
         input iterator must be used and every leaf must be savable (Algorithm 1, line 18)."""
         leaves = [i for i, t in enumerate(tensors) if t.uses == 0]
-        if not leaves or len(leaves) > self.config.max_block_outputs:
+        if not leaves or len(leaves) > limits.max_outputs:
             return None
-        if any(i < n_inputs for i in leaves):
+        if any(i < limits.n_inputs for i in leaves):
             return None
         outs = []
+        partial = False
         for i in leaves:
             spec = _output_spec(tensors[i], grid)
             if spec is None:
                 return None
             outs.append((i, *spec))
+            tile_atoms = {lab.outer_atom(x) for x in tensors[i].labels}
+            partial |= any(atom not in tile_atoms for atom, _ in grid.axes)
+        if limits.need_partial and not partial:
+            self.stats.pruned["split_before_boundary"] += 1
+            return None
         return outs
 
     def check_time(self) -> None:
         if self.deadline is not None and time.monotonic() > self.deadline:
             raise SearchTimeout
+
+
+_COMMUTATIVE = frozenset({OpKind.ADD, OpKind.MUL})
+
+
+def _category(kind: OpKind) -> str | None:
+    """How the enumeration picks operands for ``kind`` (None: not enumerated)."""
+    if kind in Group.ELEMENTWISE_UNARY:
+        return "unary"
+    if kind in Group.ELEMENTWISE_BINARY:
+        return "binary"
+    return {
+        OpKind.MATMUL: "matmul",
+        OpKind.CONCAT: "concat",
+        OpKind.FORLOOP_ACCUM: "accum",
+        OpKind.REDUCTION: "reduction",
+    }.get(kind)
+
+
+class _PairShapes:
+    """Which older tensors can pair with the newest one, by shape alone."""
+
+    def __init__(self, older: list[int], tensors: list[Tensor], dj: tuple[int, ...]) -> None:
+        self.broadcast, self.matmul_left, self.matmul_right, self.concat = [], [], [], []
+        self.rejected = 0
+        rank = len(dj)
+        for i in older:
+            di = tensors[i].type.dims
+            if len(di) != rank:
+                self.rejected += 1
+                continue
+            if all(x == y or x == 1 or y == 1 for x, y in zip(di, dj, strict=True)):
+                self.broadcast.append(i)
+            if rank >= 2:
+                batch_ok = all(x == y or x == 1 or y == 1 for x, y in zip(di[:-2], dj[:-2], strict=True))
+                if batch_ok and di[-1] == dj[-2]:
+                    self.matmul_left.append(i)
+                if batch_ok and dj[-1] == di[-2]:
+                    self.matmul_right.append(i)
+            for d in range(rank):
+                if all(x == y for k, (x, y) in enumerate(zip(di, dj, strict=True)) if k != d):
+                    self.concat.append((i, d))
 
 
 def quick_dims(kind: OpKind, dims: list[tuple[int, ...]], attrs: dict, loops: int):
@@ -441,7 +588,7 @@ def _output_spec(t: Tensor, grid: Grid) -> tuple[tuple[int, int, int], int, lab.
         if d in omap:
             return None
         omap.append(d)
-        labels[d] = lab.join_outer(labels[d], atom, g)
+        labels[d] = lab.join_outer(labels[d], atom if dims else lab.partial_atom(atom), g)
     fdim = -1
     if t.phase is Phase.LOOP and grid.forloop_range > 1:
         atom, f = grid.loop  # type: ignore[misc]
@@ -481,32 +628,67 @@ class Enumerator(Generator):
         if first is None:
             self.kernel_dfs(kops, kts, 0, 0, (-1,), visit)
         else:
-            self.expand_custom(first, kops, kts, 0, 0, visit)
+            cfg = self.config
+            last = cfg.max_custom_kernels == 1 or cfg.max_kernel_ops == 1
+            rank = (max(first.inputs), first.inputs, _KIND_ORDER[OpKind.CUSTOMIZED], first.key())
+            self.expand_custom(first, kops, kts, 0, 0, visit, rank, last)
 
     def kernel_dfs(self, kops, kts, n_custom, n_ops, last_rank, visit) -> None:
         self.stats.states += 1
         self.check_time()
+        if n_custom == 0:
+            self._kernel_step(kops, kts, n_custom, n_ops, last_rank, visit)
+            return
+        # What can follow depends only on the tensors so far (types, labels, expressions,
+        # uses), not on how they were computed: replay continuations found before.
+        key = (
+            tuple((t.type, t.labels, t.expr, t.uses) for t in kts),
+            n_custom, n_ops, last_rank[:2], self.config.max_block_ops,
+        )
+        known = self.memo.get(key)
+        if known is not None:
+            self.stats.pruned["memo_replay"] += 1
+            for extra, outs in known:
+                visit(kops + extra, outs)
+            return
+        base = len(kops)
+        found: list = []
+
+        def record(ops, outs):
+            found.append((ops[base:], outs))
+            visit(ops, outs)
+
+        self._kernel_step(kops, kts, n_custom, n_ops, last_rank, record)
+        self.memo[key] = found
+
+    def _kernel_step(self, kops, kts, n_custom, n_ops, last_rank, visit) -> None:
         self.try_complete(kops, kts, visit)
         cfg = self.config
         if n_ops >= cfg.max_kernel_ops or n_custom >= cfg.max_custom_kernels:
             return
         last_kernel = n_ops + 1 == cfg.max_kernel_ops or n_custom + 1 == cfg.max_custom_kernels
         unused = {i for i, t in enumerate(kts) if t.uses == 0}
-        for choice in self.custom_choices(kts):
+        for choice in self.custom_choices(kts, last=last_kernel):
             if last_kernel and not unused <= set(choice.inputs):
                 self.stats.pruned["unused_tensor"] += 1
                 continue
             rank = (max(choice.inputs), choice.inputs, _KIND_ORDER[OpKind.CUSTOMIZED], choice.key())
-            if cfg.canonical_form and rank <= last_rank:
+            if cfg.canonical_form and rank[:2] <= last_rank[:2]:
                 self.stats.pruned["canonical_form"] += 1
                 continue
-            self.expand_custom(choice, kops, kts, n_custom, n_ops, visit, rank)
+            self.expand_custom(choice, kops, kts, n_custom, n_ops, visit, rank, last_kernel)
 
-    def expand_custom(self, choice, kops, kts, n_custom, n_ops, visit, rank=(-1,)) -> None:
+    def expand_custom(self, choice, kops, kts, n_custom, n_ops, visit, rank, last) -> None:
         made = self.block_inputs(choice, kts)
         if made is None:
             return
         bops, bts = made
+        cfg = self.config
+        limits = BlockLimits(
+            len(bops),
+            len(self.target_types) if last else cfg.max_block_outputs,
+            need_partial=not last and cfg.split_before_boundary,
+        )
         smem = sum(t.type.num_bytes for t in bts)
         input_refs = tuple(kts[i].ref for i in choice.inputs)
 
@@ -526,20 +708,20 @@ class Enumerator(Generator):
                 for i in choice.inputs:
                     kts[i].uses -= 1
 
-        self.block_dfs(bops, bts, choice.grid, (-1,), smem, 0, len(bops), close)
+        self.block_dfs(bops, bts, choice.grid, (-1,), smem, 0, limits, close)
 
-    def block_dfs(self, bops, bts, grid, last_rank, smem, depth, n_inputs, close) -> None:
+    def block_dfs(self, bops, bts, grid, last_rank, smem, depth, limits, close) -> None:
         self.stats.states += 1
         if self.stats.states % 512 == 0:
             self.check_time()
-        outs = self.outputs_for(bts, grid, n_inputs)
+        outs = self.outputs_for(bts, grid, limits)
         if outs is not None:
             close(bops, bts, outs)
         remaining = self.config.max_block_ops - depth
         if remaining <= 0:
             return
         leaves = sum(1 for t in bts if t.uses == 0)
-        if leaves - self.config.max_block_outputs > remaining:
+        if leaves - limits.max_outputs > remaining:
             self.stats.pruned["too_many_leaves"] += 1
             return
         for rank, kind, ins, attrs in list(self.block_candidates(bops, bts, grid, last_rank)):
@@ -554,7 +736,7 @@ class Enumerator(Generator):
             bts.append(t)
             try:
                 self.block_dfs(bops, bts, grid, rank, smem + t.type.num_bytes, depth + 1,
-                               n_inputs, close)
+                               limits, close)
             finally:
                 bops.pop()
                 bts.pop()
@@ -580,6 +762,14 @@ class Enumerator(Generator):
         want = self.target_types[output]
         if t.type.dims != want.dims or t.type.dtype != want.dtype:
             return False
+        if self.config.label_pruning and not all(
+            lab.same(a, b) for a, b in zip(t.labels, self.output_labels[output], strict=True)
+        ):
+            self.stats.pruned["index_labels"] += 1
+            return False
         if self.oracle is None:
             return True
-        return bool(self.oracle.is_equivalent(t.expr, output))
+        if not self.oracle.is_equivalent(t.expr, output):
+            self.stats.pruned["abstract_equivalence"] += 1
+            return False
+        return True

@@ -19,9 +19,14 @@ every query up in it.  :class:`SubexprOracle` does the latter, with the axioms r
 3. **A_sub = reachability.**  Every structural axiom of A_sub says an argument of a head is a
    subexpression of the term (with commutativity, every argument position is covered: the
    oracle checks this); with reflexivity and transitivity, ``subexpr(t, E_O)`` holds iff ``t``
-   is represented by an e-class reachable from the root e-class through e-node children.  The
-   one non-structural extension, ``sub-concat-operands``, is compiled to a rule that *seeds*
-   ``add(x, y)`` as an extra root (a subexpression, not an equal of the target).
+   is represented by an e-class reachable from the root e-class through e-node children.
+   A non-structural A_sub axiom (``seed``: ``subexpr(h(x, y), rhs)``, the only one being
+   ``sub-concat-operands``) is applied after saturation, lazily: its ``rhs`` matches are indexed
+   by the e-classes of ``x`` and ``y``, and a query ``h(a, b)`` not found in the e-graph is a
+   subexpression if one match binds ``x, y`` to the e-classes of ``a, b``.  The seeded terms are
+   *not* rewritten by A_eq (a restriction: adding them to the e-graph before saturating made it
+   blow up, e.g. LoRA with k=720, r=12 went from 512 to 19217 e-classes and from 1.7 s to 27 s):
+   a term A_eq-equal to a seed but not of the form ``h(a, b)`` is not recognised as one.
 4. **Query = lookup.**  After saturation the e-graph is exported to a Python hash-cons table
    ``(head, param, child e-classes) -> e-class``; a query looks its term up bottom-up, memoised
    per interned sub-term, so a new prefix costs one dict lookup per new sub-term.  Answers are
@@ -38,6 +43,18 @@ prefix (``answer.keep`` is True): pruning only what is proven useless preserves 
 :class:`Z3SubexprOracle` implements the paper's way (Z3 with the same axioms, quantified) for
 cross-checking.  With quantified axioms Z3 proves entailed goals but rarely answers ``sat`` for
 non-entailed ones (it times out), so a timeout is an undecided answer, never a "no".
+
+Measured (2-core CPU, ``benchmarks/bench_oracle.py``): building the e-graph of attention
+(d=128, n=4096), rmsnorm+linear or a gated MLP (k=4096) takes 0.1-0.2 s, LoRA (k=4096, r=16)
+about 0.5 s; an uncached query takes 3-5 us (a cached one 0.3 us).  Asking egglog itself
+(``EGraph.check``) costs about 0.6 ms a query, hence the export.  Z3 needs 20-600 ms to prove
+an entailed query and times out on the others, so it cannot prune at all unless timeouts are
+read as "no", which Theorem 1 does not allow.
+
+What the axioms imply for attention: the partial sums of FlashDecoding (``sum(n/P, ..)`` of
+both the numerator and the denominator, summed over the P splits, then divided) are kept; a
+per-split softmax ``div(sum(n/P, mul(e, V)), sum(n/P, e))`` is pruned, because recombining such
+quotients needs cancellation (``div(mul(x, y), y) = x``), which A_eq leaves out on purpose.
 """
 
 from __future__ import annotations
@@ -47,6 +64,7 @@ import math
 import statistics
 import time
 import warnings
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -122,19 +140,23 @@ class OracleAnswer:
         raise TypeError("OracleAnswer: use .keep, .prune or .subexpr (undecided is neither)")
 
 
+_TIMING_SAMPLES = 1 << 16
+
+
 @dataclass(slots=True)
 class OracleStats:
-    """Counters of an oracle; times in seconds."""
+    """Counters of an oracle; times in seconds (the last 65536 of each kind are kept)."""
 
     queries: int = 0
     cache_hits: int = 0
     undecided: int = 0
-    uncached_seconds: list[float] = field(default_factory=list)
-    cached_seconds: list[float] = field(default_factory=list)
+    uncached_seconds: deque[float] = field(default_factory=lambda: deque(maxlen=_TIMING_SAMPLES))
+    cached_seconds: deque[float] = field(default_factory=lambda: deque(maxlen=_TIMING_SAMPLES))
 
     @property
     def uncached(self) -> int:
-        return len(self.uncached_seconds)
+        """Queries answered without the answer cache."""
+        return self.queries - self.cache_hits
 
     @property
     def median_uncached_s(self) -> float:
@@ -162,7 +184,6 @@ class SaturationReport:
     factor_rounds: int
     enodes: int
     eclasses: int
-    seeded: int
     reachable_eclasses: int
     sizes: tuple[int, ...]
     seconds: float
@@ -173,9 +194,9 @@ class SaturationReport:
         state = "saturated" if self.saturated else f"NOT saturated ({self.stop_reason})"
         return (
             f"{state}: {self.iterations} iterations, {self.factor_rounds} factor rounds, "
-            f"{self.enodes} e-nodes, {self.eclasses} e-classes, {self.seeded} seeded, "
-            f"{self.reachable_eclasses} reachable; saturation {self.seconds * 1e3:.1f} ms, "
-            f"export {self.export_seconds * 1e3:.1f} ms, seeding {self.seed_seconds * 1e3:.1f} ms"
+            f"{self.enodes} e-nodes, {self.eclasses} e-classes ({self.reachable_eclasses} "
+            f"reachable); saturation {self.seconds * 1e3:.1f} ms, export "
+            f"{self.export_seconds * 1e3:.1f} ms, seed index {self.seed_seconds * 1e3:.1f} ms"
         )
 
 
@@ -392,8 +413,10 @@ def _check_coverage(axioms: Sequence[Axiom], strategies: dict[str, Strategy]) ->
         if (head, i) not in covered
     ]
     if missing:
-        raise ValueError(f"A_sub does not cover argument positions {missing}: reachability "
-                         "would over-approximate the subexpression relation")
+        raise ValueError(
+            f"A_sub does not cover argument positions {missing}: reachability "
+            "would over-approximate the subexpression relation"
+        )
 
 
 def _compile_rules(
@@ -425,8 +448,10 @@ def _compile_rules(
 def _factor_rule(head: str, translate: _EggTranslator) -> RewriteOrRule:
     """``Factor(n, a, b)`` and ``f(n, x)`` give ``f(n, x) = f(a, f(b, x))``."""
     build = getattr(AbsExpr, head)
-    n, a, b = translate.size(SizeVar("fn")), translate.size(SizeVar("fa")), translate.size(
-        SizeVar("fb")
+    n, a, b = (
+        translate.size(SizeVar("fn")),
+        translate.size(SizeVar("fa")),
+        translate.size(SizeVar("fb")),
     )
     x = translate(ab.pvar("fx"))
     t = translate(ab.pvar("ft"))
@@ -455,7 +480,6 @@ class _Exported:
     by_head: dict[str, list[tuple]]
     sizes: set[int]
     eclasses: int
-    next_class: int = 0  # the first e-class id not in use
 
     def children(self) -> dict[int, set[int]]:
         return {cls: {k for key in keys for k in key[2:]} for cls, keys in self.by_class.items()}
@@ -498,7 +522,6 @@ def _export(egraph: EGraph) -> _Exported:
         exported.by_class.setdefault(own, []).append(key)
         exported.by_head.setdefault(head, []).append(key)
     exported.eclasses = len(exported.by_class)
-    exported.next_class = len(class_ids)
     return exported
 
 
@@ -540,33 +563,61 @@ def _match_node(pattern: Term, key: tuple, subst: Subst, graph: _Exported) -> It
     yield from partial
 
 
-def _instantiate(pattern: Term, subst: Subst, graph: _Exported) -> int:
-    """The e-class of ``pattern`` under ``subst``, adding a fresh e-node where none exists."""
-    if pattern.op == "?":
-        return subst[pattern.param]
-    kids = tuple(_instantiate(a, subst, graph) for a in pattern.args)
-    param = pattern.param
-    if isinstance(param, SizeVar):
-        param = subst[("size", param.name)]
-    key = (pattern.op, param, *kids)
-    found = graph.table.get(key)
-    if found is None:
-        found = graph.table[key] = graph.next_class
-        graph.next_class += 1
-    return found
+@dataclass(slots=True)
+class _SeedIndex:
+    """``subexpr(h(v1, .., vn), g(P1, .., Pm))`` applied lazily, at query time.
 
-
-def _seed(axiom_lhs: Term, axiom_rhs: Term, graph: _Exported) -> set[int]:
-    """Apply ``subexpr(lhs, rhs)`` once on the saturated e-graph: returns the seeded classes.
-
-    Every match of ``rhs`` in the e-graph adds the instance of ``lhs`` (an extra reachable
-    root).  The seeded terms are not rewritten further by A_eq (see the module docstring).
+    For each argument pattern ``Pk`` of the right-hand side, ``parts[k]`` holds the positions
+    (in ``h``) of the variables ``Pk`` binds and an index from their e-classes to the ids of
+    the ``g`` e-nodes whose k-th child matches ``Pk`` with those bindings.  ``h(a1, .., an)`` is
+    a seeded subexpression iff one ``g`` e-node is in the index of every part.
     """
-    seeded: set[int] = set()
-    for key in list(graph.by_head.get(axiom_rhs.op, ())):
-        for subst in _match_node(axiom_rhs, key, {}, graph):
-            seeded.add(_instantiate(axiom_lhs, subst, graph))
-    return seeded
+
+    head: str
+    parts: list[tuple[tuple[int, ...], dict[tuple[int, ...], set[int]]]]
+
+    def holds(self, kids: Sequence[int]) -> bool:
+        common: set[int] | None = None
+        for positions, index in self.parts:
+            nodes = index.get(tuple(kids[p] for p in positions))
+            if not nodes:
+                return False
+            common = nodes if common is None else common & nodes
+            if not common:
+                return False
+        return True
+
+
+def _seed_index(lhs: Term, rhs: Term, graph: _Exported) -> _SeedIndex:
+    """Index the matches of ``rhs`` in the saturated e-graph, projected on ``lhs``'s variables.
+
+    Supported shape (raises otherwise): ``lhs`` is a head over distinct pattern variables and
+    the arguments of ``rhs`` bind disjoint sets of variables.
+    """
+    names = [a.param for a in lhs.args]
+    if any(a.op != "?" for a in lhs.args) or len(set(names)) != len(names) or lhs.param:
+        raise ValueError(f"seed {lhs}: the left-hand side must be a head over distinct variables")
+    arg_vars = [_pattern_vars(p) for p in rhs.args]
+    if any(arg_vars[i] & arg_vars[j] for i in range(len(arg_vars)) for j in range(i)):
+        raise ValueError(f"seed {rhs}: the arguments must bind disjoint variables")
+    parts = []
+    for pattern, bound in zip(rhs.args, arg_vars, strict=True):
+        positions = tuple(i for i, name in enumerate(names) if name in bound)
+        parts.append((pattern, positions, {}))
+    projections: dict[tuple[int, int], set[tuple[int, ...]]] = {}
+    for node_id, key in enumerate(graph.by_head.get(rhs.op, ())):
+        if _match_param(rhs.param, key[1], {}) is None:
+            continue
+        for k, ((pattern, positions, index), cls) in enumerate(zip(parts, key[2:], strict=True)):
+            found = projections.get((k, cls))
+            if found is None:
+                found = projections[(k, cls)] = {
+                    tuple(subst[names[p]] for p in positions)
+                    for subst in _match(pattern, cls, {}, graph)
+                }
+            for binding in found:
+                index.setdefault(binding, set()).add(node_id)
+    return _SeedIndex(lhs.op, [(positions, index) for _, positions, index in parts])
 
 
 def _reachable(roots: Iterable[int], children: dict[int, set[int]]) -> set[int]:
@@ -671,24 +722,24 @@ class SubexprOracle:
         roots = {_lookup(t, exported.table, memo) for t in lowered}
         if None in roots:  # pragma: no cover - a target is always in its own e-graph
             raise RuntimeError("a target term is missing from its own e-graph")
-        enodes = len(exported.table)
         seed_start = time.perf_counter()
         reachable = _reachable(roots, exported.children())  # type: ignore[arg-type]
-        for axiom in axioms:
-            if self.strategies[axiom.name] == "seed":
-                lhs, rhs = _lower(axiom.lhs, self._lowered), _lower(axiom.rhs, self._lowered)
-                reachable |= _seed(lhs, rhs, exported)
+        self._seeds = [
+            _seed_index(_lower(a.lhs, self._lowered), _lower(a.rhs, self._lowered), exported)
+            for a in axioms
+            if self.strategies[a.name] == "seed"
+        ]
         seed_seconds = time.perf_counter() - seed_start
         self._table = exported.table
         self._reachable = reachable
+        self._roots: tuple[int, ...] = tuple(memo[t] for t in lowered)  # type: ignore[misc]
         self.saturation = SaturationReport(
             saturated=stop == "saturated",
             stop_reason=stop,  # type: ignore[arg-type]
             iterations=iterations,
             factor_rounds=rounds,
-            enodes=enodes,
+            enodes=len(exported.table),
             eclasses=exported.eclasses,
-            seeded=len(exported.table) - enodes,
             reachable_eclasses=len(reachable),
             sizes=tuple(sorted(exported.sizes)),
             seconds=seconds,
@@ -733,23 +784,63 @@ class SubexprOracle:
         self.stats.uncached_seconds.append(time.perf_counter() - start)
         return answer
 
+    def _seeded(self, low: Term) -> bool:
+        """Does a non-structural A_sub axiom (``seed``) make ``low`` a subexpression?"""
+        for seed in self._seeds:
+            if low.op != seed.head:
+                continue
+            kids = [_lookup(a, self._table, self._classes) for a in low.args]
+            if None in kids or not self._reachable.issuperset(kids):
+                continue
+            if seed.holds(kids):  # type: ignore[arg-type]
+                return True
+        return False
+
     def keep(self, term: Term) -> bool:
         """The search's question: keep this prefix?  (Undecided answers keep it.)"""
         return self.is_subexpr(term).keep
+
+    def equivalent_to_target(self, term: Term, index: int = 0) -> OracleAnswer:
+        """Is ``term`` A_eq-equal to ``targets[index]`` (in the target's root e-class)?
+
+        Meant for a completed μGraph's outputs (Theorem 1 covers exactly the μGraphs whose
+        outputs are); not cached beyond the sub-term lookups.  Undecided when not found in the
+        root e-class and saturation stopped at its budget.
+        """
+        if not isinstance(term, Term) or not term.ground:
+            raise ValueError(f"equivalent_to_target: expected a ground term, got {term!r}")
+        cls = _lookup(_lower(term, self._lowered), self._table, self._classes)
+        if cls is not None and cls == self._roots[index]:
+            return _EQUAL
+        if self.saturation.saturated:
+            return _NOT_EQUAL
+        return _UNDECIDED_EQUAL
+
+    def clear_caches(self) -> None:
+        """Forget cached answers and sub-term lookups (memory); the e-graph stays."""
+        self._answers.clear()
+        self._classes.clear()
+        self._lowered.clear()
 
     def _decide(self, term: Term) -> OracleAnswer:
         low = _lower(term, self._lowered)
         cls = _lookup(low, self._table, self._classes)
         if cls is not None and cls in self._reachable:
             return _FOUND
+        if self._seeded(low):
+            return _SEEDED
         if self.saturation.saturated:
             return _ABSENT
         return _UNDECIDED
 
 
 _FOUND = OracleAnswer(True, "represented in the saturated target e-graph")
+_SEEDED = OracleAnswer(True, "a seeded subexpression (non-structural A_sub axiom)")
 _ABSENT = OracleAnswer(False, "not represented in the saturated target e-graph")
 _UNDECIDED = OracleAnswer(None, "not represented, but saturation stopped at its budget")
+_EQUAL = OracleAnswer(True, "in the target's e-class: A_eq-equal to it")
+_NOT_EQUAL = OracleAnswer(False, "not in the target's e-class of the saturated e-graph")
+_UNDECIDED_EQUAL = OracleAnswer(None, "not in the target's e-class, but saturation stopped early")
 
 
 def _count_tuples(egraph: EGraph) -> int:

@@ -6,62 +6,623 @@ compares every output element.
 
 How many rounds, and what they guarantee
 ----------------------------------------
-Each graph is analysed first (:func:`analyse`): the most exponentials on one path (LAX allows
-one; two is refused with :class:`NotVerifiableError`), an estimate ``d`` of the polynomial
-degrees and an estimate ``k`` of the number of exponential terms one output element sums.
+Each graph is analysed first (:func:`analyse`): every output element is summarised in the
+normal form (2) of the paper with its denominators kept apart, ``N / (G·M)``: ``N`` a sum of
+``n`` terms ``F_i·e^{E_i}``, ``M`` a sum of ``m`` such terms (``m = 1``: no exponential in the
+denominator), ``G`` a polynomial, exponents ``E = H/U``, with bounds on every polynomial's degree
+(:class:`Form`). A path with two exponentials is refused with :class:`NotVerifiableError`
+(LAX allows one). The two programs' outputs are then compared as Theorem 3 needs it
+(:func:`difference`): ``A = B`` at a point where the denominators are not zero exactly when
+``N_A·G_B·M_B − N_B·G_A·M_A = 0`` there, an expression of form (2) with no denominators,
+``k = n_A·m_B + n_B·m_A`` exponential terms and polynomials of degree ``d``. Both are upper
+bounds, as Theorem 3 allows (terms with equal exponents merge into fewer).
 
-* No exponential (k = 1): the difference is a rational function of degree ≤ 2d; by
-  Schwartz–Zippel a non-equivalent pair agrees on a round with probability ≤ 2d/p, so
-  ``ceil(ln δ / ln(2d/p))`` rounds reach δ (usually 1 or 2 with p ≈ 2^31).
-* Exponentials with Theorem 3's condition ``d·k⁴ < q`` met: a round passes a non-equivalent
-  pair with probability ≤ 1 - 1/k, so Theorem 4's ``≈ k·ln(1/δ)`` rounds reach δ.
-* Condition not met (long softmax rows: k is the row length, 4096 in the suite, and
-  k⁴ > q ≈ 2^30 for k > 181): Theorem 3 gives no bound. The rounds still run (``max_rounds``)
-  and the result says ``bound=None`` with the reason — it is reported, never claimed.
+* No exponential anywhere (k = 1): the difference is a polynomial of degree ≤ d; by
+  Schwartz–Zippel a non-equivalent pair agrees on a round with probability ≤ d/p, so
+  ``ceil(ln δ / ln(d/p))`` rounds reach δ (one or two with p ≈ 2^31).
+* Exponentials, with Theorem 3's condition ``d·k⁴ < q`` met: a round passes a
+  non-equivalent pair with probability ≤ 1 − 1/k (Theorem 3's o(1/k) dropped, as Theorem 4
+  does), so ``≈ k·ln(1/δ)`` rounds reach δ. Note that k ≥ 2 as soon as either side has an
+  exponential (silu alone is x/(1 + e^{-x}): k = 4 for silu against silu), so this is many
+  rounds: Theorem 3's bound is weak, and it is the one claimed.
+* Condition not met (long softmax rows: k grows with the row length, and k⁴ > q ≈ 2^30 for
+  k > 181), or a sum of fractions whose exponential denominators differ term by term (their
+  common denominator has too many terms): Theorem 3 gives no bound. The rounds still run
+  (``max_rounds``) and the result says ``bound=None`` with the reason — reported, never
+  claimed.
+
+Non-LAX operators (relu, clamp, sqrt, non-integer pow) are uninterpreted functions of their
+field value; the bound then treats each distinct application as a fresh variable (as Mirage
+cuts programs into LAX pieces at such operators), and a note says so. Max is modelled as the
+maximum under a keyed random order and is analysed as the element it returns.
 
 ``max_rounds`` caps the work; when the cap stops short of δ the result's ``bound`` is what was
 achieved and ``meets_delta`` is False. A division by zero in a round is Theorem 3's event 𝓔
-failing: the round is redrawn (up to ``max_redraws`` times), not counted as a pass or failure.
+failing: the round is redrawn, not counted as a pass or a failure; after ``max_redraws``
+draws in a row divide by zero the result is a failure that names the graph at fault (a graph
+that divides by an expression that is zero everywhere has no value to compare).
+
+Speed: every input whose Z_q component cannot reach an exponent, a divisor or an
+uninterpreted function gets a zero Z_q component, which the products skip
+(:func:`q_inputs`); the inputs' memory is reused from round to round (:class:`InputBuffers`);
+the rounds run under ``field_arith.parallel_evaluation``; and the driver batches block-level
+products into few large ones (``interpret.folded_matmul``). None of it changes a value.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
 from mugraph.errors import GraphInputError, MugraphError, UnsupportedError
-from mugraph.ir.graph import BlockGraph
+from mugraph.ir.graph import BlockGraph, Op
 from mugraph.ir.ops import AccumKind, Group, OpKind
 from mugraph.semantics.field import FieldInterpretation
 from mugraph.semantics.field_arith import (
-    P,
-    Q,
     FieldContext,
     FieldDivisionByZero,
+    P,
+    Q,
+    parallel_evaluation,
     theorem4_rounds,
 )
 from mugraph.semantics.interpret import run_kernel_graph
+from mugraph.semantics.partition import LEAD
 
 
 class NotVerifiableError(UnsupportedError):
     """The program is outside what the verifier can decide (e.g. two exps on one path)."""
 
 
+# ---- the normal form of one output element -----------------------------------------------------
+
+_CAP = 1 << 62  # counts and degrees saturate here (far beyond any bound Theorem 3 gives)
+
+
+def _cap(x: int) -> int:
+    return min(int(x), _CAP)
+
+
+@dataclass(frozen=True)
+class Form:
+    """Bounds on one element of a value written as ``N / (G·M)`` (paper eq. (2)).
+
+    ``N = Σ_{i<n} F_i·e^{E_i}`` and ``M = Σ_{j<m} F'_j·e^{E'_j}`` with polynomials ``F_i`` of
+    degree ≤ ``deg`` and ``F'_j`` ≤ ``mdeg``, a polynomial ``G`` of degree ≤ ``gdeg`` and
+    exponents ``E = H/U`` with ``deg H ≤ eh``, ``deg U ≤ eu``. ``depth`` counts exponentials on
+    the worst path; ``axes`` (negative, counted from the last) are the axes along which the
+    denominator ``G·M`` may vary — a sum along any other axis keeps one common denominator.
+    """
+
+    depth: int = 0
+    n: int = 1
+    m: int = 1
+    deg: int = 1
+    mdeg: int = 0
+    gdeg: int = 0
+    eh: int = 0
+    eu: int = 0
+    axes: frozenset[int] = frozenset()
+
+    @property
+    def has_den(self) -> bool:
+        return self.gdeg > 0 or self.m > 1 or self.mdeg > 0
+
+    def normal(self) -> Form:
+        """Saturated counts; without an exponential every term is e^0 and they merge."""
+        f = replace(self, **{k: _cap(getattr(self, k)) for k in _COUNTS})
+        if f.depth == 0:
+            f = replace(f, n=1, m=1, gdeg=_cap(f.gdeg + f.mdeg), mdeg=0, eh=0, eu=0)
+        return f if f.has_den else replace(f, axes=frozenset())
+
+
+_COUNTS = ("n", "m", "deg", "mdeg", "gdeg", "eh", "eu")
+CONSTANT = Form(deg=0)
+VARIABLE = Form()
+
+
+def _exponents(a: Form, b: Form) -> tuple[int, int]:
+    """Degrees of E_a + E_b = (H_a·U_b + H_b·U_a) / (U_a·U_b)."""
+    if a.depth == 0:
+        return b.eh, b.eu
+    if b.depth == 0:
+        return a.eh, a.eu
+    return max(a.eh + b.eu, b.eh + a.eu), a.eu + b.eu
+
+
+def _mul(a: Form, b: Form) -> Form:
+    eh, eu = _exponents(a, b)
+    return Form(max(a.depth, b.depth), a.n * b.n, a.m * b.m, a.deg + b.deg, a.mdeg + b.mdeg,
+                a.gdeg + b.gdeg, eh, eu, a.axes | b.axes).normal()
+
+
+def _add(a: Form, b: Form) -> Form:
+    """N_a/(G_a M_a) + N_b/(G_b M_b) = (N_a G_b M_b + N_b G_a M_a) / (G_a G_b M_a M_b)."""
+    eh, eu = _exponents(a, b)
+    depth = max(a.depth, b.depth)
+    if not a.has_den and not b.has_den:
+        return Form(depth, a.n + b.n, 1, max(a.deg, b.deg), 0, 0, eh, eu).normal()
+    return Form(depth, a.n * b.m + b.n * a.m, a.m * b.m,
+                max(a.deg + b.gdeg + b.mdeg, b.deg + a.gdeg + a.mdeg), a.mdeg + b.mdeg,
+                a.gdeg + b.gdeg, eh, eu, a.axes | b.axes).normal()
+
+
+def _div(a: Form, b: Form, varying: frozenset[int]) -> Form:
+    """a / b = N_a G_b M_b / (G_a M_a N_b); a one-term N_b = F·e^E becomes e^{-E} / F."""
+    depth = max(a.depth, b.depth)
+    axes = a.axes | b.axes | varying
+    num = a.deg + b.gdeg + b.mdeg
+    if b.n == 1:
+        # numerator exponents E_a + E'_b − E_b: two of b's exponents when M_b has terms
+        two = replace(b, eh=b.eh + b.eu, eu=2 * b.eu) if b.m > 1 and b.eu else b
+        eh, eu = _exponents(a, two)
+        return Form(depth, a.n * b.m, a.m, num, a.mdeg, a.gdeg + b.deg, eh, eu, axes).normal()
+    eh, eu = _exponents(a, b)
+    return Form(depth, a.n * b.m, a.m * b.n, num, a.mdeg + b.deg, a.gdeg, eh, eu, axes).normal()
+
+
+def _power(a: Form, e: int) -> Form:
+    """a^e for an integer e >= 0 (closed form of e - 1 products)."""
+    if e == 0:
+        return CONSTANT
+    eh, eu = (a.eh + (e - 1) * a.eu, e * a.eu) if a.eu else (a.eh, 0)
+    return Form(a.depth, a.n ** min(e, 64), a.m ** min(e, 64), e * a.deg, e * a.mdeg,
+                e * a.gdeg, eh, eu, a.axes).normal()
+
+
+def _sum(a: Form, axis: int, length: int, shared_den: bool | None = None) -> Form:
+    """The sum of ``length`` elements of ``a`` along ``axis`` (kept as a size-1 axis)."""
+    if length <= 1:
+        return a
+    axes = a.axes - {axis}
+    shared = (axis not in a.axes) if shared_den is None else shared_den
+    if not a.has_den or shared:
+        # Σ N_j / (G·M): one denominator; terms of equal exponent merge, degrees stay
+        return replace(a, n=_cap(a.n * length), axes=axes).normal()
+    extra = length - 1  # the closed form of length - 1 additions of fractions
+    eh, eu = (a.eh + extra * a.eu, length * a.eu) if a.eu else (a.eh, 0)
+    return Form(a.depth, length * a.n * _big_power(a.m, extra), _big_power(a.m, length),
+                a.deg + extra * (a.gdeg + a.mdeg), length * a.mdeg, length * a.gdeg, eh, eu,
+                axes).normal()
+
+
+def _big_power(base: int, e: int) -> int:
+    if base <= 1:
+        return 1
+    return _CAP if e * math.log2(base) >= 62 else base**e
+
+
+def _fresh(a: Form) -> Form:
+    """An uninterpreted function's value: a fresh variable (the path keeps its exp count)."""
+    return Form(depth=a.depth)
+
+
+def _exp_of(a: Form, what: str) -> tuple[int, int]:
+    if a.depth:
+        raise NotVerifiableError(
+            f"{what}: a second exponential on one path (exp of a value that already contains "
+            "exp, silu or gelu) is outside LAX; the verifier cannot decide it"
+        )
+    return a.deg, a.gdeg  # the exponent F / G
+
+
+# ---- rules: the form of an operator's result, keyed by OpKind -----------------------------------
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class _Site:
+    """Where an operator is analysed: its name for messages and its block graph, if any."""
+
+    name: str
+    block: BlockGraph | None = None
+
+
+def _varying(shape: Shape) -> frozenset[int]:
+    """Axes (negative) along which a value of ``shape`` may vary: those longer than 1."""
+    return frozenset(-(i + 1) for i, s in enumerate(reversed(shape)) if s > 1)
+
+
+def _axis(op: Op, shape: Shape) -> int:
+    """An operator's ``dim`` attribute as a negative axis of its (lead + tile) input shape."""
+    rank = len(op.outputs[0].dims)
+    return op.attr("dim") % rank - rank if rank else -1
+
+
+def _matmul_rule(op, ins, shapes, out, site) -> Form:
+    a, b = ins
+    shared = -1 not in a.axes and -2 not in b.axes
+    axes = {x for x in a.axes | b.axes if x <= -3} | ({-2} & a.axes) | ({-1} & b.axes)
+    product = replace(_mul(a, b), axes=frozenset(axes))
+    return _sum(product, 0, shapes[0][-1], shared_den=shared)
+
+
+def _reduction_rule(op, ins, shapes, out, site) -> Form:
+    axis = _axis(op, shapes[0])
+    return _sum(ins[0], axis, shapes[0][axis])
+
+
+def _reduction_max_rule(op, ins, shapes, out, site) -> Form:
+    return replace(ins[0], axes=ins[0].axes - {_axis(op, shapes[0])})
+
+
+def _rms_norm_rule(op, ins, shapes, out, site) -> Form:
+    count = len(op.attr("normalized_shape"))
+    rows = frozenset(x for x in _varying(shapes[0]) if x < -count)
+    return _div(ins[0], _fresh(ins[0]), rows)
+
+
+def _concat_rule(op, ins, shapes, out, site) -> Form:
+    a, b = ins
+    joined = {k: max(getattr(a, k), getattr(b, k)) for k in ("depth", *_COUNTS)}
+    seam = {_axis(op, shapes[0])} if a.has_den or b.has_den else set()
+    return Form(**joined, axes=a.axes | b.axes | frozenset(seam)).normal()
+
+
+def _reshape_rule(op, ins, shapes, out, site) -> Form:
+    return replace(ins[0], axes=_varying(out)).normal()
+
+
+def _loop_axis(shape: Shape) -> int:
+    return -len(shape)  # the for-loop axis F leads every block value
+
+
+def _accum_rule(op, ins, shapes, out, site) -> Form:
+    acc, shape = op.attr("acc"), shapes[0]
+    total = _sum(ins[0], _loop_axis(shape), shape[0])
+    if acc is AccumKind.NONE:
+        return total
+    if acc is AccumKind.RMS:
+        return _fresh(total)
+    dimx = site.block.reduction_dimx if site.block else 1
+    length = shape[-1] // dimx if acc is AccumKind.SUM_TODIMX else shape[-1]
+    return _sum(total, -1, length)
+
+
+def _accum_max_rule(op, ins, shapes, out, site) -> Form:
+    return replace(ins[0], axes=ins[0].axes - {_loop_axis(shapes[0])})
+
+
+def _accum_rescale_rule(op, ins, shapes, out, site) -> Form:
+    """Σ_f x_f·Π_{g>f} s_g: each iteration's term carries its own product of scales."""
+    x, scale = ins
+    if op.attr("acc") is AccumKind.SUM:
+        x = _sum(x, -1, shapes[0][-1])
+    loops = site.block.forloop_range if site.block else 1
+    term = _mul(x, _power(scale, loops - 1))
+    return _sum(term, _loop_axis(shapes[0]), loops, shared_den=not term.has_den)
+
+
+def _exp_rule(op, ins, shapes, out, site) -> Form:
+    eh, eu = _exp_of(ins[0], site.name)
+    return Form(depth=1, deg=0, eh=eh, eu=eu)
+
+
+def _silu_rule(op, ins, shapes, out, site) -> Form:
+    """x / (1 + e^{-x}): one numerator term, two denominator terms."""
+    a = ins[0]
+    eh, eu = _exp_of(a, site.name)
+    return Form(1, 1, 2, a.deg, 0, a.gdeg, eh, eu, a.axes | _varying(shapes[0])).normal()
+
+
+def _gelu_rule(op, ins, shapes, out, site) -> Form:
+    """x·e^{2z} / (e^{2z} + 1) with z = c·(x + 0.044715·x³) (degree 3 in x)."""
+    a = ins[0]
+    _exp_of(a, site.name)
+    eh, eu = 3 * max(a.deg, a.gdeg), 3 * a.gdeg
+    return Form(1, 1, 2, a.deg, 0, a.gdeg, eh, eu, a.axes | _varying(shapes[0])).normal()
+
+
+def _integral(e) -> bool:
+    """Whether pow's exponent is a non-negative integer (else pow is uninterpreted)."""
+    return float(e).is_integer() and e >= 0
+
+
+def _pow_rule(op, ins, shapes, out, site) -> Form:
+    e = op.attr("exponent")
+    return _power(ins[0], int(e)) if _integral(e) else _fresh(ins[0])
+
+
+def _div_rule(op, ins, shapes, out, site) -> Form:
+    a, b = ins
+    return _div(a, b, _varying(shapes[1]) if b.deg or b.depth or b.has_den else frozenset())
+
+
+_Rule = Callable[[Op, list[Form], list[Shape], Shape, _Site], Form]
+
+RULES: dict[OpKind, _Rule] = {
+    OpKind.MATMUL: _matmul_rule,
+    OpKind.EXP: _exp_rule,
+    OpKind.SQUARE: lambda op, ins, shapes, out, site: _mul(ins[0], ins[0]),
+    OpKind.SQRT: lambda op, ins, shapes, out, site: _fresh(ins[0]),
+    OpKind.SILU: _silu_rule,
+    OpKind.GELU: _gelu_rule,
+    OpKind.RELU: lambda op, ins, shapes, out, site: _fresh(ins[0]),
+    OpKind.CLAMP: lambda op, ins, shapes, out, site: _fresh(ins[0]),
+    OpKind.MUL_SCALAR: lambda op, ins, shapes, out, site: ins[0],
+    OpKind.POW: _pow_rule,
+    OpKind.ADD: lambda op, ins, shapes, out, site: _add(*ins),
+    OpKind.SUB: lambda op, ins, shapes, out, site: _add(*ins),
+    OpKind.MUL: lambda op, ins, shapes, out, site: _mul(*ins),
+    OpKind.DIV: _div_rule,
+    OpKind.REDUCTION: _reduction_rule,
+    OpKind.REDUCTION_MAX: _reduction_max_rule,
+    OpKind.RMS_NORM: _rms_norm_rule,
+    OpKind.CONCAT: _concat_rule,
+    OpKind.RESHAPE: _reshape_rule,
+    OpKind.FORLOOP_ACCUM: _accum_rule,
+    OpKind.FORLOOP_ACCUM_MAX: _accum_max_rule,
+    OpKind.FORLOOP_ACCUM_RESCALE: _accum_rescale_rule,
+}
+
+
+def _uninterpreted_name(kind: OpKind, attrs: dict) -> str | None:
+    """The uninterpreted function an operator applies, if any (the field semantics' names)."""
+    if kind in Group.NON_LAX:
+        return "max" if kind in (OpKind.REDUCTION_MAX, OpKind.FORLOOP_ACCUM_MAX) else kind.value
+    if kind is OpKind.RMS_NORM or (
+        kind is OpKind.FORLOOP_ACCUM and attrs.get("acc") is AccumKind.RMS
+    ):
+        return "sqrt"
+    if kind is OpKind.POW and not _integral(attrs["exponent"]):
+        return "pow"
+    return None
+
+
+# ---- walking graphs ----------------------------------------------------------------------------
+
+_Value = tuple[Form, Shape]
+
+
+def _lead(op: Op, block: BlockGraph) -> Shape:
+    """Lead sizes (F, gx, gy, gz) of a block input: the axes its imap / forloop_dim split."""
+    imap, fdim = op.attr("imap"), op.attr("forloop_dim")
+    grid = tuple(g if mapped >= 0 else 1 for g, mapped in zip(block.grid_dim, imap, strict=True))
+    return (block.forloop_range if fdim >= 0 else 1, *grid)
+
+
+def _with_axes(form: Form, shape: Shape) -> Form:
+    """A value moved across a kernel boundary: its denominator may vary along any axis."""
+    return replace(form, axes=_varying(shape)).normal()
+
+
+class _Walker:
+    """Computes the :class:`Form` of every value of a kernel graph and its block graphs."""
+
+    def __init__(self) -> None:
+        self.uninterpreted: set[str] = set()
+
+    def kernel(self, graph) -> list[Form]:
+        inputs = [(VARIABLE, op.outputs[0].dims) for op in graph.input_ops]
+        values: list[list[_Value]] = []
+        for i, op in enumerate(graph.ops):
+            args = [values[r.op][r.index] for r in op.inputs]
+            if op.kind is OpKind.INPUT:
+                values.append([inputs[op.attr("index")]])
+            elif op.kind is OpKind.CUSTOMIZED:
+                values.append(self.block(op, args, i))
+            else:
+                out = op.outputs[0].dims
+                values.append([(self.apply(op, args, out, _Site(f"{op.kind.value} (operator {i})")),
+                                out)])
+        return [values[r.op][r.index][0] for r in graph.outputs]
+
+    def block(self, kernel_op: Op, args: list[_Value], at: int) -> list[_Value]:
+        block: BlockGraph = kernel_op.attr("graph")
+        values: list[list[_Value]] = []
+        outs: list[_Value] = []
+        for i, op in enumerate(block.ops):
+            ins = [values[r.op][r.index] for r in op.inputs]
+            if op.kind is OpKind.BLOCK_INPUT:
+                shape = _lead(op, block) + op.outputs[0].dims
+                values.append([(_with_axes(args[op.attr("index")][0], shape), shape)])
+            elif op.kind is OpKind.BLOCK_OUTPUT:
+                kernel_shape = kernel_op.outputs[len(outs)].dims
+                outs.append((_with_axes(ins[0][0], kernel_shape), kernel_shape))
+                values.append([])
+            else:
+                lead = np.broadcast_shapes(*(s[:LEAD] for _, s in ins))
+                if op.kind in Group.ACCUMULATOR:
+                    lead = (1, *lead[1:])
+                out = tuple(lead) + op.outputs[0].dims
+                site = _Site(f"{op.kind.value} (operator {i} of the block graph of operator {at})",
+                             block)
+                values.append([(self.apply(op, ins, out, site), out)])
+        return outs
+
+    def apply(self, op: Op, args: list[_Value], out: Shape, site: _Site) -> Form:
+        if op.kind is OpKind.THREAD_GRAPH:
+            return self.thread_graph(op, args, site)
+        self._note(op.kind, dict(op.attrs))
+        rule = RULES.get(op.kind)
+        if rule is None:
+            raise NotVerifiableError(f"{site.name}: the verifier does not know this operator")
+        return rule(op, [f for f, _ in args], [s for _, s in args], out, site)
+
+    def thread_graph(self, op: Op, args: list[_Value], site: _Site) -> Form:
+        values = list(args)
+        for kind, operands, attrs in op.attr("program"):
+            step = Op(kind, (), attrs, ())
+            ins = [values[j] for j in operands]
+            shape = tuple(np.broadcast_shapes(*(s for _, s in ins)))
+            self._note(kind, dict(attrs))
+            form = RULES[kind](step, [f for f, _ in ins], [s for _, s in ins], shape, site)
+            values.append((form, shape))
+        return values[-1][0]
+
+    def _note(self, kind: OpKind, attrs: dict) -> None:
+        name = _uninterpreted_name(kind, attrs)
+        if name:
+            self.uninterpreted.add(name)
+
+
+# ---- analysis and round planning --------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class Analysis:
-    """What the verifier needs to know about a graph: exps per path, degree, exp terms."""
+    """What the verifier knows about a graph (or, from :func:`difference`, about a pair).
+
+    ``max_exp_depth``: exponentials on the worst path. ``degree``: the largest polynomial
+    degree of the normal form. ``terms``: the most exponential terms of a numerator or
+    denominator (for a pair: Theorem 3's k of the difference). ``outputs``: one
+    :class:`Form` per output (empty for a pair).
+    """
 
     max_exp_depth: int
     degree: int
     terms: int
     uninterpreted: tuple[str, ...]
+    outputs: tuple[Form, ...] = ()
+
+
+def _degree(f: Form) -> int:
+    return max(f.deg, f.gdeg, f.mdeg, f.eh, f.eu)
+
+
+def analyse(graph) -> Analysis:
+    """The normal-form bounds of every output of ``graph`` (raises NotVerifiableError for a
+    path with two exponentials)."""
+    walker = _Walker()
+    outs = tuple(walker.kernel(graph))
+    return Analysis(
+        max_exp_depth=max(f.depth for f in outs),
+        degree=max(_degree(f) for f in outs),
+        terms=max(max(f.n, f.m) for f in outs),
+        uninterpreted=tuple(sorted(walker.uninterpreted)),
+        outputs=outs,
+    )
+
+
+def check_verifiable(graph) -> Analysis:
+    """Raise NotVerifiableError when ``graph`` is outside what the verifier decides."""
+    return analyse(graph)
+
+
+def _pair(a: Form, b: Form) -> tuple[int, int]:
+    """(k, d) of N_a·G_b·M_b − N_b·G_a·M_a, the cleared difference of two outputs."""
+    d = max(a.deg + b.gdeg + b.mdeg, b.deg + a.gdeg + a.mdeg)
+    if a.depth == 0 and b.depth == 0:
+        return 1, d
+    eh, eu = _exponents(a, b)
+    return _cap(a.n * b.m + b.n * a.m), max(d, eh, eu)
+
+
+def difference(candidate: Analysis, program: Analysis) -> Analysis:
+    """The bounds Theorem 3 needs for the pair: the worst output's k and d."""
+    pairs = [_pair(a, b) for a, b in zip(candidate.outputs, program.outputs, strict=True)]
+    return Analysis(
+        max_exp_depth=max(candidate.max_exp_depth, program.max_exp_depth),
+        degree=max(d for _, d in pairs),
+        terms=max(k for k, _ in pairs),
+        uninterpreted=tuple(sorted(set(candidate.uninterpreted) | set(program.uninterpreted))),
+    )
+
+
+def plan_rounds(a: Analysis, delta: float, max_rounds: int, *, p: int = P,
+                q: int = Q) -> tuple[int, float | None, str]:
+    """Rounds to run, the false-pass bound they achieve (None: no bound), and why.
+
+    ``a`` describes a pair (:func:`difference`); ``p``, ``q`` are the primes of the test.
+    """
+    if a.max_exp_depth == 0:
+        per_round = min(1.0, max(1, a.degree) / p)
+        if per_round >= 1:
+            return max_rounds, None, f"Schwartz-Zippel gives nothing: degree {a.degree} >= p"
+        rounds = min(max(1, math.ceil(math.log(delta) / math.log(per_round))), max_rounds)
+        return rounds, per_round**rounds, f"Schwartz-Zippel: no exponential, degree {a.degree}"
+    if a.terms < _CAP and a.degree * a.terms**4 < q:
+        rounds = min(theorem4_rounds(a.terms, delta), max_rounds)
+        why = f"Theorems 3-4: k={a.terms}, d={a.degree}, d*k^4 < q; per round 1-1/k"
+        return rounds, (1 - 1 / a.terms) ** rounds, why
+    k = f"{a.terms}" if a.terms < _CAP else ">= 2^62"
+    return (
+        max_rounds,
+        None,
+        f"Theorem 3 does not apply: d*k^4 >= q (k={k}, d={a.degree}); rounds are a heuristic",
+    )
+
+
+def rounds_for(candidate, program, delta: float) -> tuple[int, float | None, str]:
+    """The rounds :func:`verify` plans for ``delta`` without a cap (for reports)."""
+    pair = difference(analyse(candidate), analyse(program))
+    return plan_rounds(pair, delta, 1 << 62)
+
+
+# ---- which inputs need a Z_q component ----------------------------------------------------------
+
+_Q_ALL_OPERANDS = Group.EXPONENTIAL | Group.NON_LAX | {OpKind.RMS_NORM, OpKind.POW}
+
+
+def _q_operands(kind: OpKind, attrs: dict, count: int) -> tuple[int, ...]:
+    """Operands whose Z_q component can change the Z_p component of the result (exponents,
+    uninterpreted functions, the max order), or that are divisors."""
+    if kind in _Q_ALL_OPERANDS:
+        return tuple(range(count))
+    if kind is OpKind.FORLOOP_ACCUM and attrs.get("acc") is AccumKind.RMS:
+        return (0,)
+    if kind is OpKind.DIV:
+        return (1,)
+    return ()
+
+
+def q_inputs(graph) -> frozenset[int]:
+    """Kernel inputs whose Z_q component matters: those that reach an exponent, a divisor or an
+    uninterpreted function. The others can take a zero Z_q component: a Z_q value then only
+    flows through sums and products into outputs, where both graphs compute it alike."""
+    needed = 0
+
+    def visit(kind: OpKind, attrs: dict, masks: list[int]) -> int:
+        nonlocal needed
+        for j in _q_operands(kind, attrs, len(masks)):
+            needed |= masks[j]
+        return _union(masks)
+
+    def walk(ops, inputs: list[int]) -> list[int]:
+        values: list[list[int]] = []
+        outs: list[int] = []
+        for op in ops:
+            ins = [values[r.op][r.index] for r in op.inputs]
+            if op.kind in (OpKind.INPUT, OpKind.BLOCK_INPUT):
+                values.append([inputs[op.attr("index")]])
+            elif op.kind is OpKind.BLOCK_OUTPUT:
+                outs.append(ins[0])
+                values.append([])
+            elif op.kind is OpKind.CUSTOMIZED:
+                values.append(walk(op.attr("graph").ops, ins))
+            elif op.kind is OpKind.THREAD_GRAPH:
+                steps = list(ins)
+                for kind, operands, attrs in op.attr("program"):
+                    steps.append(visit(kind, dict(attrs), [steps[j] for j in operands]))
+                values.append([steps[-1]])
+            else:
+                values.append([visit(op.kind, dict(op.attrs), ins)] * len(op.outputs))
+        return outs
+
+    walk(graph.ops, [1 << i for i in range(len(graph.input_ops))])
+    return frozenset(i for i in range(len(graph.input_ops)) if needed >> i & 1)
+
+
+def _union(masks: Sequence[int]) -> int:
+    out = 0
+    for m in masks:
+        out |= m
+    return out
+
+
+# ---- the test ----------------------------------------------------------------------------------
 
 
 @dataclass
 class VerificationResult:
+    """The verdict, the rounds run and the false-pass bound they give (None: no bound)."""
+
     passed: bool
     rounds: int
     bound: float | None
@@ -73,6 +634,7 @@ class VerificationResult:
     elapsed: float = 0.0
     failure: str | None = None
     notes: list[str] = field(default_factory=list)
+    primes: tuple[int, int] = (P, Q)
 
     @property
     def meets_delta(self) -> bool:
@@ -85,153 +647,10 @@ class VerificationResult:
         verdict = "equivalent" if self.passed else f"NOT equivalent ({self.failure})"
         bound = "no bound" if self.bound is None else f"false-pass probability <= {self.bound:.3g}"
         return (
-            f"{verdict}: {self.rounds} round(s) over Z_{P} x Z_{Q}, {bound} "
+            f"{verdict}: {self.rounds} round(s) over Z_{self.primes[0]} x Z_{self.primes[1]}, "
+            f"{bound} "
             f"({self.guarantee}; k={self.terms}, d={self.degree}, {self.elapsed * 1e3:.0f} ms)"
         )
-
-
-# ---- structural analysis -----------------------------------------------------------------------
-
-_Info = tuple[int, int, int]  # (exps on the worst path, degree, exponential terms)
-
-
-def _combine(kind: OpKind, ins: list[_Info], reduce_size: int, op_name: str) -> _Info:
-    depth = max((i[0] for i in ins), default=0)
-    if kind in Group.EXPONENTIAL:
-        depth += 1
-        if depth > 1:
-            raise NotVerifiableError(
-                f"{op_name}: a second exponential on one path (exp of a value that already "
-                "contains exp, silu or gelu) is outside LAX; the verifier cannot decide it"
-            )
-    if kind in Group.NON_LAX:
-        return depth, 1, 1  # an uninterpreted function's value is a fresh variable
-    degs = [i[1] for i in ins] or [1]
-    terms = [max(1, i[2]) for i in ins] or [1]
-    if depth == 0:
-        terms = [1] * len(terms)  # only exponential terms are counted
-    if kind is OpKind.DIV:
-        degree, count = sum(degs), terms[0]  # the divisor goes into the denominators g_i
-    elif kind is OpKind.MATMUL or kind is OpKind.MUL:
-        degree = sum(degs)
-        count = math.prod(terms) * (reduce_size if depth else 1)
-    elif kind is OpKind.POW:
-        degree = degs[0] * 4
-        count = terms[0] ** 2
-    elif kind is OpKind.SQUARE:
-        degree, count = degs[0] * 2, terms[0] ** 2
-    elif kind in Group.EXPONENTIAL:
-        degree, count = degs[0] + (3 if kind is OpKind.GELU else 1), 1
-    else:  # add, sub, reductions, accumulators, data movement
-        degree = max(degs)
-        count = sum(terms) if kind in (OpKind.ADD, OpKind.SUB, OpKind.CONCAT) else max(terms)
-        count *= reduce_size if depth else 1
-    return depth, degree, count if depth else 1
-
-
-def _is_sqrt_accumulator(op) -> bool:
-    return op.kind is OpKind.FORLOOP_ACCUM and op.attr("acc") is AccumKind.RMS
-
-
-def _reduce_size(op, dims, block: BlockGraph | None) -> int:
-    kind = op.kind
-    if kind is OpKind.MATMUL:
-        return dims[0][-1]
-    if kind is OpKind.REDUCTION:
-        return dims[0][op.attr("dim")]
-    if kind is OpKind.RMS_NORM:
-        return math.prod(op.attr("normalized_shape"))
-    if kind in Group.ACCUMULATOR and block is not None:
-        acc = op.attr("acc", AccumKind.NONE)
-        last = 1 if acc is AccumKind.NONE else dims[0][-1]
-        return block.forloop_range * last
-    return 1
-
-
-def _analyse_ops(ops, tensor_dims, inputs: list[_Info], block: BlockGraph | None,
-                 uninterpreted: set[str]) -> tuple[list[list[_Info]], list[_Info]]:
-    values: list[list[_Info]] = []
-    outs: list[_Info] = []
-    for i, op in enumerate(ops):
-        ins = [values[r.op][r.index] for r in op.inputs]
-        dims = [tensor_dims(r) for r in op.inputs]
-        name = f"{op.kind.value} (operator {i}{' of a block graph' if block else ''})"
-        if op.kind is OpKind.INPUT:
-            values.append([inputs[op.attr("index")]])
-        elif op.kind is OpKind.BLOCK_INPUT:
-            values.append([inputs[op.attr("index")]])
-        elif op.kind is OpKind.BLOCK_OUTPUT:
-            outs.append(ins[0])
-            values.append([])
-        elif op.kind is OpKind.CUSTOMIZED:
-            inner: BlockGraph = op.attr("graph")
-            _, inner_outs = _analyse_ops(inner.ops, inner.tensor_type_dims, ins, inner, uninterpreted)
-            values.append(inner_outs)
-        elif op.kind is OpKind.THREAD_GRAPH:
-            info = ins
-            for kind, operands, _ in op.attr("program"):
-                info = info + [_combine(kind, [info[j] for j in operands], 1, name)]
-                if kind in Group.NON_LAX:
-                    uninterpreted.add(kind.value)
-            values.append([info[-1]])
-        elif _is_sqrt_accumulator(op):
-            uninterpreted.add("sqrt")
-            depth = max(i[0] for i in ins)
-            values.append([(depth, 1, 1)])
-        else:
-            if op.kind in Group.NON_LAX or op.kind is OpKind.RMS_NORM:
-                uninterpreted.add(op.kind.value)
-            values.append([_combine(op.kind, ins, _reduce_size(op, dims, block), name)])
-    return values, outs
-
-
-def analyse(graph) -> Analysis:
-    """Exponentials per path, degree and exponential-term estimates of a kernel graph."""
-    uninterpreted: set[str] = set()
-    inputs = [(0, 1, 1)] * len(graph.input_ops)
-    values, _ = _analyse_ops(graph.ops, lambda r: graph.tensor_type(r).dims, inputs, None, uninterpreted)
-    outs = [values[r.op][r.index] for r in graph.outputs]
-    return Analysis(
-        max_exp_depth=max(o[0] for o in outs),
-        degree=max(o[1] for o in outs),
-        terms=max(o[2] for o in outs),
-        uninterpreted=tuple(sorted(uninterpreted)),
-    )
-
-
-def _block_dims(self: BlockGraph, ref) -> tuple[int, ...]:
-    return self.ops[ref.op].outputs[ref.index].dims
-
-
-BlockGraph.tensor_type_dims = _block_dims  # type: ignore[attr-defined]
-
-
-def check_verifiable(graph) -> Analysis:
-    """Raise NotVerifiableError when ``graph`` is outside what the verifier decides."""
-    return analyse(graph)
-
-
-# ---- the test ----------------------------------------------------------------------------------
-
-
-def plan_rounds(a: Analysis, delta: float, max_rounds: int) -> tuple[int, float | None, str]:
-    """Rounds to run, the false-pass bound they achieve (None: no bound), and why."""
-    if a.terms <= 1:
-        # one exponential term at most: Schwartz-Zippel in Z_p (and in Z_q for the exponent)
-        modulus = P if a.max_exp_depth == 0 else Q
-        per_round = min(1.0, 2 * a.degree / modulus)
-        wanted = max(1, math.ceil(math.log(delta) / math.log(per_round))) if per_round < 1 else max_rounds
-        rounds = min(wanted, max_rounds)
-        kind = "no exponential" if a.max_exp_depth == 0 else "one exponential term"
-        return rounds, per_round**rounds, f"Schwartz-Zippel ({kind})"
-    if a.degree * a.terms**4 < Q:
-        rounds = min(theorem4_rounds(a.terms, delta), max_rounds)
-        return rounds, (1 - 1 / a.terms) ** rounds, "Theorems 3-4"
-    return (
-        max_rounds,
-        None,
-        f"Theorem 3 does not apply: d*k^4 = {a.degree}*{a.terms}^4 >= q; rounds are a heuristic",
-    )
 
 
 def _check_same_interface(candidate, program) -> None:
@@ -246,29 +665,45 @@ def _check_same_interface(candidate, program) -> None:
 
 
 def verify(candidate, program, delta: float = 1e-9, *, max_rounds: int = 64,
-           seed: int | None = None, max_redraws: int = 8) -> VerificationResult:
-    """Test ``candidate`` against ``program`` over finite fields (see the module docstring)."""
+           seed: int | None = None, max_redraws: int = 8,
+           primes: tuple[int, int] = (P, Q)) -> VerificationResult:
+    """Test ``candidate`` against ``program`` over finite fields (see the module docstring).
+
+    ``primes``: (p, q) with q | p - 1 and p < 2^31 (small ones are for tests: the bound is
+    computed for the primes used)."""
     if not 0 < delta < 1:
         raise MugraphError(f"verify: delta must be in (0, 1), got {delta}")
     candidate.check()
     program.check()
     _check_same_interface(candidate, program)
-    ca, pa = analyse(candidate), analyse(program)
-    merged = Analysis(max(ca.max_exp_depth, pa.max_exp_depth), max(ca.degree, pa.degree),
-                      max(ca.terms, pa.terms), tuple(sorted(set(ca.uninterpreted) | set(pa.uninterpreted))))
-    rounds, bound, guarantee = plan_rounds(merged, delta, max_rounds)
+    pair = difference(analyse(candidate), analyse(program))
+    p, q = primes
+    rounds, bound, guarantee = plan_rounds(pair, delta, max_rounds, p=p, q=q)
+    result = VerificationResult(True, 0, bound, delta, guarantee, pair.terms, pair.degree,
+                                primes=(p, q))
+    if pair.uninterpreted:
+        result.notes.append(
+            f"uninterpreted functions ({', '.join(pair.uninterpreted)}): the bound treats each "
+            "distinct application as a fresh variable (max as the element it returns)"
+        )
+    q_needed = q_inputs(candidate) | q_inputs(program)
     rng = np.random.default_rng(seed)
+    buffers = InputBuffers()
     started = time.perf_counter()
-    result = VerificationResult(True, 0, bound, delta, guarantee, merged.terms, merged.degree)
-    if merged.uninterpreted:
-        result.notes.append(f"uninterpreted functions: {', '.join(merged.uninterpreted)}")
+    in_a_row = 0
     while result.rounds < rounds:
-        failure = _one_round(candidate, program, rng)
-        if failure == "redraw":
+        with parallel_evaluation():
+            failure = _one_round(candidate, program, rng, q_needed, primes=(p, q),
+                                 buffers=buffers)
+        if isinstance(failure, _Redraw):
             result.redraws += 1
-            if result.redraws > max_redraws:
-                raise MugraphError("verify: division by zero in every redraw; the graphs divide by zero")
+            in_a_row += 1
+            if in_a_row > max_redraws:
+                result.passed, result.bound = False, None
+                result.failure = f"division by zero in {in_a_row} draws in a row ({failure})"
+                break
             continue
+        in_a_row = 0
         result.rounds += 1
         if failure is not None:
             result.passed, result.failure, result.bound = False, failure, None
@@ -277,15 +712,52 @@ def verify(candidate, program, delta: float = 1e-9, *, max_rounds: int = 64,
     return result
 
 
-def _one_round(candidate, program, rng) -> str | None:
-    ctx = FieldContext.from_rng(rng)
-    inputs = [ctx.random(t.dims, rng) for t in program.input_types]
-    interp = FieldInterpretation(ctx)
+class _Redraw(str):
+    """_one_round's answer when a division by zero voids the round (Theorem 3's event 𝓔)."""
+
+
+def _evaluate(graph, interp, inputs) -> list[Any] | FieldDivisionByZero:
     try:
-        got = run_kernel_graph(interp, candidate.ops, candidate.outputs, inputs)
-        want = run_kernel_graph(interp, program.ops, program.outputs, inputs)
-    except FieldDivisionByZero:
-        return "redraw"
+        return run_kernel_graph(interp, graph.ops, graph.outputs, inputs)
+    except FieldDivisionByZero as error:
+        return error
+
+
+class InputBuffers:
+    """Memory for the random inputs, reused round after round (fresh memory for tens of
+    millions of elements costs more in page faults than drawing the values). Only for a
+    caller that drops every value of a round before the next one draws."""
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[int, int, bool], tuple[np.ndarray, np.ndarray | None]] = {}
+
+    def get(self, index: int, size: int, with_q: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        key = (index, size, with_q)
+        if key not in self._held:
+            q = np.empty(size, dtype=np.int64) if with_q else None
+            self._held[key] = (np.empty(size, dtype=np.int64), q)
+        return self._held[key]
+
+
+def _one_round(candidate, program, rng, q_needed: frozenset[int] | None = None, *,
+               primes: tuple[int, int] = (P, Q),
+               buffers: InputBuffers | None = None) -> str | None:
+    """One random test: None when every output agrees, a _Redraw (a str) when a division by
+    zero voids the round, else a description of the first difference. ``q_needed``: the
+    inputs that get a random Z_q component (None: all)."""
+    ctx = FieldContext.from_rng(rng, p=primes[0], q=primes[1])
+    inputs = []
+    for i, t in enumerate(program.input_types):
+        with_q = q_needed is None or i in q_needed
+        out = buffers.get(i, math.prod(t.dims), with_q) if buffers is not None else None
+        inputs.append(ctx.random(t.dims, rng, with_q=with_q, out=out))
+    interp = FieldInterpretation(ctx)
+    got = _evaluate(candidate, interp, inputs)
+    want = _evaluate(program, interp, inputs)
+    errors = [(name, v) for name, v in (("candidate", got), ("program", want))
+              if isinstance(v, FieldDivisionByZero)]
+    if errors:
+        return _Redraw("; ".join(f"the {name}: {error}" for name, error in errors))
     for i, (a, b) in enumerate(zip(got, want, strict=True)):
         a = a.broadcast_to(b.shape) if a.shape != b.shape else a
         if not a.equals(b):

@@ -38,7 +38,7 @@ the abstraction is exact there.  A matmul whose two operands are concatenated al
 abstract expression is ``add(sum(k1, mul(W, Y)), sum(k2, mul(X, Z)))``: :func:`matmul` builds
 that form when it sees such operands (it reads the sizes ``ka``, ``kb`` that concat keeps).
 For Theorem 1 to keep the concat prefixes of that μGraph, ``A_sub`` gets the extension
-``sub-concat-operands`` (see :data:`A_SUB`).
+``sub-concat-operands`` (see :data:`A_SUB`; the oracle applies it after saturation).
 
 Patterns.  The axioms are terms with pattern variables (:func:`pvar`) and symbolic sizes
 (:class:`SizeVar`, products ``i * j``).  Constructors do not normalise non-ground terms, so a
@@ -767,15 +767,11 @@ def _reduced_size(dims: Sequence[Dims], attrs: Mapping[str, Any], op: str) -> in
     return size
 
 
-def _reduction_kind(
-    inputs: Sequence[Term], dims: Sequence[Dims], attrs: Mapping[str, Any]
-) -> Term:
+def _reduction_kind(inputs: Sequence[Term], dims: Sequence[Dims], attrs: Mapping[str, Any]) -> Term:
     return sum(_reduced_size(dims, attrs, "reduction"), _only(inputs, 1, "reduction")[0])
 
 
-def _reduction_max(
-    inputs: Sequence[Term], dims: Sequence[Dims], attrs: Mapping[str, Any]
-) -> Term:
+def _reduction_max(inputs: Sequence[Term], dims: Sequence[Dims], attrs: Mapping[str, Any]) -> Term:
     return max(_reduced_size(dims, attrs, "reduction_max"), _only(inputs, 1, "reduction_max")[0])
 
 
@@ -807,9 +803,7 @@ def _accum_size(dims: Sequence[Dims], attrs: Mapping[str, Any], acc: AccumKind) 
     return last
 
 
-def _forloop_accum(
-    inputs: Sequence[Term], dims: Sequence[Dims], attrs: Mapping[str, Any]
-) -> Term:
+def _forloop_accum(inputs: Sequence[Term], dims: Sequence[Dims], attrs: Mapping[str, Any]) -> Term:
     x = _only(inputs, 1, "forloop_accum")[0]
     acc = as_accum_kind(attrs.get("acc"))
     size = _accum_size(dims, attrs, acc)
@@ -871,5 +865,16 @@ ABSTRACT_SEMANTICS: dict[OpKind, Semantics] = {
 Each entry takes ``(input_terms, input_dims, attrs)``.  Attributes read: ``name`` (input),
 ``exponent`` (pow), ``dim`` and optionally ``to_dimx`` + ``reduction_dimx`` (reductions),
 ``normalized_shape`` (rms_norm; default: the last dim), ``dim`` (concat), ``forloop_range``,
-``acc`` and ``reduction_dimx`` (accumulators).
+``acc`` and ``reduction_dimx`` (accumulators).  Notes:
+
+- block inputs and outputs are the identity (Table 1: the grid / for-loop partition of a tensor
+  does not change which elements it combines); the sum over the iterations is the accumulator's
+  (``forloop_accum``: ``sum(F, x)``, or ``sum(F*t, x)`` when it also reduces the last dim of
+  size ``t``; ``rms``: ``rms(F*t, x)``; ``sum_todimx``: ``sum(F*t/dimx, x)``);
+- graph-defined operators (customized, thread_graph) raise: they are inlined, their outputs'
+  expressions are those of their inner graph's outputs (paper §4.3);
+- ``forloop_accum_max`` is ``max(F, x)``; ``forloop_accum_rescale(x, r)`` (acc <- acc * r + x)
+  is ``sum(F, mul(x, r))``: every tile ends up multiplied by rescale factors.  An online
+  softmax built from them (exp(s - max)) is *not* A_eq-equal to a plain softmax target: that
+  needs cancellation, which the paper leaves out of A_eq on purpose.
 """

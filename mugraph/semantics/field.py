@@ -6,13 +6,18 @@ Arithmetic comes from :mod:`mugraph.semantics.field_arith`. Operators outside LA
 clamp, max, non-integer pow) are keyed uninterpreted functions of their field inputs — the same
 function on both sides of a comparison, never an approximation. Silu and tanh-form gelu are
 written with one exponential each: silu(x) = x / (1 + e^-x) and
-gelu(x) = x · e^{2z} / (e^{2z} + 1) with z = √(2/π)(x + 0.044715 x³) (as 1 + tanh z = 2e^{2z}/(e^{2z}+1)).
+gelu(x) = x · e^{2z} / (e^{2z} + 1) with z = √(2/π)(x + 0.044715 x³)
+(as 1 + tanh z = 2e^{2z}/(e^{2z}+1)).
+
+Matrix products reach :meth:`FieldContext.matmul` through the driver's batching
+(:func:`mugraph.semantics.interpret.folded_matmul`), shared with the reference semantics.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -21,7 +26,7 @@ from mugraph.ir.graph import Op
 from mugraph.ir.ops import AccumKind, Group, OpKind
 from mugraph.semantics.field_arith import FieldArray, FieldContext
 from mugraph.semantics.field_arith import concatenate as field_concatenate
-from mugraph.semantics.interpret import EvalContext, Interpretation, Rule
+from mugraph.semantics.interpret import Interpretation, Rule
 from mugraph.semantics.partition import broadcast_iterations
 
 _GELU_C = math.sqrt(2.0 / math.pi)
@@ -51,7 +56,9 @@ UNARY: dict[OpKind, Callable[[FieldContext, FieldArray, Op], FieldArray]] = {
     OpKind.SILU: _silu,
     OpKind.GELU: _gelu,
     OpKind.RELU: lambda f, x, op: f.uninterpreted("relu", x),
-    OpKind.CLAMP: lambda f, x, op: f.uninterpreted("clamp", x, op.attr("min_val"), op.attr("max_val")),
+    OpKind.CLAMP: lambda f, x, op: f.uninterpreted(
+        "clamp", x, op.attr("min_val"), op.attr("max_val")
+    ),
     OpKind.MUL_SCALAR: lambda f, x, op: f.mul_const(x, op.attr("scalar")),
     OpKind.POW: _pow,
 }
@@ -95,9 +102,7 @@ def sqrt_of_mean(f: FieldContext, sum_sq: FieldArray, count: int) -> FieldArray:
     return f.uninterpreted("sqrt", f.mul_const(sum_sq, _fraction(1, count)))
 
 
-def _fraction(a: int, b: int):
-    from fractions import Fraction
-
+def _fraction(a: int, b: int) -> Fraction:
     return Fraction(a, b)
 
 

@@ -58,9 +58,19 @@ and the reduced chunks are added up (at most ~4M chunks before float64 could rou
 recombined by Horner's rule ``r ← r·2^s + T_l (mod m)`` in float64 and the result is
 canonicalized in int64.  L is chosen per call by a small cost model (more limbs: more GEMM
 work; fewer limbs: more chunks, each a reduction of the output), and can be forced with
-``limbs=``.  ``W`` is converted to float64 in slices of about 2^20 elements into one reused
-buffer, which keeps the conversion out of the page-fault path.  Run this module
+``limbs=``.  ``W`` is converted to float64 in slices of about 2^21 elements into one reused
+buffer, which keeps the conversion out of the page-fault path.  An operand that is a
+:func:`zero_view` (an all-zero array of stride 0) makes the product a zero view at no cost.
+Inside :func:`parallel_evaluation` a large product is split along its larger free dim over
+worker threads of our own, with OpenBLAS single-threaded (its spinning threads cost dearly
+on a busy machine, and skinny products are memory-bound conversions).  Run this module
 (``python -m mugraph.semantics.field_arith``) for timings (:func:`benchmark_matmul`).
+
+Z_q components that do not matter
+---------------------------------
+The verifier gives inputs whose Z_q component cannot reach an exponent, a divisor or an
+uninterpreted function a :func:`zero_view` Z_q component (:meth:`FieldContext.random` with
+``with_q=False``); products with it cost nothing, and both graphs see the same zeros.
 
 exp and the q component of its result
 -------------------------------------
@@ -137,8 +147,9 @@ import hashlib
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -164,12 +175,15 @@ __all__ = [
     "keyed_max",
     "keyed_max_reduce",
     "matmul_mod",
+    "parallel_evaluation",
     "theorem3_max_degree",
     "theorem3_max_terms",
     "theorem4_rounds",
     "uninterpreted",
     "uninterpreted2",
     "uninterpreted_reduce",
+    "is_zero_view",
+    "zero_view",
 ]
 
 P: int = 2_147_483_579  # largest safe prime below 2^31 (2^31 - 69)
@@ -182,6 +196,10 @@ _PARALLEL_MIN = 1 << 16  # ... using two threads when a slice has at least this 
 _EPILOGUE_ELEMS = 1 << 16  # limb recombination works on blocks of about this many outputs
 _BATCH_INV_MIN = 1 << 14  # batch (Montgomery) inversion above this many elements
 _BATCH_INV_STEPS = 64
+_RANDOM_CHUNK = 1 << 16  # random inputs are drawn in chunks of this many elements
+_RANDOM_PART = 1 << 20  # ... larger ones in parts of this many, one seeded stream per part
+_SPLIT_MIN_DIM = 64  # matmul_mod splits a free dim over threads in parts of at least this
+_SPLIT_MIN_MACS = 1 << 25  # ... for products of at least this many multiply-adds
 
 
 # ---------------------------------------------------------------------------------------------
@@ -357,11 +375,22 @@ class FieldArray:
 
 
 def concatenate(arrays: Sequence[FieldArray], axis: int = 0) -> FieldArray:
-    """np.concatenate of both components."""
-    return FieldArray(
-        np.concatenate([a.p for a in arrays], axis=axis),
-        np.concatenate([a.q for a in arrays], axis=axis),
-    )
+    """np.concatenate of both components (zero views stay zero views)."""
+    p = np.concatenate([a.p for a in arrays], axis=axis)
+    if all(is_zero_view(a.q) for a in arrays):
+        return FieldArray(p, zero_view(p.shape))
+    return FieldArray(p, np.concatenate([a.q for a in arrays], axis=axis))
+
+
+def zero_view(shape: int | Sequence[int]) -> np.ndarray:
+    """A read-only all-zero int64 array of ``shape`` that takes no memory (every stride 0)."""
+    return np.broadcast_to(np.int64(0), shape)
+
+
+def is_zero_view(x: np.ndarray) -> bool:
+    """Whether ``x`` is a (reshaped, transposed, sliced...) :func:`zero_view`: every stride 0
+    and the one stored value 0.  Such operands make a product zero without any work."""
+    return x.size > 0 and not any(x.strides) and x.flat[0] == 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -572,19 +601,98 @@ def _split_digits(s: np.ndarray, plan: GemmPlan, split_left: bool) -> np.ndarray
 _POOL: ThreadPoolExecutor | None = None
 
 
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=_MAX_WORKERS, thread_name_prefix="field_arith")
+    return _POOL
+
+
+def _forget_pool() -> None:
+    """In a forked child the pool's threads do not exist: start a new pool when needed."""
+    global _POOL
+    _POOL = None
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
+def _run_parallel(tasks: Sequence[Callable[[], Any]]) -> list[Any]:
+    """Run ``tasks`` on the pool, the last one in this thread; results in order."""
+    futures = [_pool().submit(task) for task in tasks[:-1]]
+    last = tasks[-1]()
+    return [f.result() for f in futures] + [last]
+
+
+_WORKERS = 1  # > 1 inside parallel_evaluation(): the work is split over this many threads
+_MAX_WORKERS = 4
+
+
+def _openblas_threads_api() -> tuple[Any, Any] | None:
+    """(get, set) of the OpenBLAS bundled with NumPy, or None when it cannot be found."""
+    import ctypes
+    import glob
+
+    libs = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs", "*openblas*")
+    names = (
+        "scipy_openblas_{}_num_threads64_",
+        "scipy_openblas_{}_num_threads",
+        "openblas_{}_num_threads64_",
+        "openblas_{}_num_threads",
+    )
+    for path in glob.glob(libs):
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for name in names:
+            if hasattr(lib, name.format("get")) and hasattr(lib, name.format("set")):
+                return getattr(lib, name.format("get")), getattr(lib, name.format("set"))
+    return None
+
+
+_BLAS_API: list[tuple[Any, Any] | None] = []
+
+
+@contextmanager
+def parallel_evaluation(workers: int | None = None) -> Iterator[int]:
+    """Within: the big operations of this module (:meth:`FieldContext.random`,
+    :func:`matmul_mod`) split their work over ``workers`` threads of their own (default: the
+    CPU count, at most 4) and NumPy's OpenBLAS runs single-threaded.  Results are identical
+    to serial evaluation; only the speed changes.  OpenBLAS's own threads spin while they
+    wait, which costs dearly on a busy machine, and its skinny products (a few rows times a
+    large weight) are memory-bound conversions that threads of our own split better.
+    Not re-entrant across threads: one evaluation at a time per process.
+    """
+    global _WORKERS
+    count = max(1, min(_MAX_WORKERS, workers or os.cpu_count() or 1))
+    if not _BLAS_API:
+        _BLAS_API.append(_openblas_threads_api())
+    api = _BLAS_API[0]
+    previous_blas = api[0]() if api else None
+    previous = _WORKERS
+    if api:
+        api[1](1)
+    _WORKERS = count
+    try:
+        yield count
+    finally:
+        _WORKERS = previous
+        if api:
+            api[1](previous_blas)
+
+
 def _convert(dst: np.ndarray, src: np.ndarray) -> None:
     """dst[...] = src (int64 → float64); split over two threads when large (it is
-    memory-bound, and NumPy releases the GIL while casting)."""
-    global _POOL
+    memory-bound, and NumPy releases the GIL while casting).  Inside
+    :func:`parallel_evaluation` the split happens a level up (:func:`matmul_mod`)."""
     axis = next((i for i, n in enumerate(dst.shape) if n > 1), None)
-    if dst.size < _PARALLEL_MIN or axis is None or (os.cpu_count() or 1) < 2:
+    if _WORKERS > 1 or dst.size < _PARALLEL_MIN or axis is None or (os.cpu_count() or 1) < 2:
         np.copyto(dst, src)
         return
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="field_arith")
     half = (slice(None),) * axis + (slice(0, dst.shape[axis] // 2),)
     rest = (slice(None),) * axis + (slice(dst.shape[axis] // 2, None),)
-    future = _POOL.submit(np.copyto, dst[half], src[half])
+    future = _pool().submit(np.copyto, dst[half], src[half])
     np.copyto(dst[rest], src[rest])
     future.result()
 
@@ -673,6 +781,58 @@ def _matmul_core(x: np.ndarray, y: np.ndarray, m: int, limbs: int | None) -> np.
     return _combine_limbs(total, bound, plan, split_left, rows, cols)
 
 
+def _per_batch(x: np.ndarray, y: np.ndarray, m: int, limbs: int | None) -> np.ndarray | None:
+    """A batch of products whose larger operand is too big for one conversion slice, one
+    batch item at a time (spread over the worker threads): slicing the conversion along the
+    reduction instead would leave GEMMs with a tiny reduction dim.  None: not such a batch."""
+    batch = x.shape[:-2]
+    count = math.prod(batch)
+    if count < 2 or batch != y.shape[:-2] or max(x.size, y.size) <= _CONVERT_ELEMS:
+        return None
+    xs, ys = x.reshape(count, *x.shape[-2:]), y.reshape(count, *y.shape[-2:])
+    out = np.empty((count, x.shape[-2], y.shape[-1]), dtype=np.int64)
+    workers = min(_WORKERS, count)
+
+    def share(first: int) -> Callable[[], None]:
+        def run() -> None:
+            for i in range(first, count, workers):
+                out[i] = _matmul_core(xs[i], ys[i], m, limbs)
+
+        return run
+
+    _run_parallel([share(w) for w in range(workers)])
+    return out.reshape(*batch, *out.shape[1:])
+
+
+def _matmul_split(x: np.ndarray, y: np.ndarray, m: int, limbs: int | None) -> np.ndarray:
+    """_matmul_core, split over the worker threads along the larger free dim (rows of x or
+    columns of y) when the product is large: each part is an independent exact product."""
+    items = _per_batch(x, y, m, limbs)
+    if items is not None:
+        return items
+    rows, k, cols = x.shape[-2], x.shape[-1], y.shape[-1]
+    batch = np.broadcast_shapes(x.shape[:-2], y.shape[:-2])
+    parts = min(_WORKERS, max(rows, cols) // _SPLIT_MIN_DIM)
+    if parts < 2 or math.prod(batch) * rows * cols * k < _SPLIT_MIN_MACS:
+        return _matmul_core(x, y, m, limbs)
+    out = np.empty((*batch, rows, cols), dtype=np.int64)
+    along_cols = cols >= rows
+    extent = cols if along_cols else rows
+    bounds = [extent * i // parts for i in range(parts + 1)]
+
+    def part(lo: int, hi: int) -> Callable[[], None]:
+        def run() -> None:
+            if along_cols:
+                out[..., lo:hi] = _matmul_core(x, y[..., lo:hi], m, limbs)
+            else:
+                out[..., lo:hi, :] = _matmul_core(x[..., lo:hi, :], y, m, limbs)
+
+        return run
+
+    _run_parallel([part(lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False)])
+    return out
+
+
 def matmul_mod(x: np.ndarray, y: np.ndarray, m: int, *, limbs: int | None = None) -> np.ndarray:
     """Exact ``x @ y mod m`` (np.matmul semantics: batch broadcasting, 1-D operands).
 
@@ -694,8 +854,11 @@ def matmul_mod(x: np.ndarray, y: np.ndarray, m: int, *, limbs: int | None = None
     if x2.shape[-1] == 0:
         batch = np.broadcast_shapes(x2.shape[:-2], y2.shape[:-2])
         out = np.zeros((*batch, x2.shape[-2], y2.shape[-1]), dtype=np.int64)
+    elif is_zero_view(x2) or is_zero_view(y2):
+        batch = np.broadcast_shapes(x2.shape[:-2], y2.shape[:-2])
+        out = zero_view((*batch, x2.shape[-2], y2.shape[-1]))
     else:
-        out = _matmul_core(x2, y2, m, limbs)
+        out = _matmul_split(x2, y2, m, limbs)
     if x.ndim == 1:
         out = out[..., 0, :]
     if y.ndim == 1:
@@ -752,11 +915,18 @@ def _seeds(key: int | bytes, kind: str, name: str, params: Sequence[Any], n: int
 
 
 def _pack(x: FieldArray) -> np.ndarray:
-    """Injective packing of each (x_p, x_q) into a uint64: x_p << 32 | x_q."""
-    v = x.p.astype(np.uint64)
-    v <<= _S32
-    v |= x.q.astype(np.uint64)
+    """Injective packing of each (x_p, x_q) into a new uint64 array: x_p << 32 | x_q."""
+    v = np.left_shift(x.p.view(np.uint64), _S32)
+    v |= x.q.view(np.uint64)
     return v
+
+
+def _umod(h: np.ndarray, m: int) -> np.ndarray:
+    """h mod m for a uint64 array, in place (libdivide floor division), as an int64 view."""
+    t = h // _U64(m)
+    t *= _U64(m)
+    h -= t
+    return h.view(np.int64)
 
 
 def _mix(v: np.ndarray, s0: Any, s1: Any) -> np.ndarray:
@@ -770,10 +940,8 @@ def _mix(v: np.ndarray, s0: Any, s1: Any) -> np.ndarray:
 def _to_field(h: np.ndarray, s2: Any, moduli: tuple[int, int]) -> FieldArray:
     """A mixed uint64 → (h mod p, fmix(h ^ s2) mod q)."""
     p, q = moduli
-    hp = (h % _U64(p)).astype(np.int64)
-    h ^= s2
-    hq = (_fmix64_(h) % _U64(q)).astype(np.int64)
-    return FieldArray(hp, hq)
+    h2 = h ^ s2
+    return FieldArray(_umod(h, p), _umod(_fmix64_(h2), q))
 
 
 def uninterpreted(
@@ -911,29 +1079,86 @@ class FieldContext:
 
     # -- construction ------------------------------------------------------------------------
 
-    def random(self, shape: int | Sequence[int], rng: np.random.Generator) -> FieldArray:
-        """Independent uniform elements of Z_p × Z_q.
+    def random(
+        self,
+        shape: int | Sequence[int],
+        rng: np.random.Generator,
+        *,
+        with_q: bool = True,
+        out: tuple[np.ndarray, np.ndarray | None] | None = None,
+    ) -> FieldArray:
+        """Independent uniform elements of Z_p × Z_q (of Z_p × {0} when not ``with_q``).
 
-        One raw 64-bit draw per element: its low bits(p-1) bits are x_p, the next bits(q-1)
+        One raw 64-bit draw per element: its low bits(p-1) bits are x_p, its top bits(q-1)
         bits x_q; an element with x_p >= p or x_q >= q is redrawn (rejection keeps it exactly
-        uniform; with the default primes a redraw happens with probability ~10^-7).
+        uniform; with the default primes a redraw happens with probability ~10^-7).  Without
+        ``with_q`` each draw gives two x_p (one per 32-bit half) and the Z_q component is a
+        read-only zero view (see :func:`is_zero_view`), for inputs whose Z_q component never
+        reaches an exponent (the verifier decides which).  Drawn in cache-sized chunks; large
+        arrays in fixed parts, one seeded stream each, filled by the worker threads of
+        :func:`parallel_evaluation` (the values do not depend on the thread count).
+        ``out``: int64 buffers of ``prod(shape)`` elements to fill instead of new arrays (a
+        caller drawing the same shapes every round saves the page faults of fresh memory).
         """
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
-        xp, xq = self._raw_pairs(rng, math.prod(shape))
-        bad = np.flatnonzero((xp >= self.p) | (xq >= self.q))
-        while bad.size:
-            vp, vq = self._raw_pairs(rng, bad.size)
-            xp[bad], xq[bad] = vp, vq
-            bad = bad[(vp >= self.p) | (vq >= self.q)]
-        return FieldArray(xp.reshape(shape), xq.reshape(shape))
+        n = math.prod(shape)
+        xp, xq = out if out is not None else (np.empty(n, dtype=np.int64), None)
+        if with_q and xq is None:
+            xq = np.empty(n, dtype=np.int64)
+        xp, xq = xp.reshape(-1), (xq.reshape(-1) if with_q else None)
+        if n <= _RANDOM_PART:
+            self._fill(rng, xp, xq)
+        else:
+            seeds = rng.integers(0, 1 << 63, size=-(-n // _RANDOM_PART))
+            tasks = [self._fill_task(int(s), i * _RANDOM_PART, xp, xq) for i, s in enumerate(seeds)]
+            for group in range(0, len(tasks), _WORKERS):
+                _run_parallel(tasks[group : group + _WORKERS])
+        q = xq.reshape(shape) if xq is not None else zero_view(shape)
+        return FieldArray(xp.reshape(shape), q)
 
-    def _raw_pairs(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    def _fill_task(
+        self, seed: int, start: int, xp: np.ndarray, xq: np.ndarray | None
+    ) -> Callable[[], None]:
+        stop = min(xp.size, start + _RANDOM_PART)
+
+        def run() -> None:
+            part_rng = np.random.Generator(np.random.PCG64(seed))
+            self._fill(part_rng, xp[start:stop], None if xq is None else xq[start:stop])
+
+        return run
+
+    def _fill(self, rng: np.random.Generator, xp: np.ndarray, xq: np.ndarray | None) -> None:
+        """Fill xp (and xq) with uniform values, chunk by chunk (cache-sized temporaries)."""
+        for start in range(0, xp.size, _RANDOM_CHUNK):
+            stop = min(xp.size, start + _RANDOM_CHUNK)
+            if xq is None:
+                self._fill_p(rng, xp[start:stop])
+            else:
+                self._fill_pq(rng, xp[start:stop], xq[start:stop])
+
+    def _fill_pq(self, rng: np.random.Generator, xp: np.ndarray, xq: np.ndarray) -> None:
+        """xp, xq ← uniform Z_p, Z_q values (rejection sampling, in place)."""
         bp, bq = (self.p - 1).bit_length(), (self.q - 1).bit_length()
-        raw = np.asarray(rng.bit_generator.random_raw(n), dtype=np.uint64)
-        xp = (raw & _U64((1 << bp) - 1)).view(np.int64)
-        raw >>= _U64(bp)
-        raw &= _U64((1 << bq) - 1)
-        return xp, raw.view(np.int64)
+        raw = np.asarray(rng.bit_generator.random_raw(xp.size), dtype=np.uint64)
+        np.bitwise_and(raw, _U64((1 << bp) - 1), out=xp.view(np.uint64))
+        np.right_shift(raw, _U64(64 - bq), out=xq.view(np.uint64))
+        if xp.max() >= self.p or xq.max() >= self.q:  # rare: find and redraw them
+            bad = np.flatnonzero((xp >= self.p) | (xq >= self.q))
+            vp, vq = np.empty(bad.size, dtype=np.int64), np.empty(bad.size, dtype=np.int64)
+            self._fill_pq(rng, vp, vq)
+            xp[bad], xq[bad] = vp, vq
+
+    def _fill_p(self, rng: np.random.Generator, xp: np.ndarray) -> None:
+        """xp ← uniform Z_p values, one per 32-bit half of each raw draw (p < 2^31)."""
+        mask = np.uint32((1 << (self.p - 1).bit_length()) - 1)
+        raw = np.asarray(rng.bit_generator.random_raw((xp.size + 1) // 2), dtype=np.uint64)
+        halves = raw.view(np.uint32)[: xp.size]
+        np.bitwise_and(halves, mask, out=xp, casting="unsafe")
+        if xp.max() >= self.p:
+            bad = np.flatnonzero(xp >= self.p)
+            fresh = np.empty(bad.size, dtype=np.int64)
+            self._fill_p(rng, fresh)
+            xp[bad] = fresh
 
     def scalar(self, value: Any) -> tuple[int, int]:
         """The exact image (c_p, c_q) of a constant (see :func:`field_scalar`)."""
@@ -976,22 +1201,24 @@ class FieldContext:
 
     # -- arithmetic (Table 3) ----------------------------------------------------------------
 
-    def _both(self, fn: Callable[..., np.ndarray], *xs: FieldArray, **kw: Any) -> FieldArray:
-        return FieldArray(
-            fn(*(x.p for x in xs), self.p, **kw), fn(*(x.q for x in xs), self.q, **kw)
-        )
+    def _zero_q(self, p: np.ndarray, zero: bool, fn: Callable[[], np.ndarray]) -> FieldArray:
+        """(p, fn()) — or (p, a zero view) when the Z_q result is known to be all zeros."""
+        return FieldArray(p, zero_view(p.shape) if zero else fn())
 
     def add(self, a: FieldArray, b: FieldArray) -> FieldArray:
-        return self._both(add_mod, a, b)
+        zero = is_zero_view(a.q) and is_zero_view(b.q)
+        return self._zero_q(add_mod(a.p, b.p, self.p), zero, lambda: add_mod(a.q, b.q, self.q))
 
     def sub(self, a: FieldArray, b: FieldArray) -> FieldArray:
-        return self._both(sub_mod, a, b)
+        zero = is_zero_view(a.q) and is_zero_view(b.q)
+        return self._zero_q(sub_mod(a.p, b.p, self.p), zero, lambda: sub_mod(a.q, b.q, self.q))
 
     def neg(self, a: FieldArray) -> FieldArray:
-        return self._both(neg_mod, a)
+        return self._zero_q(neg_mod(a.p, self.p), is_zero_view(a.q), lambda: neg_mod(a.q, self.q))
 
     def mul(self, a: FieldArray, b: FieldArray) -> FieldArray:
-        return self._both(mul_mod, a, b)
+        zero = is_zero_view(a.q) or is_zero_view(b.q)
+        return self._zero_q(mul_mod(a.p, b.p, self.p), zero, lambda: mul_mod(a.q, b.q, self.q))
 
     def square(self, a: FieldArray) -> FieldArray:
         return self.mul(a, a)
@@ -1007,7 +1234,8 @@ class FieldContext:
     def mul_const(self, a: FieldArray, c: Any) -> FieldArray:
         """a · c for an exact constant c (int, Fraction, finite float...)."""
         cp, cq = self.scalar(c)
-        return FieldArray(mul_mod(a.p, np.int64(cp), self.p), mul_mod(a.q, np.int64(cq), self.q))
+        return self._zero_q(mul_mod(a.p, np.int64(cp), self.p), is_zero_view(a.q),
+                            lambda: mul_mod(a.q, np.int64(cq), self.q))
 
     def pow(self, a: FieldArray, e: int) -> FieldArray:
         """a^e for an integer e >= 0 (an integral float is accepted)."""
@@ -1015,12 +1243,15 @@ class FieldContext:
             e = int(e)
         if not isinstance(e, int | np.integer) or isinstance(e, bool) or e < 0:
             raise ValueError(f"pow needs a non-negative integer exponent, got {e!r}")
-        return FieldArray(pow_mod(a.p, int(e), self.p), pow_mod(a.q, int(e), self.q))
+        return self._zero_q(pow_mod(a.p, int(e), self.p), e > 0 and is_zero_view(a.q),
+                            lambda: pow_mod(a.q, int(e), self.q))
 
     def sum(
         self, a: FieldArray, axis: int | tuple[int, ...] | None = None, keepdims: bool = False
     ) -> FieldArray:
-        return self._both(sum_mod, a, axis=axis, keepdims=keepdims)
+        p = sum_mod(a.p, self.p, axis=axis, keepdims=keepdims)
+        return self._zero_q(p, is_zero_view(a.q),
+                            lambda: sum_mod(a.q, self.q, axis=axis, keepdims=keepdims))
 
     def matmul(self, a: FieldArray, b: FieldArray, *, limbs: int | None = None) -> FieldArray:
         """a @ b in both fields (np.matmul semantics); exact, see :func:`matmul_mod`."""
@@ -1039,9 +1270,7 @@ class FieldContext:
         rp = self.exp_p(a.q)
         s = _seeds(self.key, "exp.q", "exp", (), 1)
         with np.errstate(over="ignore"):
-            h = rp.astype(np.uint64)
-            h ^= s[0]
-            rq = (_fmix64_(h) % _U64(self.q)).astype(np.int64)
+            rq = _umod(_fmix64_(rp.view(np.uint64) ^ s[0]), self.q)
         return FieldArray(rp, rq)
 
     # -- uninterpreted functions keyed by this round's key -----------------------------------

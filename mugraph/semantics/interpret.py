@@ -5,17 +5,29 @@ from its inputs' values, plus ``relayout`` which applies an index-only NumPy fun
 reshape, concatenate...) to a value: a float array is one NumPy array, a field value two. The
 driver walks kernel graphs and block graphs, splits kernel inputs into block tiles and assembles
 block outputs with :mod:`mugraph.semantics.partition`, so those mean the same everywhere.
+
+Matrix products are laid out by the driver for every interpretation alike
+(:func:`folded_matmul`, :func:`accumulated_matmul`): a block-level product is a batch over the
+lead axes ``(F, gx, gy, gz)``, and an operand that is the same along a lead axis (size 1) while
+the other varies lets that axis join the other operand's free dim, so one large product replaces
+thousands of tiny ones. A product summed over the for-loop right away (``forloop_accum`` of a
+``matmul``) joins the iterations into the reduction dim instead. Both are exact identities of
+the values (the table's rule still computes every dot product, only the batching changes): the
+field interpretation gives bit-identical results, floats differ by summation order only.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from mugraph.errors import UnsupportedError
 from mugraph.ir.graph import BlockGraph, Op
-from mugraph.ir.ops import Level, OpKind
+from mugraph.ir.ops import AccumKind, Level, OpKind
 from mugraph.ir.tensor import TensorRef
 from mugraph.semantics.partition import LEAD, assemble_output, split_input
 
@@ -36,7 +48,10 @@ Rule = Callable[[Any, Op, list[Any], EvalContext], list[Any]]
 
 
 class Interpretation:
-    """Base class: subclasses fill ``table`` and may override ``relayout``."""
+    """Base class: subclasses fill ``table`` and may override ``relayout``.
+
+    Values must offer ``.shape``; ``relayout`` applies index-only NumPy functions to them.
+    """
 
     name = "interpretation"
     table: dict[OpKind, Rule] = {}
@@ -48,7 +63,169 @@ class Interpretation:
         rule = self.table.get(op.kind)
         if rule is None:
             raise UnsupportedError(f"{op.kind.value}: no {self.name} semantics")
+        if op.kind is OpKind.MATMUL:
+            return [folded_matmul(self, rule, op, args[0], args[1], ctx)]
         return rule(self, op, args, ctx)
+
+
+# ---- matrix products: batch axes folded into the free dims ---------------------------------------
+
+
+@dataclass(frozen=True)
+class MatmulLayout:
+    """How a batched product ``a @ b`` (np.matmul broadcasting) becomes a smaller batch.
+
+    Each batch axis (after padding both operands to ``ndim`` batch axes) is one of:
+    ``batch`` (both operands vary along it: it stays a batch axis), ``rows`` (only ``a``
+    varies: it joins a's row dim M), ``cols`` (only ``b`` varies: it joins b's column dim N)
+    or ``unit`` (neither varies).
+    """
+
+    ndim: int
+    batch: tuple[int, ...]
+    rows: tuple[int, ...]
+    cols: tuple[int, ...]
+    unit: tuple[int, ...]
+    sizes: tuple[int, ...]
+
+    @property
+    def folds(self) -> bool:
+        return bool(self.rows or self.cols)
+
+
+def matmul_layout(a_shape: Sequence[int], b_shape: Sequence[int]) -> MatmulLayout:
+    """Classify the batch axes of ``a @ b`` (see :class:`MatmulLayout`)."""
+    ndim = max(len(a_shape), len(b_shape)) - 2
+    ba = (1,) * (ndim + 2 - len(a_shape)) + tuple(a_shape[:-2])
+    bb = (1,) * (ndim + 2 - len(b_shape)) + tuple(b_shape[:-2])
+    groups: dict[str, list[int]] = {"batch": [], "rows": [], "cols": [], "unit": []}
+    for axis, (x, y) in enumerate(zip(ba, bb, strict=True)):
+        if x > 1 and y > 1:
+            groups["batch"].append(axis)
+        elif x > 1:
+            groups["rows"].append(axis)
+        elif y > 1:
+            groups["cols"].append(axis)
+        else:
+            groups["unit"].append(axis)
+    sizes = tuple(max(x, y) for x, y in zip(ba, bb, strict=True))
+    return MatmulLayout(ndim, *(tuple(groups[k]) for k in ("batch", "rows", "cols", "unit")), sizes)
+
+
+def _pad(x: np.ndarray, ndim: int) -> np.ndarray:
+    """x with leading size-1 axes up to ``ndim`` batch axes (np.matmul broadcasting)."""
+    return x.reshape((1,) * (ndim + 2 - x.ndim) + x.shape)
+
+
+def _sizes(lay: MatmulLayout, axes: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(lay.sizes[i] for i in axes)
+
+
+def fold_rows(x: np.ndarray, lay: MatmulLayout) -> np.ndarray:
+    """``a`` as (*batch, prod(rows)·M, K): its row axes joined in front of M (a view if it can)."""
+    x = _pad(x, lay.ndim)
+    m, k = x.shape[-2:]
+    x = x.transpose(lay.batch + lay.cols + lay.unit + lay.rows + (lay.ndim, lay.ndim + 1))
+    return x.reshape(_sizes(lay, lay.batch) + (math.prod(_sizes(lay, lay.rows)) * m, k))
+
+
+def fold_cols(x: np.ndarray, lay: MatmulLayout) -> np.ndarray:
+    """``b`` as (*batch, K, prod(cols)·N): its column axes joined in front of N."""
+    x = _pad(x, lay.ndim)
+    k, n = x.shape[-2:]
+    x = x.transpose(lay.batch + lay.rows + lay.unit + (lay.ndim,) + lay.cols + (lay.ndim + 1,))
+    return x.reshape(_sizes(lay, lay.batch) + (k, math.prod(_sizes(lay, lay.cols)) * n))
+
+
+def unfold(c: np.ndarray, lay: MatmulLayout) -> np.ndarray:
+    """The folded product (*batch, rows·M, cols·N) back as (*broadcast batch, M, N)."""
+    m = c.shape[-2] // math.prod(_sizes(lay, lay.rows))
+    n = c.shape[-1] // math.prod(_sizes(lay, lay.cols))
+    c = c.reshape((1,) * len(lay.unit) + _sizes(lay, lay.batch) + _sizes(lay, lay.rows) + (m,)
+                  + _sizes(lay, lay.cols) + (n,))
+    labels = lay.unit + lay.batch + lay.rows + (-2,) + lay.cols + (-1,)
+    position = {label: i for i, label in enumerate(labels)}
+    return c.transpose([position[a] for a in (*range(lay.ndim), -2, -1)])
+
+
+def folded_matmul(interp: Interpretation, rule: Rule, op: Op, a: Any, b: Any,
+                  ctx: EvalContext) -> Any:
+    """``rule``'s matmul of a and b, with broadcast batch axes folded into the free dims.
+
+    Row ``i`` of ``a[..., g, ...]`` times ``b`` is row ``(g, i)`` of the stacked rows when
+    ``b`` is the same for every ``g`` (and symmetrically for columns), so the folded product
+    holds exactly the same dot products as the batched one.
+    """
+    lay = matmul_layout(a.shape, b.shape)
+    if not lay.folds:
+        return rule(interp, op, [a, b], ctx)[0]
+    fa = interp.relayout(a, lambda x: fold_rows(x, lay))
+    fb = interp.relayout(b, lambda x: fold_cols(x, lay))
+    c = rule(interp, op, [fa, fb], ctx)[0]
+    return interp.relayout(c, lambda x: unfold(x, lay))
+
+
+_SUM_OVER_ITERATIONS = Op(OpKind.FORLOOP_ACCUM, (), (("acc", AccumKind.NONE),), ())
+_MATMUL = Op(OpKind.MATMUL, (), (), ())
+
+
+def _iterations_into_k(x: np.ndarray, left: bool) -> np.ndarray:
+    """A block value (F, g..., M, K) as (1, g..., M, F·K) (``left``) or (F, g..., K, N) as
+    (1, g..., F·K, N): iteration f's slice of the reduction dim is ``[f·K, (f+1)·K)``."""
+    axis = x.ndim - 2 if left else x.ndim - 3
+    moved = np.moveaxis(x, 0, axis)
+    shape = list(moved.shape)
+    merged = shape[axis] * shape[axis + 1]
+    return moved.reshape((1, *shape[:axis], merged, *shape[axis + 2:]))
+
+
+def accumulated_matmul(interp: Interpretation, a: Any, b: Any, ctx: EvalContext) -> Any:
+    """``forloop_accum(matmul(a, b))`` (acc none) as one product: Σ_f a_f @ b_f.
+
+    Both operands vary over the iterations: the iterations join the reduction dim,
+    Σ_f a_f @ b_f = [a_0 … a_{F-1}] @ [b_0; …; b_{F-1}]. One is loop-invariant: the other is
+    summed first, Σ_f a_f @ b = (Σ_f a_f) @ b. Neither: the product is accumulated as usual.
+    """
+    fa, fb = a.shape[0], b.shape[0]
+    if fa > 1 and fb > 1:
+        a = interp.relayout(a, lambda x: _iterations_into_k(x, True))
+        b = interp.relayout(b, lambda x: _iterations_into_k(x, False))
+        return interp.apply(_MATMUL, [a, b], ctx)[0]
+    if fa > 1:
+        a = interp.apply(_SUM_OVER_ITERATIONS, [a], ctx)[0]
+    elif fb > 1:
+        b = interp.apply(_SUM_OVER_ITERATIONS, [b], ctx)[0]
+    else:
+        product = interp.apply(_MATMUL, [a, b], ctx)[0]
+        return interp.apply(_SUM_OVER_ITERATIONS, [product], ctx)[0]
+    return interp.apply(_MATMUL, [a, b], ctx)[0]
+
+
+@dataclass(frozen=True)
+class _Deferred:
+    """A matmul left unevaluated because its only use is a sum over the for-loop."""
+
+    a: Any
+    b: Any
+
+
+def deferred_matmuls(block: BlockGraph) -> frozenset[int]:
+    """Matmuls of ``block`` whose one and only use is a ``forloop_accum`` with acc none."""
+    if block.forloop_range <= 1:
+        return frozenset()
+    uses: dict[int, list[Op]] = {}
+    for op in block.ops:
+        for ref in op.inputs:
+            uses.setdefault(ref.op, []).append(op)
+    return frozenset(
+        i for i, op in enumerate(block.ops)
+        if op.kind is OpKind.MATMUL and len(uses.get(i, [])) == 1
+        and uses[i][0].kind is OpKind.FORLOOP_ACCUM
+        and uses[i][0].attr("acc", AccumKind.NONE) is AccumKind.NONE
+    )
+
+
+# ---- graphs -----------------------------------------------------------------------------------
 
 
 def run_kernel_graph(
@@ -74,26 +251,35 @@ def run_kernel_graph(
 def run_block_graph(interp: Interpretation, block: BlockGraph, dtensors: list[Any]) -> list[Any]:
     """Evaluate every block and iteration of a block graph at once (vectorized over blocks)."""
     ctx = EvalContext(Level.BLOCK, LEAD, block.forloop_range, block.reduction_dimx)
+    deferred = deferred_matmuls(block)
     values: list[list[Any]] = []
     results: list[Any] = []
-    for op in block.ops:
+    for i, op in enumerate(block.ops):
         args = [values[r.op][r.index] for r in op.inputs]
         if op.kind is OpKind.BLOCK_INPUT:
-            imap, fdim = op.attr("imap"), op.attr("forloop_dim")
-            source = dtensors[op.attr("index")]
-            values.append(
-                [interp.relayout(source, lambda a: split_input(a, block.grid_dim, imap, block.forloop_range, fdim))]
-            )
+            values.append([_block_input(interp, block, op, dtensors[op.attr("index")])])
         elif op.kind is OpKind.BLOCK_OUTPUT:
-            tile = block.tensor_type(op.inputs[0]).dims
-            omap, fdim = op.attr("omap"), op.attr("forloop_dim")
-            results.append(
-                interp.relayout(
-                    args[0],
-                    lambda a: assemble_output(a, tile, block.grid_dim, omap, block.forloop_range, fdim),
-                )
-            )
+            results.append(_block_output(interp, block, op, args[0]))
             values.append([])
+        elif i in deferred:
+            values.append([_Deferred(args[0], args[1])])
+        elif args and isinstance(args[0], _Deferred):
+            values.append([accumulated_matmul(interp, args[0].a, args[0].b, ctx)])
         else:
             values.append(interp.apply(op, args, ctx))
     return results
+
+
+def _block_input(interp: Interpretation, block: BlockGraph, op: Op, source: Any) -> Any:
+    imap, fdim = op.attr("imap"), op.attr("forloop_dim")
+    return interp.relayout(
+        source, lambda a: split_input(a, block.grid_dim, imap, block.forloop_range, fdim)
+    )
+
+
+def _block_output(interp: Interpretation, block: BlockGraph, op: Op, value: Any) -> Any:
+    tile = block.tensor_type(op.inputs[0]).dims
+    omap, fdim = op.attr("omap"), op.attr("forloop_dim")
+    return interp.relayout(
+        value, lambda a: assemble_output(a, tile, block.grid_dim, omap, block.forloop_range, fdim)
+    )

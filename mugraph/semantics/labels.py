@@ -26,6 +26,16 @@ def atom_label(atom: str, size: int) -> Label:
     return () if size == 1 else ((atom, size),)
 
 
+def partial_atom(atom: str) -> str:
+    """The index of partial results: blocks that each reduced their part of ``atom`` wrote
+    their results side by side along it; a later kernel must sum over it."""
+    return atom + "#partial"
+
+
+def is_partial_atom(atom: str) -> bool:
+    return atom.endswith("#partial")
+
+
 def simplify(label: Label) -> Label:
     if label is None:
         return None
@@ -41,13 +51,14 @@ def outer_atom(label: Label) -> str | None:
 
 
 def split_outer(label: Label, parts: int) -> Label:
-    """The label of one of ``parts`` contiguous chunks of a dim."""
+    """The label of one of ``parts`` contiguous chunks of a dim. A factor split completely
+    stays as ``(atom, 1)``, so the dim still says which index it came from."""
     if label is None:
         return None
     if not label or label[0][1] % parts:
         return None
     (atom, size), rest = label[0], label[1:]
-    return simplify(((atom, size // parts), *rest))
+    return ((atom, size // parts), *rest)
 
 
 def join_outer(label: Label, atom: str, parts: int) -> Label:
@@ -60,13 +71,13 @@ def join_outer(label: Label, atom: str, parts: int) -> Label:
 
 
 def same(a: Label, b: Label) -> bool:
-    """Labels agree, or one of them is unknown."""
-    return a is None or b is None or a == b
+    """Labels agree (ignoring size-1 factors), or one of them is unknown."""
+    return a is None or b is None or simplify(a) == simplify(b)
 
 
 def broadcast(a: Label, b: Label, size_a: int, size_b: int) -> tuple[bool, Label]:
     """Elementwise partner dims: a size-1 dim takes the other's label."""
-    if size_a == 1:
+    if size_a == 1 and size_b != 1:
         return True, b
     if size_b == 1:
         return True, a
@@ -221,6 +232,11 @@ def program_input_labels(graph) -> list[Labels]:
     """Labels of the program's input dims, atoms unified through its operators.
 
     Atoms are named by the first input dim that carries them (``i0.1`` = input 0, dim 1)."""
+    return program_labels(graph)[0]
+
+
+def program_labels(graph) -> tuple[list[Labels], list[Labels]]:
+    """Labels of the program's input dims and output dims (see program_input_labels)."""
     uf = _UnionFind()
     values: list[list[list[str | None]]] = []
     for op in graph.ops:
@@ -231,11 +247,16 @@ def program_input_labels(graph) -> list[Labels]:
         ins = [values[r.op][r.index] for r in op.inputs]
         in_dims = [graph.ops[r.op].outputs[r.index].dims for r in op.inputs]
         values.append([_unify_program_op(uf, op, ins, in_dims)])
-    out: list[Labels] = []
+    inputs: list[Labels] = []
     for op in graph.input_ops:
         dims = op.outputs[0].dims
-        out.append(tuple(atom_label(uf.find(f"i{op.attr('index')}.{d}"), n) for d, n in enumerate(dims)))
-    return out
+        inputs.append(tuple(atom_label(uf.find(f"i{op.attr('index')}.{d}"), n) for d, n in enumerate(dims)))
+    outputs: list[Labels] = []
+    for ref in graph.outputs:
+        atoms = values[ref.op][ref.index]
+        dims = graph.tensor_type(ref).dims
+        outputs.append(tuple(atom_label(uf.find(a), n) if a is not None else () for a, n in zip(atoms, dims, strict=True)))
+    return inputs, outputs
 
 
 def _unify_program_op(uf: _UnionFind, op, ins, in_dims) -> list[str | None]:

@@ -111,3 +111,109 @@ def test_graph_call_routes_cuda_tensors_to_compiled_program():
     assert out.is_cuda and torch.equal(out, ref)
     program = compile_graph(g)
     assert program.source.count("@triton.jit") == 1
+
+
+# ---- the fast path: precomputed launches and CUDA graphs -----------------------------------------
+
+
+def _inputs(g, seed=0):
+    from mugraph.codegen.check import random_inputs
+
+    return random_inputs(g, CUDA, seed=seed, scale=0.5)
+
+
+def _direct(g, inputs):
+    """The outputs through the general path (Triton's JIT, every check), for comparison."""
+    program = compile_graph(g, cuda_graph=False, cache=False)
+    values = program.run_values(inputs)
+    torch.cuda.synchronize()
+    return [values[r.op][r.index].clone() for r in g.outputs]
+
+
+@pytest.mark.parametrize("name", ["gated_mlp", "attention_mirage_gqa", "adapter_mlp"])
+def test_fast_path_and_cuda_graph_replays_agree(name):
+    w = WORKLOADS[name]
+    g = w.optimized(w.suite)
+    program = compile_graph(g, cache=False)
+    xs = _inputs(g)
+    want = _direct(g, xs)
+    outs = [program(inputs=xs)[0] for _ in range(6)]  # kept alive: fresh pointers every call
+    for _ in range(6):  # dropped: same output pointers, so a captured graph is replayed
+        out = program(inputs=xs)[0]
+        assert torch.equal(out, want[0])
+    stats = program.fast_path_stats()
+    assert stats["plans"] == 1 and stats["graphs"] >= 1 and stats["graph_replays"] >= 1
+    assert len({o.data_ptr() for o in outs}) == len(outs)
+    for o in outs:
+        assert torch.equal(o, want[0])
+    keep = program(inputs=xs)[0]
+    xs[0].mul_(-1.5)  # changed in place: a replay reads the new values
+    changed = _direct(g, xs)[0]
+    for _ in range(4):
+        assert torch.equal(program(inputs=xs)[0], changed)
+    assert torch.equal(keep, want[0])  # earlier outputs are never overwritten
+    fresh = _inputs(g, seed=1)  # other tensors: another plan, right results
+    assert torch.equal(program(inputs=fresh)[0], _direct(g, fresh)[0])
+    assert program.fast_path_stats()["plans"] == 2
+
+
+def test_fast_path_without_cuda_graph_and_inside_a_user_capture():
+    w = WORKLOADS["rmsnorm_linear"]
+    g = w.optimized(w.small)
+    xs = _inputs(g)
+    want = _direct(g, xs)[0]
+    plain = compile_graph(g, cuda_graph=False, cache=False)
+    for _ in range(4):
+        assert torch.equal(plain(inputs=xs)[0], want)
+    assert plain.fast_path_stats()["graphs"] == 0 and plain.fast_path_stats()["plans"] == 1
+    program = compile_graph(g, cache=False)
+    for _ in range(3):
+        program(inputs=xs)
+    torch.cuda.synchronize()
+    user_graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        user_graph.capture_begin()
+        out = program(inputs=xs)[0]
+        user_graph.capture_end()
+    torch.cuda.current_stream().wait_stream(side)
+    out.zero_()
+    user_graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, want)
+
+
+def test_fast_path_checks_shapes_and_strides():
+    w = WORKLOADS["rmsnorm_linear"]
+    g = w.optimized(w.small)
+    program = compile_graph(g, cache=False)
+    xs = _inputs(g)
+    for _ in range(3):
+        program(inputs=xs)
+    with pytest.raises(mugraph.GraphInputError):
+        program(inputs=[xs[0].float(), xs[1]])
+    with pytest.raises(mugraph.GraphInputError):
+        program(inputs=[xs[0]])
+    x_t = xs[0].t().contiguous().t()  # same shape, other strides: a plan of its own
+    assert torch.allclose(program(inputs=[x_t, xs[1]])[0].float(),
+                          _direct(g, [x_t, xs[1]])[0].float())
+
+
+def test_precompile_and_tuner_variants():
+    from mugraph.optimize import candidate_variants, optimize_graphs, precompile
+
+    w = WORKLOADS["lora"]
+    sizes = dict(w.suite)
+    graphs = [("k_tile=256", w.optimized(sizes)),
+              ("k_tile=128", w.optimized({**sizes, "k_tile": 128}))]
+    programs = [compile_graph(g, num_warps=2, cache=False) for _, g in graphs]
+    assert precompile(programs) == [None, None]
+    looped = graphs[1][1]
+    block = looped.ops[4].attr("graph")
+    variants = candidate_variants(block)
+    assert any(v.unroll for v in variants) and any(v.num_stages >= 4 for v in variants)
+    result = optimize_graphs(graphs, keep=1, reps=5, warmup=4)
+    assert result.label in ("k_tile=256", "k_tile=128") and len(result.screen) == 2
+    assert math.isfinite(result.seconds) and result.trials
+    assert all(math.isfinite(m.seconds) for _, m in result.screen)

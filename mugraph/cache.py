@@ -1,0 +1,392 @@
+"""A persistent cache of search results: the best μGraph found for a program, on disk.
+
+Entries live in a user cache directory (``MUGRAPH_CACHE_DIR`` overrides the default
+``~/.cache/mugraph/results``), one JSON file per key. The key covers everything the answer
+depends on: the program's structural hash, its inputs (dims, strides, dtypes), the GPU
+architecture the result is used on, the mugraph version and a hash of the search space.
+
+Nothing read from disk is trusted blindly:
+
+* a file that does not parse (truncated), whose checksum does not match its content
+  (corrupted) or whose key fields differ from the expected key (stale) is ignored with a
+  :func:`warnings.warn`;
+* a loaded μGraph is re-verified against the program (:func:`mugraph.verify`, a few rounds)
+  before it is returned.
+
+Writes are atomic (a temporary file in the same directory, then :func:`os.replace`), so a
+reader never sees half an entry and concurrent writers of one key leave one whole entry.
+
+The search budget (``time_limit``) and the worker count are not part of the key: a search
+that ran to completion gives the same answer under any budget. An entry whose search was cut
+short by its budget is only reused by requests with the same or a smaller budget.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import os
+import tempfile
+import time
+import warnings
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+ENTRY_FORMAT = 1
+_SUFFIX = ".json"
+_UNKEYED_FIELDS = ("time_limit", "workers", "extra")
+
+
+class CacheEntryError(Exception):
+    """An entry on disk that must not be used (the message says why)."""
+
+
+def default_cache_dir() -> Path:
+    """``$MUGRAPH_CACHE_DIR``, else ``$XDG_CACHE_HOME/mugraph/results`` (``~/.cache/...``)."""
+    override = os.environ.get("MUGRAPH_CACHE_DIR")
+    if override:
+        return Path(override).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base).expanduser() / "mugraph" / "results"
+
+
+def current_arch(device: Any = None) -> str:
+    """The architecture a result is used on: ``"sm_90"`` for a CUDA device, else ``"cpu"``.
+
+    ``device`` is a torch device (or its name); None means the current CUDA device when one
+    is available, else the CPU.
+    """
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return "cpu"
+    if device is not None and torch.device(device).type != "cuda":
+        return "cpu"
+    if not torch.cuda.is_available():
+        return "cpu"
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm_{major}{minor}"
+
+
+def _version() -> str:
+    import mugraph
+
+    return mugraph.__version__
+
+
+def _canonical(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def _digest(text: str, size: int = 16) -> str:
+    return hashlib.blake2b(text.encode(), digest_size=size).hexdigest()
+
+
+# ---- the search config: which of its fields make the key -------------------------------------
+
+
+def resolve_config(program, config=None):
+    """The SearchConfig a search of ``program`` would use.
+
+    ``config`` is None (the defaults), a preset name, a SearchConfig, or a dict of overrides
+    (which may name a ``"preset"``).
+    """
+    from mugraph.search.config import SearchConfig, default_config
+
+    if isinstance(config, SearchConfig):
+        return config
+    if config is None or isinstance(config, str):
+        return default_config(program, config)
+    if isinstance(config, dict):
+        options = dict(config)
+        return default_config(program, options.pop("preset", None), **options)
+    raise TypeError(f"config must be None, a preset name, a SearchConfig or a dict, got {config!r}")
+
+
+def _encode_field(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (frozenset, set)):
+        return sorted(str(_encode_field(v)) for v in value)
+    if isinstance(value, (tuple, list)):
+        return [_encode_field(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)
+
+
+def config_hash(config) -> str:
+    """A stable hash of the search space of a SearchConfig (not its budget or workers)."""
+    data = {
+        f.name: _encode_field(getattr(config, f.name))
+        for f in fields(config)
+        if f.name not in _UNKEYED_FIELDS
+    }
+    return _digest(_canonical(data))
+
+
+# ---- keys ------------------------------------------------------------------------------------
+
+
+def _input_signature(program) -> list:
+    return [
+        [list(t.dims), list(t.strides) if t.strides is not None else None, t.dtype.value]
+        for t in program.input_types
+    ]
+
+
+def make_key(program, config=None, arch: str | None = None) -> dict:
+    """The key fields of ``program`` searched under ``config`` and used on ``arch``."""
+    cfg = resolve_config(program, config)
+    return {
+        "program": program.structural_hash(),
+        "inputs": _input_signature(program),
+        "arch": arch or current_arch(),
+        "version": _version(),
+        "config": config_hash(cfg),
+    }
+
+
+def key_hash(key: dict) -> str:
+    return _digest(_canonical(key))
+
+
+def _checksum(entry: dict) -> str:
+    body = {k: v for k, v in entry.items() if k != "checksum"}
+    return hashlib.sha256(_canonical(body).encode()).hexdigest()
+
+
+# ---- summaries stored with an entry ----------------------------------------------------------
+
+
+def verification_summary(verification) -> dict | None:
+    """The fields of a VerificationResult worth keeping (None when there is none)."""
+    if verification is None:
+        return None
+    return {
+        "passed": bool(verification.passed),
+        "rounds": verification.rounds,
+        "bound": verification.bound,
+        "delta": verification.delta,
+        "guarantee": verification.guarantee,
+        "text": str(verification),
+    }
+
+
+def search_summary(result) -> dict:
+    """Statistics of a SearchResult (empty for None)."""
+    if result is None:
+        return {}
+    stats = result.stats
+    return {
+        "states": stats.states,
+        "block_graphs": stats.block_graphs,
+        "candidates": stats.candidates,
+        "verified": len(result.candidates),
+        "pruned": dict(stats.pruned),
+        "elapsed": round(result.elapsed, 3),
+        "units_done": result.units_done,
+        "units_total": result.units_total,
+        "timed_out": bool(result.timed_out),
+        "time_limit": result.config.time_limit,
+    }
+
+
+# ---- the cache -------------------------------------------------------------------------------
+
+
+class ResultCache:
+    """Search results on disk, keyed by program, inputs, architecture, version and config.
+
+    ``get(program, config)`` returns the cached best μGraph (re-verified), the program itself
+    when the cached search found nothing better, or None on a miss. ``put(program, config,
+    best, result)`` stores a search's answer. Each returned graph carries the entry's metadata
+    as ``.cache_entry``.
+    """
+
+    def __init__(self, path: str | os.PathLike | None = None, *, verify_rounds: int = 2) -> None:
+        self.path = Path(path).expanduser() if path is not None else default_cache_dir()
+        self.verify_rounds = verify_rounds
+        self._verified: set[tuple] = set()  # entries this object re-verified already
+
+    def __repr__(self) -> str:
+        return f"ResultCache({str(self.path)!r})"
+
+    # ---- lookup ------------------------------------------------------------------------------
+
+    def entry_path(self, key: dict) -> Path:
+        return self.path / f"{key_hash(key)}{_SUFFIX}"
+
+    def get(self, program, config=None, *, arch: str | None = None):
+        """The cached answer for ``program`` under ``config`` on ``arch``, or None."""
+        cfg = resolve_config(program, config)
+        key = make_key(program, cfg, arch)
+        path = self.entry_path(key)
+        if not path.exists():
+            return None
+        try:
+            entry = self._read(path, key)
+            if _budget_too_small(entry, cfg):
+                return None
+            graph = self._graph_of(entry, program, path)
+        except CacheEntryError as error:
+            warnings.warn(f"mugraph cache: ignoring {path.name}: {error}", stacklevel=2)
+            return None
+        graph.cache_entry = _metadata(entry, path)
+        return graph
+
+    def _read(self, path: Path, key: dict) -> dict:
+        """Parse and check one entry file; raise CacheEntryError when it is not usable."""
+        try:
+            entry = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise CacheEntryError(f"unreadable or truncated ({error})") from None
+        if not isinstance(entry, dict) or entry.get("format") != ENTRY_FORMAT:
+            raise CacheEntryError("not a mugraph cache entry of this format")
+        if entry.get("checksum") != _checksum(entry):
+            raise CacheEntryError("checksum mismatch (the file is corrupted)")
+        if entry.get("key") != key:
+            raise CacheEntryError(f"stale entry: its key {entry.get('key')} is not {key}")
+        return entry
+
+    def _graph_of(self, entry: dict, program, path: Path):
+        """The entry's μGraph, re-verified against ``program`` (the program when unimproved)."""
+        if not entry.get("improved"):
+            return program
+        from mugraph.errors import MugraphError
+        from mugraph.ir.serialize import from_json
+        from mugraph.search.verify import verify
+
+        try:
+            best = from_json(entry["best"])
+            memo = (str(path), entry["checksum"], program.structural_hash())
+            if memo in self._verified:
+                return best
+            check = verify(best, program, max_rounds=self.verify_rounds)
+        except (MugraphError, KeyError, TypeError, ValueError) as error:
+            raise CacheEntryError(f"the stored μGraph does not load or verify ({error})") from None
+        if not check.passed:
+            raise CacheEntryError(f"the stored μGraph fails re-verification ({check})")
+        best.verification = check
+        self._verified.add(memo)
+        return best
+
+    # ---- storing -----------------------------------------------------------------------------
+
+    def put(self, program, config=None, best=None, result=None, *, arch: str | None = None):
+        """Store the answer of a search of ``program``; returns the entry's path.
+
+        ``best`` is the μGraph found (None, or the program itself, when nothing better was
+        found); ``result`` the SearchResult (statistics; an interrupted search is not stored).
+        """
+        if result is not None and getattr(result, "interrupted", False):
+            return None
+        cfg = resolve_config(program, config)
+        key = make_key(program, cfg, arch)
+        improved = best is not None and best is not program and best != program
+        search = search_summary(result)
+        search.setdefault("time_limit", cfg.time_limit)
+        entry = {
+            "format": ENTRY_FORMAT,
+            "key": key,
+            "program_hash": key["program"],
+            "created": time.time(),
+            "improved": improved,
+            "best": best.to_json() if improved else None,
+            "verification": verification_summary(getattr(best, "verification", None))
+            if improved else None,
+            "search": search,
+        }
+        entry["checksum"] = _checksum(entry)
+        path = self.entry_path(key)
+        _atomic_write(path, json.dumps(entry, indent=1))
+        return path
+
+    # ---- housekeeping ------------------------------------------------------------------------
+
+    def entries(self) -> list[dict]:
+        """One dict per entry file: key, path, size, created, program hash, validity."""
+        if not self.path.is_dir():
+            return []
+        out = []
+        for path in self._entry_files():
+            out.append(_describe(path))
+        return out
+
+    def _entry_files(self) -> list[Path]:
+        return sorted(p for p in self.path.glob(f"*{_SUFFIX}") if not p.name.startswith("."))
+
+    def clear(self) -> int:
+        """Remove every entry (and stray temporary files); return how many entries went."""
+        if not self.path.is_dir():
+            return 0
+        removed = 0
+        for path in self._entry_files():
+            path.unlink(missing_ok=True)
+            removed += 1
+        for path in self.path.glob(".tmp-*"):
+            path.unlink(missing_ok=True)
+        return removed
+
+
+def _budget_too_small(entry: dict, config) -> bool:
+    """The stored search was cut short by a budget smaller than the one asked for now."""
+    search = entry.get("search") or {}
+    stored = search.get("time_limit")
+    return bool(search.get("timed_out")) and stored is not None and config.time_limit > stored
+
+
+def _metadata(entry: dict, path: Path) -> dict:
+    return {
+        "path": str(path),
+        "key": entry["key"],
+        "created": entry.get("created"),
+        "improved": entry.get("improved"),
+        "verification": entry.get("verification"),
+        "search": entry.get("search"),
+    }
+
+
+def _describe(path: Path) -> dict:
+    info: dict[str, Any] = {
+        "key": path.stem,
+        "path": str(path),
+        "size": path.stat().st_size,
+        "created": None,
+        "program": None,
+        "valid": False,
+    }
+    try:
+        entry = json.loads(path.read_text(encoding="utf-8"))
+        valid = isinstance(entry, dict) and entry.get("checksum") == _checksum(entry)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return info
+    if not valid:
+        return info
+    key = entry.get("key") or {}
+    info.update(
+        created=entry.get("created"),
+        program=entry.get("program_hash"),
+        valid=True,
+        improved=entry.get("improved"),
+        arch=key.get("arch"),
+        version=key.get("version"),
+        inputs=key.get("inputs"),
+    )
+    return info
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".part", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,411 @@
+"""The ``torch.compile`` backend: ``torch.compile(model, backend="mugraph", options={...})``.
+
+Dynamo hands the backend an fx GraphModule and example inputs (``options`` arrive as the
+keyword argument ``options``). For each concrete input signature the backend
+
+1. copies the graph, inlines known leaf modules, rewrites ``x * sigmoid(x)`` to ``silu``, and
+   propagates shapes on fake tensors;
+2. partitions it (:mod:`mugraph.integration.partition`) into kernel graphs mugraph captures;
+3. for each partition, looks the program up in the result cache (:mod:`mugraph.cache`), else
+   superoptimizes it under the configured budget and stores the answer;
+4. replaces each partition by a :class:`~mugraph.integration.runtime.MugraphPartition` module.
+
+Shapes are static per specialization: a graph Dynamo compiled with dynamic shapes is
+specialized again for every new concrete signature (and hits the cache for programs seen
+before). Nothing makes the model fail: a graph or a node mugraph cannot handle runs on PyTorch.
+
+Options (all optional):
+
+``time_limit``          search budget per partition, seconds (default 30; 0: no search)
+``search``              SearchConfig overrides, and ``"preset"`` (a dict)
+``cache``               use the result cache (default True)
+``cache_dir``           where (default: ``mugraph.cache.default_cache_dir()``)
+``max_partition_ops``   most mugraph operators in one partition (default 8)
+``max_partition_inputs`` most kernel-graph inputs of one partition (default 4)
+``run_unimproved``      run a partition on mugraph even when the search found nothing
+                        better than the captured program (default False: PyTorch runs it)
+``check_capture``       check each captured program against its PyTorch nodes on random
+                        float64 inputs before using it (default True)
+``workers``             search worker processes (default 1)
+``verbose``             print the report of each compiled graph
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+import re
+import warnings
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import torch
+from torch.fx import Graph, GraphModule, Node
+
+from mugraph.integration import passes
+from mugraph.integration.capture import CapturedProgram, ExternalInput, meta_value
+from mugraph.integration.check import check_capture
+from mugraph.integration.lowering import target_name
+from mugraph.integration.partition import DEFAULT_MAX_INPUTS, DEFAULT_MAX_OPS, partition_graph
+from mugraph.integration.report import Fallback, GraphReport, PartitionReport, record
+from mugraph.integration.runtime import MugraphPartition, fallback_module
+
+BACKEND_NAME = "mugraph"
+_GRAPH_IDS = itertools.count()
+
+
+# ---- options ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """The ``options`` of ``torch.compile(..., backend="mugraph")`` (see the module docstring)."""
+
+    time_limit: float = 30.0
+    search: dict = field(default_factory=dict)
+    cache: bool = True
+    cache_dir: str | None = None
+    max_partition_ops: int = DEFAULT_MAX_OPS
+    max_partition_inputs: int = DEFAULT_MAX_INPUTS
+    run_unimproved: bool = False
+    check_capture: bool = True
+    workers: int = 1
+    verbose: bool = False
+
+    @classmethod
+    def parse(cls, options: dict | None) -> BackendOptions:
+        options = dict(options or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ValueError(
+                f"mugraph backend: unknown option(s) {unknown}; known: {sorted(known)}"
+            )
+        search = dict(options.get("search") or {})
+        _check_search_options(search)
+        options["search"] = search
+        return cls(**options)
+
+
+def _check_search_options(search: dict) -> None:
+    from mugraph.search.config import SearchConfig
+
+    allowed = {f.name for f in fields(SearchConfig)} | {"preset"}
+    unknown = sorted(set(search) - allowed)
+    if unknown:
+        raise ValueError(f"mugraph backend: unknown search option(s) {unknown}")
+
+
+# ---- the backend -----------------------------------------------------------------------------
+
+
+def mugraph_backend(gm: GraphModule, example_inputs: list, **kwargs: Any):
+    """The Dynamo backend: returns a callable running ``gm`` with mugraph partitions."""
+    options = BackendOptions.parse(kwargs.get("options"))
+    compiled = MugraphCompiledGraph(gm, options)
+    if all(_is_concrete(x) for x in example_inputs):
+        compiled.static = True
+        compiled.specialize(list(example_inputs))
+    return compiled
+
+
+def optimize_fx(gm: GraphModule, example_inputs, **options: Any) -> MugraphCompiledGraph:
+    """``gm`` (e.g. from ``torch.fx.symbolic_trace``) with mugraph partitions.
+
+    Specialized for ``example_inputs`` now, and again for every new input signature (no
+    Dynamo guards here: each call's signature is checked).
+    """
+    compiled = MugraphCompiledGraph(gm, BackendOptions.parse(options))
+    compiled.specialize(list(example_inputs))
+    return compiled
+
+
+def _is_concrete(value: Any) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    if isinstance(value, torch.SymInt | torch.SymFloat | torch.SymBool | FakeTensor):
+        return False
+    if isinstance(value, torch.Tensor):
+        return all(isinstance(s, int) for s in value.shape)
+    return True
+
+
+def _signature(args: list | tuple) -> tuple:
+    sig = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            sig.append((tuple(a.shape), tuple(a.stride()), a.dtype, a.device))
+        else:
+            sig.append(a)
+    return tuple(sig)
+
+
+def _describe_signature(args: list | tuple) -> str:
+    parts = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            parts.append(f"{str(a.dtype).removeprefix('torch.')}{list(a.shape)}")
+        else:
+            parts.append(repr(a))
+    text = ", ".join(parts)
+    return text if len(text) < 160 else text[:157] + "..."
+
+
+class MugraphCompiledGraph:
+    """``gm`` specialized per concrete input signature (once, when Dynamo's shapes are static)."""
+
+    def __init__(self, gm: GraphModule, options: BackendOptions) -> None:
+        self.gm = gm
+        self.options = options
+        self.static = False
+        self.specialized: dict[tuple, GraphModule] = {}
+        self._only: GraphModule | None = None
+
+    def __call__(self, *args: Any) -> Any:
+        if self.static and self._only is not None:
+            return self._only(*args)
+        key = _signature(args)
+        module = self.specialized.get(key)
+        if module is None:
+            module = self.specialize(list(args))
+        return module(*args)
+
+    def specialize(self, args: list) -> GraphModule:
+        """Partition, search and rewrite ``gm`` for the concrete inputs ``args``."""
+        module, report = specialize(self.gm, args, self.options)
+        record(report)
+        if self.options.verbose:
+            print(report.format())
+        self.specialized[_signature(args)] = module
+        if self.static:
+            self._only = module
+        return module
+
+
+# ---- specialization ----------------------------------------------------------------------------
+
+
+def specialize(
+    gm: GraphModule, args: list, options: BackendOptions
+) -> tuple[GraphModule, GraphReport]:
+    """``gm`` with mugraph partitions for inputs like ``args``, and the report of what it did."""
+    report = GraphReport(next(_GRAPH_IDS), _describe_signature(args))
+    try:
+        return _specialize(gm, args, options, report), report
+    except Exception as error:  # noqa: BLE001 - any failure: the graph runs as it is
+        first = str(error).splitlines()[0] if str(error) else ""
+        report.error = f"{type(error).__name__}: {first}"
+        report.partitions = []
+        return gm, report
+
+
+def _specialize(gm: GraphModule, args: list, options: BackendOptions,
+                report: GraphReport) -> GraphModule:
+    work = _prepare(gm, args)
+    if isinstance(work, str):
+        report.error = work
+        return gm
+    parts = partition_graph(work.graph, options.max_partition_ops, options.max_partition_inputs)
+    report.fallbacks = [
+        Fallback(n.name, target_name(n), why) for n, why in parts.fallbacks.items()
+    ]
+    modules = {}
+    for i, captured in enumerate(parts.partitions):
+        name = f"mugraph_partition_{i}"
+        modules[name] = _partition_module(name, captured, options, report)
+    return rewrite(work, list(zip(parts.partitions, modules, strict=True)), modules)
+
+
+def _prepare(gm: GraphModule, args: list) -> GraphModule | str:
+    """A copy of ``gm`` ready to partition, or the reason the whole graph stays as it is."""
+    work = passes.copy_graph_module(gm)
+    passes.inline_known_modules(work)
+    passes.fuse_silu(work)
+    mutation = passes.mutating_node(work.graph)
+    if mutation is not None:
+        return f"it writes tensors in place ({mutation.name}: {target_name(mutation)})"
+    passes.propagate_shapes(work, args)
+    return work
+
+
+def _partition_module(name: str, captured: CapturedProgram, options: BackendOptions,
+                      report: GraphReport) -> MugraphPartition:
+    program = captured.graph
+    part = PartitionReport(
+        name, [n.name for n in captured.nodes], [target_name(n) for n in captured.nodes],
+        captured.kinds, program.structural_hash(),
+    )
+    report.partitions.append(part)
+    fallback = fallback_module(captured)
+    problem = _check(captured, fallback) if options.check_capture else None
+    if problem is not None:
+        part.status, part.detail = "capture mismatch", problem
+        return MugraphPartition(captured, program, False, part, fallback)
+    try:
+        best = _optimize(program, options, _arch(captured), part)
+    except Exception as error:  # noqa: BLE001 - a failed search: PyTorch runs the partition
+        part.status, part.detail = "error", f"search failed: {type(error).__name__}: {error}"
+        best = program
+    improved = best is not program and part.status != "error"
+    use = improved or (options.run_unimproved and part.status != "error")
+    part.runs_on = "mugraph" if use else "pytorch"
+    return MugraphPartition(captured, best, use, part, fallback)
+
+
+def _check(captured: CapturedProgram, fallback: GraphModule) -> str | None:
+    """Why the capture is not trusted (None: it matches PyTorch numerically)."""
+    try:
+        return check_capture(captured, fallback)
+    except Exception as error:  # noqa: BLE001 - what cannot be checked is not trusted
+        return f"the capture check failed to run ({type(error).__name__}: {error})"
+
+
+def _arch(captured: CapturedProgram) -> str:
+    from mugraph.cache import current_arch
+
+    for spec in captured.input_specs:
+        if isinstance(spec, ExternalInput):
+            return current_arch(meta_value(captured.raw_inputs[spec.source]).device)
+    return "cpu"
+
+
+def _search_config(program, options: BackendOptions):
+    from mugraph.cache import resolve_config
+
+    overrides = {"time_limit": max(float(options.time_limit), 0.0), "workers": options.workers}
+    overrides.update(options.search)
+    return resolve_config(program, overrides)
+
+
+def _optimize(program, options: BackendOptions, arch: str, part: PartitionReport):
+    """The best μGraph for ``program``: from the cache, else from a search (then cached)."""
+    from mugraph.cache import ResultCache, search_summary
+    from mugraph.search import api
+
+    config = _search_config(program, options)
+    cache = ResultCache(options.cache_dir) if options.cache else None
+    if cache is not None:
+        hit = cache.get(program, config, arch=arch)
+        if hit is not None:
+            part.cache, part.search = "hit", dict(hit.cache_entry.get("search") or {})
+            part.status = "optimized" if hit is not program else "unimproved"
+            return hit
+        part.cache = "miss"
+    if config.time_limit <= 0:
+        part.status = "not searched"
+        return program
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=re.escape("mugraph: the search found no"))
+        best = api.superoptimize_graph(program, config)
+    result = getattr(best, "search_result", None)
+    part.search = search_summary(result)
+    part.status = "optimized" if best is not program else "unimproved"
+    if cache is not None:
+        try:
+            cache.put(program, config, best, result, arch=arch)
+        except OSError as error:
+            warnings.warn(f"mugraph: could not store a search result in {cache}: {error}",
+                          stacklevel=2)
+    return best
+
+
+# ---- rewriting the graph ---------------------------------------------------------------------
+
+
+def _units(graph: Graph, parts: list[tuple[CapturedProgram, str]]) -> tuple[list, dict]:
+    """Schedulable units (a node, or a whole partition) and the unit of every node."""
+    unit_of: dict[Node, int] = {}
+    units: list = []
+    for captured, name in parts:
+        for node in captured.nodes:
+            unit_of[node] = len(units)
+        units.append((captured, name))
+    for node in graph.nodes:
+        if node not in unit_of and node.op != "output":
+            unit_of[node] = len(units)
+            units.append(node)
+    return units, unit_of
+
+
+def _schedule(graph: Graph, units: list, unit_of: dict[Node, int]) -> list:
+    """The units in a topological order close to the original one (Kahn, by first node)."""
+    import heapq
+
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    members = [u[0].nodes if isinstance(u, tuple) else [u] for u in units]
+    deps = [set() for _ in units]
+    users = [set() for _ in units]
+    for k, nodes in enumerate(members):
+        for node in nodes:
+            for a in node.all_input_nodes:
+                j = unit_of[a]
+                if j != k:
+                    deps[k].add(j)
+                    users[j].add(k)
+    first = [min(order[n] for n in nodes) for nodes in members]
+    ready = [(first[k], k) for k in range(len(units)) if not deps[k]]
+    heapq.heapify(ready)
+    out = []
+    while ready:
+        _, k = heapq.heappop(ready)
+        out.append(units[k])
+        for u in users[k]:
+            deps[u].discard(k)
+            if not deps[u]:
+                heapq.heappush(ready, (first[u], u))
+    if len(out) != len(units):
+        raise RuntimeError("mugraph: the partitions form a cycle (a partitioner bug)")
+    return out
+
+
+def rewrite(gm: GraphModule, parts: list[tuple[CapturedProgram, str]],
+            modules: dict[str, torch.nn.Module]) -> GraphModule:
+    """``gm`` with each partition's nodes replaced by a call of its module."""
+    graph = gm.graph
+    units, unit_of = _units(graph, parts)
+    new = Graph()
+    env: dict[Node, Node] = {}
+    for unit in _schedule(graph, units, unit_of):
+        if isinstance(unit, Node):
+            env[unit] = new.node_copy(unit, lambda n: env[n])
+            continue
+        captured, name = unit
+        call = new.call_module(name, tuple(env[n] for n in captured.raw_inputs))
+        for j, node in enumerate(captured.outputs):
+            env[node] = new.call_function(operator.getitem, (call, j))
+            env[node].meta = dict(node.meta)
+    output = next(n for n in graph.nodes if n.op == "output")
+    new.node_copy(output, lambda n: env[n])
+    module = GraphModule(_root(gm, new, modules), new)
+    module.graph.eliminate_dead_code()
+    module.recompile()
+    return module
+
+
+def _root(gm: GraphModule, graph: Graph, modules: dict[str, torch.nn.Module]) -> dict:
+    """Every attribute and submodule ``graph`` refers to, by qualified name."""
+    root: dict[str, Any] = {}
+    for node in graph.nodes:
+        if node.op in ("get_attr", "call_module"):
+            target = node.target
+            root[target] = modules[target] if target in modules else passes.fetch_attr(gm, target)
+    return root
+
+
+# ---- registration ------------------------------------------------------------------------------
+
+
+def register_backend() -> bool:
+    """Register ``"mugraph"`` with Dynamo (idempotent); False when the name is taken."""
+    try:
+        from torch._dynamo.backends import registry
+    except ImportError:  # pragma: no cover - a torch without Dynamo
+        return False
+    if registry._COMPILER_FNS.get(BACKEND_NAME) is mugraph_backend:
+        return True
+    if BACKEND_NAME in registry._COMPILER_FNS:
+        return False
+    if registry._BACKENDS.get(BACKEND_NAME) is not None:
+        return True  # our entry point: Dynamo registers it when the name is looked up
+    registry.register_backend(mugraph_backend, name=BACKEND_NAME)
+    return True

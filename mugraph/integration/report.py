@@ -1,0 +1,97 @@
+"""What the backend did with each graph: the partitions mugraph took and what fell back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class PartitionReport:
+    """One partition: its fx nodes, its mugraph operators, and how it runs."""
+
+    name: str
+    nodes: list[str]
+    targets: list[str]
+    ops: list[str]
+    program_hash: str
+    status: str = "pending"  # optimized | unimproved | error | not searched
+    runs_on: str = "pytorch"  # mugraph | pytorch
+    cache: str = "off"  # hit | miss | off
+    search: dict = field(default_factory=dict)
+    detail: str = ""
+
+    def line(self) -> str:
+        stats = self.search
+        found = ""
+        if stats:
+            found = (
+                f", search {stats.get('elapsed', 0):.1f} s / {stats.get('states', 0)} states / "
+                f"{stats.get('verified', 0)} verified"
+            )
+        detail = f" — {self.detail}" if self.detail else ""
+        return (
+            f"{self.name}: {len(self.nodes)} fx nodes -> {len(self.ops)} mugraph ops "
+            f"[{', '.join(self.ops)}]; {self.status}, runs on {self.runs_on} "
+            f"(cache {self.cache}{found}){detail}"
+        )
+
+
+@dataclass
+class Fallback:
+    """An fx node left to PyTorch, and why."""
+
+    node: str
+    target: str
+    reason: str
+
+
+@dataclass
+class GraphReport:
+    """One compiled (specialized) graph."""
+
+    graph_id: int
+    signature: str
+    partitions: list[PartitionReport] = field(default_factory=list)
+    fallbacks: list[Fallback] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def taken(self) -> list[PartitionReport]:
+        return [p for p in self.partitions if p.runs_on == "mugraph"]
+
+    def format(self) -> str:
+        lines = [f"mugraph graph {self.graph_id} ({self.signature}):"]
+        if self.error:
+            lines.append(f"  whole graph runs on PyTorch: {self.error}")
+        for p in self.partitions:
+            lines.append(f"  {p.line()}")
+            lines.append(f"      nodes: {', '.join(self.short(p.nodes))}")
+        if self.fallbacks:
+            lines.append("  left to PyTorch:")
+            for f in self.fallbacks:
+                lines.append(f"    {f.node} ({f.target}): {f.reason}")
+        return "\n".join(lines)
+
+    @staticmethod
+    def short(names: list[str], limit: int = 12) -> list[str]:
+        return names if len(names) <= limit else [*names[:limit], f"... ({len(names)} in all)"]
+
+
+_REPORTS: list[GraphReport] = []
+
+
+def record(report: GraphReport) -> None:
+    _REPORTS.append(report)
+
+
+def reports() -> list[GraphReport]:
+    """Every graph the backend compiled in this process, oldest first."""
+    return list(_REPORTS)
+
+
+def last_report() -> GraphReport | None:
+    return _REPORTS[-1] if _REPORTS else None
+
+
+def clear_reports() -> None:
+    _REPORTS.clear()

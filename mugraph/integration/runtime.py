@@ -1,0 +1,104 @@
+"""Running a partition: the chosen μGraph on mugraph, or the original fx nodes on PyTorch.
+
+A :class:`MugraphPartition` stands in the rewritten fx graph for the nodes it replaces. It
+receives their outside inputs and returns their outside outputs (a tuple). It runs
+
+* on CUDA tensors: the μGraph compiled by :func:`mugraph.compile`;
+* on CPU tensors: the μGraph's reference semantics (``graph(inputs=...)``);
+* the original PyTorch nodes (``fallback``) when mugraph is not to be used for it, when
+  autograd needs the result, or — with a warning, once — when running the μGraph fails.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+from torch.fx import Graph, GraphModule
+
+from mugraph.integration.capture import CapturedProgram, ConstInput, apply_adapters
+
+
+def fallback_module(captured: CapturedProgram) -> GraphModule:
+    """The partition's original fx nodes as a module: raw inputs in, outputs (a tuple) out."""
+    graph = Graph()
+    env = {}
+    for i, node in enumerate(captured.raw_inputs):
+        env[node] = graph.placeholder(f"in{i}_{node.name}")
+    for node in captured.nodes:
+        env[node] = graph.node_copy(node, lambda n: env[n])
+    graph.output(tuple(env[n] for n in captured.outputs))
+    return GraphModule(torch.nn.Module(), graph)
+
+
+def _needs_autograd(values: tuple) -> bool:
+    if not torch.is_grad_enabled():
+        return False
+    return any(isinstance(v, torch.Tensor) and v.requires_grad for v in values)
+
+
+class MugraphPartition(torch.nn.Module):
+    """One partition of an fx graph, run by mugraph (see the module docstring)."""
+
+    def __init__(self, captured: CapturedProgram, best, use_mugraph: bool, report=None,
+                 fallback: GraphModule | None = None) -> None:
+        super().__init__()
+        self.fallback = fallback if fallback is not None else fallback_module(captured)
+        self.program = captured.graph
+        self.best = best
+        self.specs = list(captured.input_specs)
+        self.output_index = list(captured.output_index)
+        self.use_mugraph = use_mugraph
+        self.report = report
+        self._consts: dict[tuple, torch.Tensor] = {}
+        self._compiled = None
+
+    def forward(self, *raw: Any) -> tuple:
+        if not self.use_mugraph or _needs_autograd(raw):
+            return self.fallback(*raw)
+        try:
+            outs = self._run(raw)
+        except Exception as error:  # noqa: BLE001 - never fail the model: PyTorch takes over
+            self._give_up(error)
+            return self.fallback(*raw)
+        return tuple(outs[i] for i in self.output_index)
+
+    def _give_up(self, error: Exception) -> None:
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        warnings.warn(
+            f"mugraph: running partition {getattr(self.report, 'name', '?')} failed "
+            f"({type(error).__name__}: {first}); it runs on PyTorch from now on",
+            stacklevel=3,
+        )
+        self.use_mugraph = False
+        if self.report is not None:
+            self.report.runs_on = "pytorch"
+            self.report.detail = f"runtime failure: {first}"
+
+    def _inputs(self, raw: tuple) -> list[torch.Tensor]:
+        device = next(v.device for v in raw if isinstance(v, torch.Tensor))
+        inputs = []
+        for spec in self.specs:
+            if isinstance(spec, ConstInput):
+                inputs.append(self._const(spec, device))
+            else:
+                inputs.append(apply_adapters(raw[spec.source], spec.adapters))
+        return inputs
+
+    def _const(self, spec: ConstInput, device: torch.device) -> torch.Tensor:
+        key = (spec, str(device))
+        if key not in self._consts:
+            shape = (1,) * spec.rank
+            self._consts[key] = torch.full(shape, spec.value, dtype=spec.dtype, device=device)
+        return self._consts[key]
+
+    def _run(self, raw: tuple) -> list[torch.Tensor]:
+        inputs = self._inputs(raw)
+        if inputs[0].device.type == "cuda":
+            if self._compiled is None:
+                from mugraph.runtime.compiled import compile_graph
+
+                self._compiled = compile_graph(self.best)
+            return self._compiled(inputs=inputs)
+        return self.best(inputs=inputs)

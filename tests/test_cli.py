@@ -1,0 +1,404 @@
+"""The ``mugraph`` command line: each subcommand's output, files and exit codes."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+import mugraph
+from mugraph import cli
+from mugraph.library import WORKLOADS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TINY_PROGRAM = """
+import mugraph
+
+def program():
+    g = mugraph.new_kernel_graph()
+    x = g.new_input((4, 32), dtype=mugraph.float16)
+    w = g.new_input((32, 16), dtype=mugraph.float16)
+    g.mark_output(g.matmul(g.rms_norm(x, 32), w))
+    return g
+"""
+
+
+def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None,
+            timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python -m mugraph.cli ARGS`` in a fresh process."""
+    environ = dict(os.environ)
+    environ["PYTHONPATH"] = str(ROOT) + os.pathsep + environ.get("PYTHONPATH", "")
+    environ.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "mugraph.cli", *args], cwd=cwd or ROOT, env=environ,
+        capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def call(capsys, *args: str) -> tuple[int, str, str]:
+    """``cli.main(ARGS)`` in this process: (exit code, stdout, stderr)."""
+    code = cli.main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_error_line(err: str, *fragments: str) -> None:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("mugraph: error: ")
+    assert "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+@pytest.fixture
+def graphs(tmp_path):
+    """JSON files: the Fig 4c GQA μGraph and its program, RMSNorm+Linear fused and naive,
+    and a graph of the same interface that computes something else."""
+    gqa = WORKLOADS["attention_mirage_gqa"]
+    rms = WORKLOADS["rmsnorm_linear"]
+    s = rms.small
+    other = mugraph.new_kernel_graph()
+    x = other.new_input((s["m"], s["k"]))
+    w = other.new_input((s["k"], s["n"]))
+    other.mark_output(other.matmul(x, w))  # no normalisation
+    files = {
+        "gqa": gqa.optimized(gqa.small),
+        "gqa_naive": gqa.naive(gqa.small),
+        "rms": rms.optimized(s),
+        "rms_naive": rms.naive(s),
+        "other": other,
+    }
+    paths = {}
+    for name, graph in files.items():
+        paths[name] = tmp_path / f"{name}.json"
+        paths[name].write_text(graph.to_json())
+    return paths
+
+
+# ---- help -------------------------------------------------------------------------------------
+
+
+def test_console_help_in_a_fresh_process():
+    done = run_cli("--help")
+    assert done.returncode == 0
+    for command in ("optimize", "show", "verify", "cache"):
+        assert command in done.stdout
+
+
+@pytest.mark.parametrize("command, expected", [
+    ("optimize", ["PROGRAM.py", "--time-limit", "--workers", "--max-block-ops",
+                  "--max-custom-kernels", "--config", "--out", "--no-progress", "--debug"]),
+    ("show", ["GRAPH.json", "--svg", "--html"]),
+    ("verify", ["A.json", "B.json", "--delta", "--max-rounds", "--seed"]),
+    ("cache", ["ls", "clear"]),
+])
+def test_subcommand_help(capsys, command, expected):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([command, "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for word in expected:
+        assert word in out
+
+
+def test_version_and_missing_command(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--version"])
+    assert exit_info.value.code == 0
+    assert mugraph.__version__ in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([])
+    assert exit_info.value.code == 2
+
+
+# ---- optimize ------------------------------------------------------------------------------------
+
+
+def test_optimize_writes_the_best_graph(tmp_path):
+    program = write(tmp_path / "tiny_rms.py", TINY_PROGRAM)
+    out = tmp_path / "out"
+    done = run_cli("optimize", str(program), "--time-limit", "20", "--max-custom-kernels", "1",
+                   "--workers", "2", "--out", str(out), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    stdout = done.stdout
+    assert "mugraph: optimizing tiny_rms" in stdout
+    assert "best μGraph:" in stdout and "customized(%0, %1)" in stdout
+    assert "verification: equivalent" in stdout
+    assert "estimated time (cost model): program" in stdout
+    assert "measured time" in stdout
+    assert "[" in done.stderr and "states" in done.stderr  # progress lines (not a TTY)
+    for name in ("best.json", "program.json", "search.json", "best.svg", "best.html"):
+        assert (out / name).is_file(), name
+    best = mugraph.from_json((out / "best.json").read_text())
+    program_graph = mugraph.from_json((out / "program.json").read_text())
+    assert mugraph.verify(best, program_graph).passed
+    search = json.loads((out / "search.json").read_text())
+    assert search["improved"] is True and search["candidates"]
+    assert search["config"]["max_custom_kernels"] == 1
+    assert {"states", "block_graphs", "candidates", "verified", "pruned"} <= set(search["stats"])
+    assert all({"hash", "cost_seconds", "verification"} <= set(c) for c in search["candidates"])
+    kernels = list((out / "kernels").glob("*.py"))
+    assert kernels and "@triton.jit" in kernels[0].read_text()
+    ET.fromstring((out / "best.svg").read_text())
+    assert "<svg" in (out / "best.html").read_text()
+
+
+def test_optimize_says_when_nothing_better_is_found(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    program = write(tmp_path / "tiny_rms.py", TINY_PROGRAM)
+    # two block operators cannot hold rms + matmul + accumulation + division
+    code, out, err = call(capsys, "optimize", str(program), "--time-limit", "5",
+                          "--max-custom-kernels", "1", "--max-block-ops", "2", "--workers", "1",
+                          "--no-progress")
+    assert code == 0, err
+    assert "No μGraph better than the program was found" in out
+    folder = tmp_path / "mugraph_out" / "tiny_rms"  # the default output folder
+    assert sorted(p.name for p in folder.iterdir()) == ["program.json", "search.json"]
+    assert json.loads((folder / "search.json").read_text())["improved"] is False
+
+
+def test_search_options_of_the_program_file(capsys, tmp_path, monkeypatch):
+    seen = {}
+
+    def fake_search(program, preset, time_limit, overrides, view):
+        seen.update(preset=preset, time_limit=time_limit, **overrides)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_run_search", fake_search)
+    program = write(tmp_path / "p.py", TINY_PROGRAM + "\nSEARCH_OPTIONS = "
+                    "{'max_custom_kernels': 1, 'max_block_ops': 5, 'preset': 'mlp'}\n")
+    code, _, err = call(capsys, "optimize", str(program), "--max-block-ops", "4",
+                        "--time-limit", "3", "--no-progress")
+    assert code == cli.EXIT_INTERRUPTED and "interrupted" in err
+    assert seen == {"preset": "mlp", "time_limit": 3.0, "max_custom_kernels": 1,
+                    "max_block_ops": 4}  # the command line wins
+    bad = write(tmp_path / "bad.py", TINY_PROGRAM + "\nSEARCH_OPTIONS = {'speed': 11}\n")
+    code, _, err = call(capsys, "optimize", str(bad))
+    assert code == 2
+    assert_one_error_line(err, "unknown search options", "speed")
+
+
+@pytest.mark.parametrize("source, fragments", [
+    (None, ["no such program file"]),
+    ("x = 1\n", ["defines no program() function"]),
+    ("def program():\n    return 42\n", ["returned int, not a mugraph KernelGraph"]),
+    ("def program(:\n", ["could not run", "SyntaxError"]),
+    ("def program():\n    raise ValueError('broken on purpose')\n",
+     ["program() in", "ValueError: broken on purpose"]),
+    ("import mugraph\ndef program():\n    g = mugraph.new_kernel_graph()\n"
+     "    a = g.new_input((4, 8))\n    g.matmul(a, a)\n    return g\n", ["ShapeError", "matmul"]),
+])
+def test_optimize_errors_are_one_line(capsys, tmp_path, source, fragments):
+    path = tmp_path / "prog.py"
+    if source is not None:
+        path.write_text(source)
+    code, out, err = call(capsys, "optimize", str(path), "--no-progress")
+    assert code == 2
+    assert_one_error_line(err, *fragments)
+
+
+def test_debug_reraises(capsys, tmp_path):
+    path = write(tmp_path / "prog.py", "x = 1\n")
+    with pytest.raises(cli.CliError):
+        cli.main(["optimize", str(path), "--debug"])
+    with pytest.raises(cli.CliError):
+        cli.main(["--debug", "show", str(tmp_path / "missing.json")])
+
+
+def test_error_line_in_a_fresh_process(tmp_path):
+    path = write(tmp_path / "prog.py", "def program():\n    return None\n")
+    done = run_cli("optimize", str(path), "--no-progress")
+    assert done.returncode == 2
+    assert_one_error_line(done.stderr, "returned NoneType")
+
+
+# ---- progress --------------------------------------------------------------------------------
+
+
+def _report(elapsed: float, units: int) -> str:
+    return (f"[{elapsed:6.1f}/60 s] units {units}/10  states 5  pruned: shape 3  "
+            f"verified 0  best -")
+
+
+def test_progress_lines_without_a_terminal():
+    stream = io.StringIO()
+    view = cli.ProgressView(stream, budget=60, live=False, interval=3600)
+    view(_report(0.1, 1))
+    view(_report(0.2, 2))  # within the interval: not printed
+    view("search complete: 10/10 units ...")  # the summary is the command's to print
+    view.close()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 1
+    assert "units 1/10  states 5  verified 0  best -  pruned: shape 3" in lines[0]
+    assert lines[0].startswith("[") and "/60 s]" in lines[0]
+
+
+def test_progress_live_line():
+    stream = io.StringIO()
+    view = cli.ProgressView(stream, budget=60, live=True)
+    view(_report(0.1, 1))
+    view(_report(0.2, 2))
+    view.close()
+    text = stream.getvalue()
+    assert "\r\x1b[K" in text and "units 2/10" in text
+    assert text.endswith("\n")
+
+
+# ---- show ---------------------------------------------------------------------------------------
+
+
+def test_show_prints_and_draws(capsys, graphs, tmp_path):
+    svg, page = tmp_path / "pics" / "gqa.svg", tmp_path / "gqa.html"
+    code, out, err = call(capsys, "show", str(graphs["gqa"]), "--svg", str(svg),
+                          "--html", str(page))
+    assert code == 0, err
+    assert "KernelGraph (3 inputs, 1 outputs)" in out
+    assert "block graph grid=(2, 4, 1)" in out
+    assert "estimated time (cost model)" in out
+    assert f"wrote {svg}" in out and f"wrote {page}" in out
+    root = ET.fromstring(svg.read_text())
+    assert root.tag.endswith("svg")
+    assert "imap {x:0, y:3, z:-}" in svg.read_text()
+    assert "<svg" in page.read_text() and "block_input(input[0]" in page.read_text()
+
+
+@pytest.mark.parametrize("content, fragment", [
+    ("{not json", "not JSON"),
+    ('{"format": "other"}', "not a mugraph document"),
+    ('{"format": "mugraph", "version": 1, "ops": [{"kind": "nope"}], "outputs": []}',
+     "malformed"),
+])
+def test_show_rejects_bad_documents(capsys, tmp_path, content, fragment):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    code, out, err = call(capsys, "show", str(path))
+    assert code == 2
+    assert_one_error_line(err, "SerializationError", fragment, "bad.json")
+
+
+def test_show_missing_file(capsys, tmp_path):
+    code, _, err = call(capsys, "show", str(tmp_path / "nope.json"))
+    assert code == 2
+    assert_one_error_line(err, "no such graph file")
+
+
+# ---- verify ------------------------------------------------------------------------------------
+
+
+def test_verify_equivalent(capsys, graphs):
+    code, out, err = call(capsys, "verify", str(graphs["rms"]), str(graphs["rms_naive"]),
+                          "--seed", "1")
+    assert code == 0, err
+    assert out.startswith("equivalent")
+    assert "bound: false-pass probability <=" in out
+
+
+def test_verify_gqa_against_its_program(capsys, graphs):
+    code, out, _ = call(capsys, "verify", str(graphs["gqa"]), str(graphs["gqa_naive"]),
+                        "--max-rounds", "8", "--delta", "1e-3")
+    assert code == 0
+    assert "equivalent" in out and "bound:" in out
+
+
+def test_verify_not_equivalent(capsys, graphs):
+    code, out, _ = call(capsys, "verify", str(graphs["rms"]), str(graphs["other"]))
+    assert code == 1
+    assert "NOT equivalent" in out and "not equivalent)" in out
+
+
+def test_verify_errors(capsys, graphs, tmp_path):
+    code, _, err = call(capsys, "verify", str(graphs["rms"]), str(graphs["gqa"]))
+    assert code == 2
+    assert_one_error_line(err)
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2")
+    code, _, err = call(capsys, "verify", str(graphs["rms"]), str(bad))
+    assert code == 2
+    assert_one_error_line(err, "not JSON")
+    code, _, err = call(capsys, "verify", str(graphs["rms"]), str(graphs["rms_naive"]),
+                        "--delta", "2")
+    assert code == 2
+    assert_one_error_line(err, "delta")
+
+
+def test_verify_exit_codes_in_a_fresh_process(graphs):
+    assert run_cli("verify", str(graphs["rms"]), str(graphs["rms_naive"])).returncode == 0
+    assert run_cli("verify", str(graphs["rms"]), str(graphs["other"])).returncode == 1
+
+
+# ---- cache -------------------------------------------------------------------------------------
+
+
+def test_cache_ls_and_clear(capsys, tmp_path, monkeypatch, graphs):
+    from mugraph.cache import ResultCache
+
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("MUGRAPH_CACHE_DIR", str(folder))
+    code, out, _ = call(capsys, "cache", "ls")
+    assert code == 0 and "is empty" in out and str(folder) in out
+    program = mugraph.from_json(graphs["rms_naive"].read_text())
+    best = mugraph.from_json(graphs["rms"].read_text())
+    ResultCache().put(program, None, best, None)
+    code, out, _ = call(capsys, "cache", "ls")
+    assert code == 0
+    assert "1 entry" in out and program.structural_hash()[:16] in out and "improved" in out
+    code, out, _ = call(capsys, "cache", "clear")
+    assert code == 0 and "removed 1 entry" in out
+    code, out, _ = call(capsys, "cache", "ls", "--dir", str(folder))
+    assert "is empty" in out
+
+
+def test_cache_entries_as_objects(capsys, monkeypatch):
+    class Entry:
+        key, size, created, program_hash = "k" * 40, 2048, 0.0, "p" * 32
+
+    class FakeCache:
+        path = "/somewhere"
+
+        def __init__(self, path=None):
+            pass
+
+        def entries(self):
+            return [Entry()]
+
+        def clear(self):
+            return 3
+
+    monkeypatch.setattr(cli, "_result_cache", lambda path: FakeCache(path))
+    code, out, _ = call(capsys, "cache", "ls")
+    assert code == 0 and "k" * 16 in out and "2.0 KB" in out and "p" * 16 in out
+    code, out, _ = call(capsys, "cache", "clear")
+    assert "removed 3 entries from /somewhere" in out
+
+
+def test_cache_unavailable(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "mugraph.cache", None)  # the import fails
+    code, out, err = call(capsys, "cache", "ls")
+    assert code == 2
+    assert_one_error_line(err, "the result cache is not available in this version")
+
+
+# ---- bundled examples --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["rmsnorm_linear", "gated_mlp", "attention"])
+def test_bundled_examples_define_programs(name):
+    graph, options = cli.load_program(ROOT / "examples" / "programs" / f"{name}.py")
+    assert isinstance(graph, mugraph.KernelGraph)
+    graph.check()
+    assert isinstance(options, dict)

@@ -1,0 +1,394 @@
+"""PyTorch integration: FX capture, partitioning, and the torch.compile backend (on the CPU).
+
+Most tests compile with ``time_limit=0`` (no search) and ``run_unimproved=True``: every
+captured partition then runs on mugraph's reference semantics, so the outputs check the
+capture itself against eager PyTorch. The search and the cache are tested with a spy on the
+search entry point.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import mugraph
+import mugraph.integration as mgi
+from mugraph.cache import ResultCache
+from mugraph.integration import dynamo as backend
+from mugraph.integration.runtime import MugraphPartition
+from mugraph.library import WORKLOADS
+from mugraph.search import api
+
+CAPTURE_ONLY = {"time_limit": 0, "run_unimproved": True, "cache": False}
+
+
+@pytest.fixture(autouse=True)
+def fresh(tmp_path, monkeypatch):
+    """A fresh cache directory, fresh Dynamo caches and an empty report list per test."""
+    monkeypatch.setenv("MUGRAPH_CACHE_DIR", str(tmp_path / "cache"))
+    torch._dynamo.reset()
+    mgi.clear_reports()
+    torch.manual_seed(0)
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.fixture
+def search_calls(monkeypatch):
+    """Count calls of the search (the driver's entry point as the API calls it)."""
+    calls = []
+    real = api.superoptimize
+
+    def spy(program, **kwargs):
+        calls.append(program.structural_hash())
+        return real(program, **kwargs)
+
+    monkeypatch.setattr(api, "superoptimize", spy)
+    return calls
+
+
+def run_compiled(module: nn.Module, *inputs, **options):
+    compiled = torch.compile(module, backend="mugraph", options=options or CAPTURE_ONLY)
+    with torch.no_grad():
+        return compiled(*inputs), module(*inputs)
+
+
+def assert_close(got, want, tol=1e-5):
+    got = got if isinstance(got, tuple) else (got,)
+    want = want if isinstance(want, tuple) else (want,)
+    for a, b in zip(got, want, strict=True):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        torch.testing.assert_close(a, b, rtol=tol, atol=tol)
+
+
+def partitions():
+    return [p for r in mgi.reports() for p in r.partitions]
+
+
+def fallbacks():
+    return {f.node: f.reason for r in mgi.reports() for f in r.fallbacks}
+
+
+# ---- small modules ----------------------------------------------------------------------------
+
+
+class GatedMLP(nn.Module):
+    def __init__(self, dim=16, hidden=32):
+        super().__init__()
+        self.w1 = nn.Linear(dim, hidden, bias=False)
+        self.w3 = nn.Linear(dim, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class NormLinear(nn.Module):
+    def __init__(self, dim=16, out=24, eps=1e-6):
+        super().__init__()
+        self.norm = nn.RMSNorm(dim, eps=eps)
+        self.proj = nn.Linear(dim, out, bias=True)
+
+    def forward(self, x):
+        return self.proj(self.norm(x))
+
+
+class HandRMSNorm(nn.Module):
+    def __init__(self, dim=16, eps=1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(dim) + 0.5)
+        self.eps = eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class Attention(nn.Module):
+    def forward(self, q, k, v):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        return torch.softmax(scores, dim=-1) @ v
+
+
+class Elementwise(nn.Module):
+    def __init__(self, dim=8):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(dim))
+
+    def forward(self, x):
+        y = F.relu(x) * 2.0 - x.mean(-1, keepdim=True) + F.gelu(x, approximate="tanh") / 3
+        z = (1.0 - y) / (x.exp() + self.bias)  # rank-1 bias broadcast against rank 3
+        return z.sum(-1), -x + 0.5
+
+
+class SiluPattern(nn.Module):
+    def forward(self, x, y):
+        return torch.bmm(x * torch.sigmoid(x), y)
+
+
+class SigmoidGate(nn.Module):
+    def forward(self, x, y):
+        return torch.sigmoid(x) * y + x
+
+
+class DefaultEpsNorm(nn.Module):
+    def forward(self, x):
+        return F.rms_norm(x, (8,))  # eps=None: finfo(float32).eps, not 0
+
+
+class SDPA(nn.Module):
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v)
+
+
+CASES = {
+    "gated_mlp": (GatedMLP, lambda: (torch.randn(2, 4, 16),)),
+    "rmsnorm_linear": (NormLinear, lambda: (torch.randn(2, 4, 16),)),
+    "hand_rmsnorm": (HandRMSNorm, lambda: (torch.randn(3, 16),)),
+    "attention": (Attention, lambda: tuple(torch.randn(2, 3, 8, 4) for _ in range(3))),
+    "elementwise": (Elementwise, lambda: (torch.randn(2, 3, 8),)),
+    "silu_bmm": (SiluPattern, lambda: (torch.randn(2, 4, 8), torch.randn(2, 8, 4))),
+    "sdpa": (SDPA, lambda: tuple(torch.randn(1, 2, 8, 4) for _ in range(3))),
+    "sigmoid_gate": (SigmoidGate, lambda: (torch.randn(3, 8), torch.randn(3, 8))),
+    "rms_norm_default_eps": (DefaultEpsNorm, lambda: (torch.randn(3, 8) * 1e-4,)),
+}
+
+
+# ---- the backend ------------------------------------------------------------------------------
+
+
+def test_the_backend_name_and_the_entry_point_resolve():
+    from torch._dynamo.backends.registry import lookup_backend
+
+    assert lookup_backend("mugraph") is backend.mugraph_backend
+    module, name = "mugraph.integration.dynamo:mugraph_backend".split(":")
+    assert getattr(importlib.import_module(module), name) is backend.mugraph_backend
+    assert backend.register_backend()  # idempotent
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_captured_modules_match_eager(case):
+    make, inputs = CASES[case]
+    got, want = run_compiled(make().eval(), *inputs())
+    assert_close(got, want)
+    parts = partitions()
+    assert parts and all(p.runs_on == "mugraph" for p in parts)
+    compute = {n: why for n, why in fallbacks().items() if "data movement" not in why}
+    assert not compute, f"unexpected fallbacks: {compute}"
+
+
+def test_rms_norm_with_eps_is_captured_exactly():
+    got, want = run_compiled(NormLinear(eps=1e-2).eval(), torch.randn(2, 4, 16) * 0.05)
+    assert_close(got, want)  # small inputs: the epsilon matters
+    ops = [op for p in partitions() for op in p.ops]
+    assert {"add", "pow", "square"} <= set(ops) and "rms_norm" not in ops
+
+
+def test_rms_norm_without_eps_is_the_mugraph_operator():
+    class Norm(nn.Module):
+        def forward(self, x):
+            return F.rms_norm(x, (16,), eps=0.0)
+
+    got, want = run_compiled(Norm(), torch.randn(4, 16))
+    assert_close(got, want)
+    assert partitions()[0].ops == ["rms_norm"]
+
+
+def test_silu_pattern_and_strided_weight():
+    captured = []
+    real = backend._partition_module
+
+    def keep(name, cap, options, report):
+        captured.append(cap)
+        return real(name, cap, options, report)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(backend, "_partition_module", keep)
+        run_compiled(SiluPattern(), torch.randn(2, 4, 8), torch.randn(2, 8, 4))
+        run_compiled(NormLinear(), torch.randn(2, 4, 16))
+    kinds = [op.kind.value for op in captured[0].graph.ops]
+    assert "silu" in kinds  # x * sigmoid(x) became one silu
+    weights = [t for c in captured for t in c.graph.input_types if t.dims == (16, 24)]
+    assert weights and weights[0].strides == (1, 16)  # W.T as a strided view, no copy
+
+
+@pytest.mark.parametrize(
+    "fn, reason",
+    [
+        (lambda x: torch.sort(x, -1).values * 2.0, "no mugraph equivalent"),
+        (lambda x: F.gelu(x) * 2.0, "erf"),
+        (lambda x: F.layer_norm(x, (8,)) + 1.0, "no mugraph equivalent"),
+        (lambda x: torch.tanh(x).exp() * x.exp(), "no mugraph equivalent"),
+    ],
+    ids=["sort", "erf_gelu", "layer_norm", "tanh"],
+)
+def test_unsupported_ops_fall_back(fn, reason):
+    class M(nn.Module):
+        def forward(self, x):
+            return fn(x) + x.relu()
+
+    got, want = run_compiled(M(), torch.randn(3, 8))
+    assert_close(got, want)
+    assert any(reason in why for why in fallbacks().values()), fallbacks()
+
+
+def test_an_inexact_lowering_is_caught_by_the_capture_check(monkeypatch):
+    from mugraph.integration import lowering
+
+    def approximate(cx, node, args, kwargs):  # erf gelu as tanh gelu: NOT the same function
+        return cx.graph.gelu(cx.tensor(args[0]))
+
+    monkeypatch.setitem(lowering.RULES, "gelu", approximate)
+
+    class M(nn.Module):
+        def forward(self, x):
+            return F.gelu(x * 3.0) * 2.0
+
+    got, want = run_compiled(M(), torch.randn(4, 8))
+    assert_close(got, want)
+    (part,) = partitions()
+    assert part.status == "capture mismatch" and part.runs_on == "pytorch"
+
+
+def test_exp_of_exp_is_split_for_the_verifier():
+    class M(nn.Module):
+        def forward(self, x):
+            return torch.softmax(F.silu(x), dim=-1) * 3.0
+
+    got, want = run_compiled(M(), torch.randn(3, 8))
+    assert_close(got, want)
+    assert len(partitions()) == 2  # silu | softmax: one exponential per path each
+
+
+def test_in_place_ops_leave_the_graph_to_pytorch():
+    class M(nn.Module):
+        def forward(self, x):
+            y = x * 2.0
+            y.add_(1.0)
+            return y.exp()
+
+    got, want = run_compiled(M(), torch.randn(3, 8))
+    assert_close(got, want)
+    assert "in place" in mgi.last_report().error
+
+
+def test_partition_size_limit_splits():
+    options = {**CAPTURE_ONLY, "max_partition_ops": 2}
+    got, want = run_compiled(Elementwise(), torch.randn(2, 3, 8), **options)
+    assert_close(got, want)
+    assert len(partitions()) >= 4 and all(len(p.ops) <= 2 for p in partitions())
+
+
+def test_new_shapes_specialize_again():
+    compiled = torch.compile(GatedMLP(), backend="mugraph", options=CAPTURE_ONLY)
+    with torch.no_grad():
+        for batch in (2, 3, 5, 3):
+            x = torch.randn(batch, 4, 16)
+            assert_close(compiled(x), compiled._orig_mod(x))
+    signatures = {r.signature for r in mgi.reports()}
+    assert len(signatures) == 3  # 2, 3 and 5; the second 3 reuses its specialization
+
+
+def test_autograd_runs_on_pytorch():
+    model = GatedMLP()
+    compiled = torch.compile(model, backend="mugraph", options=CAPTURE_ONLY)
+    x = torch.randn(2, 4, 16)
+    out = compiled(x)
+    assert out.requires_grad
+    out.sum().backward()
+    assert model.w1.weight.grad is not None
+
+
+def test_a_runtime_failure_falls_back_with_a_warning(monkeypatch):
+    def broken(self, raw):
+        raise RuntimeError("kernel exploded")
+
+    monkeypatch.setattr(MugraphPartition, "_run", broken)
+    with pytest.warns(UserWarning, match="kernel exploded"):
+        got, want = run_compiled(GatedMLP(), torch.randn(2, 4, 16))
+    assert_close(got, want)
+    assert all(p.runs_on == "pytorch" for p in partitions())
+
+
+def test_unknown_options_are_refused():
+    with pytest.raises(ValueError, match="bogus"):
+        backend.BackendOptions.parse({"bogus": 1})
+    with pytest.raises(ValueError, match="max_blocks_typo"):
+        backend.BackendOptions.parse({"search": {"max_blocks_typo": 3}})
+
+
+def test_optimize_fx_on_a_symbolic_trace():
+    model = NormLinear().eval()
+    gm = torch.fx.symbolic_trace(model)
+    x = torch.randn(2, 4, 16)
+    fn = mgi.optimize_fx(gm, [x], **CAPTURE_ONLY)
+    with torch.no_grad():
+        assert_close(fn(x), model(x))
+        assert mgi.last_report().taken
+        y = torch.randn(3, 2, 16)  # another shape: specialized again, not reused
+        assert_close(fn(y), model(y))
+    assert len(mgi.reports()) == 2
+
+
+# ---- search and cache ---------------------------------------------------------------------------
+
+
+def test_a_cache_hit_skips_the_search(search_calls, tmp_path):
+    options = {"time_limit": 1.0, "cache_dir": str(tmp_path / "results")}
+    model = SigmoidGate()  # one small partition: a short search
+    x, y = torch.randn(8, 16), torch.randn(8, 16)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got, want = run_compiled(model, x, y, **options)
+    assert not [w for w in caught if "cache" in str(w.message)]  # a cold cache is no error
+    assert_close(got, want)
+    searched = len(search_calls)
+    assert searched == len(partitions()) >= 1
+    assert all(p.cache == "miss" for p in partitions())
+
+    torch._dynamo.reset()
+    mgi.clear_reports()
+    got, want = run_compiled(model, x, y, **options)
+    assert_close(got, want)
+    assert len(search_calls) == searched  # nothing searched again
+    assert all(p.cache == "hit" for p in partitions())
+    assert len(ResultCache(tmp_path / "results").entries()) == searched
+
+
+def test_a_cached_mugraph_runs_and_matches_eager(search_calls):
+    sizes = WORKLOADS["rmsnorm_linear"].small  # m=4, k=256, n=96
+    naive = WORKLOADS["rmsnorm_linear"].naive(sizes, mugraph.float32)
+    fused = WORKLOADS["rmsnorm_linear"].optimized(sizes, mugraph.float32)
+    ResultCache().put(naive, None, fused, None, arch="cpu")
+
+    class NormMatmul(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(sizes["k"], sizes["n"]) * 0.05)
+
+        def forward(self, x):
+            return F.rms_norm(x, (sizes["k"],), eps=0.0) @ self.w
+
+    got, want = run_compiled(NormMatmul(), torch.randn(sizes["m"], sizes["k"]), time_limit=5)
+    assert_close(got, want, tol=1e-4)
+    (part,) = partitions()
+    assert part.program_hash == naive.structural_hash()
+    assert (part.cache, part.status, part.runs_on) == ("hit", "optimized", "mugraph")
+    assert search_calls == []
+
+
+def test_the_example_block_runs_through_the_backend(monkeypatch):
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "examples"))
+    example = importlib.import_module("llama_block")
+    block, x, mask = example.make_inputs(example.SIZES["cpu"], torch.float32, "cpu")
+    compiled = example.compile_block(block, 0, None, run_unimproved=True, cache=False)
+    with torch.no_grad():
+        assert_close(compiled(x, mask), block(x, mask), tol=1e-4)
+    assert len(mgi.last_report().taken) >= 5
