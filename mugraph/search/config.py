@@ -57,9 +57,22 @@ class SearchConfig:
     canonical_form: bool = True
     label_pruning: bool = True
     max_candidates: int = 64
+    # upstream-style restrictions (None: no restriction): allowed grid dims (x, y, z), imaps
+    # of custom-kernel inputs, omaps of their outputs, forloop dims of their inputs
+    griddims: tuple[tuple[int, int, int], ...] | None = None
+    imaps: tuple[tuple[int, int, int], ...] | None = None
+    omaps: tuple[tuple[int, int, int], ...] | None = None
+    fmaps: tuple[int, ...] | None = None
     extra: dict = field(default_factory=dict, compare=False)
 
     def with_overrides(self, **overrides) -> SearchConfig:
+        if "franges" in overrides:  # upstream's name for the for-loop ranges
+            overrides["forloop_ranges"] = tuple(overrides.pop("franges"))
+        for name in ("griddims", "imaps", "omaps"):
+            if overrides.get(name) is not None:
+                overrides[name] = tuple(_grid_tuple(name, v) for v in overrides[name])
+        if overrides.get("fmaps") is not None:
+            overrides["fmaps"] = tuple(int(v) for v in overrides["fmaps"])
         unknown = set(overrides) - set(self.__dataclass_fields__)
         if unknown:
             raise UnsupportedError(f"superoptimize: unknown search option(s) {sorted(unknown)}")
@@ -68,6 +81,14 @@ class SearchConfig:
     @property
     def worker_count(self) -> int:
         return self.workers if self.workers else (os.cpu_count() or 1)
+
+
+def _grid_tuple(name: str, value) -> tuple[int, int, int]:
+    items = tuple(value)
+    if not 1 <= len(items) <= 3 or not all(isinstance(v, int) for v in items):
+        raise UnsupportedError(f"superoptimize: {name} entries are (x, y, z) int tuples, got {value!r}")
+    pad = 1 if name == "griddims" else -1
+    return (*items, *(pad,) * (3 - len(items)))  # type: ignore[return-value]
 
 
 PRESETS: dict[str, dict] = {

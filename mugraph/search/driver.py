@@ -117,12 +117,19 @@ def _init_worker(program, config, oracle, deadline, cost_fn) -> None:
     _WORKER.update(program=program, config=config, oracle=oracle, deadline=deadline, cost=cost_fn)
 
 
-def _run_unit(unit: tuple[int, CustomChoice]) -> tuple[str, list[dict], Stats, bool]:
-    cap, choice = unit
+def _run_unit(unit: tuple[int, int, CustomChoice]) -> tuple[str, list[dict], Stats, bool]:
+    kernels, cap, choice = unit
     if time.monotonic() > _WORKER["deadline"]:
         return _unit_key(unit), [], Stats(), True
     program = _WORKER["program"]
-    config = _WORKER["config"].with_overrides(max_block_ops=cap)
+    base = _WORKER["config"]
+    # a unit enumerates graphs of exactly ``kernels`` custom kernels (plus, when
+    # kernel_kinds allows them, pre-defined operators after the first custom kernel)
+    config = base.with_overrides(
+        max_block_ops=cap,
+        max_custom_kernels=kernels,
+        max_kernel_ops=base.max_kernel_ops if base.kernel_kinds else kernels,
+    )
     gen = Enumerator(program, config, _WORKER["oracle"], _WORKER["deadline"])
     found: dict[str, dict] = {}
 
@@ -133,6 +140,7 @@ def _run_unit(unit: tuple[int, CustomChoice]) -> tuple[str, list[dict], Stats, b
             gen.stats.pruned["invalid_graph"] += 1
             return
         key = graph.structural_hash()
+        gen.stats.candidates += 1
         if key in found or len(found) >= config.max_candidates:
             return
         result = _verify(graph, program, config.delta, config.verify_rounds)
@@ -149,8 +157,8 @@ def _run_unit(unit: tuple[int, CustomChoice]) -> tuple[str, list[dict], Stats, b
     return _unit_key(unit), list(found.values()), gen.stats, timed_out
 
 
-def _unit_key(unit: tuple[int, CustomChoice]) -> str:
-    return f"{unit[0]}|{unit[1].key()}"
+def _unit_key(unit: tuple[int, int, CustomChoice]) -> str:
+    return f"{unit[0]}|{unit[1]}|{unit[2].key()}"
 
 
 def _verify(graph, program, delta, rounds):
@@ -199,7 +207,11 @@ def superoptimize(
     started = time.monotonic()
     deadline = started + cfg.time_limit
     oracle = _OracleAdapter(program_terms(program)) if cfg.abstract_pruning else None
-    units = plan_units(program, cfg, oracle)
+    try:
+        units = plan_units(program, cfg, oracle, deadline)
+    except SearchTimeout:
+        units = []
+        warnings.warn("mugraph: the time budget ran out while planning the search", stacklevel=2)
     done, saved = _load_checkpoint(checkpoint, program, cfg)
     todo = [u for u in units if _unit_key(u) not in done]
     result = SearchResult(program, [], Stats(), cfg, units_total=len(units), units_done=len(units) - len(todo))
@@ -230,22 +242,29 @@ def superoptimize(
     return result
 
 
-def plan_units(program, cfg: SearchConfig, oracle) -> list[tuple[int, CustomChoice]]:
-    """The work units: (block-operator cap, first custom kernel's schedule).
+def plan_units(program, cfg: SearchConfig, oracle, deadline: float | None = None
+               ) -> list[tuple[int, int, CustomChoice]]:
+    """The work units: (custom kernels, block-operator cap, first custom kernel's schedule).
 
-    With iterative deepening the caps grow from ``cfg.min_block_ops`` to ``max_block_ops`` so
-    small μGraphs are found first; within a cap, schedules go cheapest-traffic first."""
-    probe = Enumerator(program, cfg, oracle)
+    Iterative deepening: graphs of one custom kernel come first, then two...; within a
+    kernel count the cap on block operators grows from ``cfg.min_block_ops`` (with
+    ``cfg.deepening``) so small μGraphs are found first; within a cap, schedules go
+    cheapest-traffic first. A unit of n kernels enumerates graphs of exactly n kernels."""
+    probe = Enumerator(program, cfg, oracle, deadline)
     tensors = probe.initial_tensors()
-    last = cfg.max_custom_kernels == 1 or cfg.max_kernel_ops == 1
     n_inputs = len(tensors)
-    choices = [
-        c for c in probe.custom_choices(tensors, last=last)
-        if not last or set(c.inputs) == set(range(n_inputs))
-    ]
-    choices.sort(key=lambda c: (probe.choice_traffic(c, tensors), c.key()))
-    caps = range(cfg.min_block_ops, cfg.max_block_ops + 1) if cfg.deepening else [cfg.max_block_ops]
-    return [(cap, c) for cap in caps for c in choices]
+    low = min(cfg.min_block_ops, cfg.max_block_ops)
+    caps = list(range(low, cfg.max_block_ops + 1)) if cfg.deepening else [cfg.max_block_ops]
+    units = []
+    for kernels in range(1, min(cfg.max_custom_kernels, cfg.max_kernel_ops) + 1):
+        last = kernels == 1
+        choices = [
+            c for c in probe.custom_choices(tensors, last=last, partial=not last and cfg.split_before_boundary)
+            if not last or set(c.inputs) == set(range(n_inputs))
+        ]
+        choices.sort(key=lambda c: (probe.choice_traffic(c, tensors), c.key()))
+        units += [(kernels, cap, c) for cap in caps for c in choices]
+    return units
 
 
 def _execute(units, program, cfg, oracle, deadline, cost):

@@ -57,6 +57,8 @@ PRUNING_RULES: dict[str, str] = {
     "program's (Theorem 1 covers only A_eq-equal graphs)",
     "abstract_error": "the abstraction rejects the operator (e.g. a sum_todimx that does not "
     "divide)",
+    "memo_replay": "not a loss: the continuations of a kernel-graph prefix whose tensors equal "
+    "an earlier prefix's were replayed from the memo instead of enumerated again",
     "invalid_graph": "the complete graph failed the builder's checks (counted, never returned)",
     "verification": "the complete graph is not equivalent to the program (finite-field test)",
 }
@@ -114,12 +116,11 @@ class Grid:
 
 @dataclass(frozen=True)
 class BlockLimits:
-    """What closing a block graph requires: input iterators (all must be used), the most
-    outputs, and whether an output must be a partial result (see split_before_boundary)."""
+    """What closing a block graph requires: input iterators (all must be used) and the most
+    outputs it may save."""
 
     n_inputs: int
     max_outputs: int
-    need_partial: bool
 
 
 @dataclass
@@ -174,6 +175,14 @@ class Generator:
         self.target_types = program.output_types
         self.smem_budget = program.gpu.shared_memory_per_block
         self._subexpr_cache: dict[Term, bool] = {}
+        # Parameters of the program's own parametrised elementwise operators (mul_scalar's
+        # scalar, clamp's bounds, pow's exponent): the only values the search tries.
+        self._unary_variants: dict[OpKind, tuple[dict, ...]] = {}
+        for op in program.ops:
+            if op.kind in Group.ELEMENTWISE_UNARY and op.attrs:
+                known = self._unary_variants.setdefault(op.kind, ())
+                if op.attr_dict not in known:
+                    self._unary_variants[op.kind] = known + (op.attr_dict,)
         self.memo: dict = _WORKER_MEMO.setdefault(_memo_scope(program, config), {})
 
     # ---- kernel level ------------------------------------------------------------------------
@@ -187,44 +196,53 @@ class Generator:
     def initial_ops(self) -> list[Op]:
         return list(self.program.input_ops)
 
-    def custom_choices(self, tensors: list[Tensor], last: bool = False) -> Iterator[CustomChoice]:
-        """Input sets, grids, for-loops and the maps they imply, in a fixed order. The last
-        kernel of a graph splits only indices of the program's output over its grid: splitting
-        any other index leaves partial results that no later kernel would combine."""
+    def custom_choices(self, tensors: list[Tensor], last: bool = False,
+                       partial: bool = False) -> Iterator[CustomChoice]:
+        """Input sets, grids, for-loops and the maps they imply, in a fixed order.
+
+        The ``last`` kernel of a graph splits only indices of the program's output over its
+        grid: splitting any other index leaves partial results no later kernel combines. A
+        kernel that must leave ``partial`` results for a later one splits at least one index
+        that is not an output index (split_before_boundary)."""
         cfg = self.config
         usable = list(range(len(tensors)))
         for count in range(1, min(cfg.max_kernel_inputs, len(usable)) + 1):
             for inputs in itertools.combinations(usable, count):
-                yield from self._schedules([tensors[i] for i in inputs], inputs, last)
+                yield from self._schedules([tensors[i] for i in inputs], inputs, last, partial)
 
     def _schedules(self, ins: list[Tensor], positions: tuple[int, ...],
-                   last: bool = False) -> Iterator[CustomChoice]:
+                   last: bool = False, partial: bool = False) -> Iterator[CustomChoice]:
         cfg = self.config
         atoms = sorted({lab.outer_atom(lbl) for t in ins for lbl in t.labels if lbl} - {None})
         if last and cfg.label_pruning:
             atoms = [a for a in atoms if a in self.output_atoms]
         sizes = {a: _atom_size(ins, a) for a in atoms}
-        axis_options = [(a, g) for a in atoms for g in cfg.grid_sizes or ()
+        grid_sizes = set(cfg.grid_sizes or ())
+        if cfg.griddims is not None:
+            grid_sizes = {g for dims in cfg.griddims for g in dims if g > 1}
+        axis_options = [(a, g) for a in atoms for g in sorted(grid_sizes)
                         if self._split_ok(sizes[a], g)]
         for n_axes in range(0, cfg.max_grid_axes + 1):
+            self.check_time()
             for axes in itertools.combinations(axis_options, n_axes):
                 if len({a for a, _ in axes}) != n_axes:
+                    continue
+                if partial and all(a in self.output_atoms for a, _ in axes):
                     continue
                 blocks = 1
                 for _, g in axes:
                     blocks *= g
                 if blocks > cfg.max_blocks:
                     continue
-                if (not last and cfg.split_before_boundary
-                        and all(a in self.output_atoms for a, _ in axes)):
-                    self.stats.pruned["split_before_boundary"] += 1
-                    continue
                 split = [_split_labels(t.labels, axes) for t in ins]
                 if any(s is None for s in split):
                     continue
+                grid_dim = Grid(tuple(axes), None).grid_dim
+                if cfg.griddims is not None and grid_dim not in cfg.griddims:
+                    continue
                 for loop in self._loops(split):
                     choice = self._maps(ins, positions, Grid(tuple(axes), loop))
-                    if choice is not None:
+                    if choice is not None and self._maps_allowed(choice):
                         yield choice
 
     def _loops(self, split: list) -> Iterator[tuple[str, int] | None]:
@@ -242,6 +260,12 @@ class Generator:
                     continue
                 if size // f >= self.config.min_tile or (partials and f == size):
                     yield (atom, f)
+
+    def _maps_allowed(self, choice: CustomChoice) -> bool:
+        cfg = self.config
+        if cfg.imaps is not None and any(m not in cfg.imaps for m in choice.imaps):
+            return False
+        return cfg.fmaps is None or all(f in cfg.fmaps for f in choice.fdims)
 
     def _split_ok(self, extent: int, parts: int) -> bool:
         """May an index of ``extent`` be cut into ``parts`` (grid axis or for-loop)?"""
@@ -355,7 +379,8 @@ class Generator:
     def _operands(self, category: str, kind: OpKind, j: int, tj: Tensor, shapes, grid: Grid):
         """(inputs, attrs, attrs key) of one kind of operator whose newest input is ``j``."""
         if category == "unary":
-            yield (j,), {}, ()
+            for attrs in self._unary_variants.get(kind, ({},)):
+                yield (j,), dict(attrs), tuple(sorted((k, str(v)) for k, v in attrs.items()))
         elif category == "binary":
             for i in shapes.broadcast:
                 yield (i, j), {}, ()
@@ -461,13 +486,12 @@ class Generator:
             spec = _output_spec(tensors[i], grid)
             if spec is None:
                 return None
+            if self.config.omaps is not None and spec[0] not in self.config.omaps:
+                return None
             outs.append((i, *spec))
             tile_atoms = {lab.outer_atom(x) for x in tensors[i].labels}
             partial |= any(atom not in tile_atoms for atom, _ in grid.axes)
-        if limits.need_partial and not partial:
-            self.stats.pruned["split_before_boundary"] += 1
-            return None
-        return outs
+        return outs, partial
 
     def check_time(self) -> None:
         if self.deadline is not None and time.monotonic() > self.deadline:
@@ -631,19 +655,21 @@ class Enumerator(Generator):
             cfg = self.config
             last = cfg.max_custom_kernels == 1 or cfg.max_kernel_ops == 1
             rank = (max(first.inputs), first.inputs, _KIND_ORDER[OpKind.CUSTOMIZED], first.key())
-            self.expand_custom(first, kops, kts, 0, 0, visit, rank, last)
+            self.expand_custom(first, kops, kts, 0, 0, visit, rank, last, must_continue=not last)
 
-    def kernel_dfs(self, kops, kts, n_custom, n_ops, last_rank, visit) -> None:
+    def kernel_dfs(self, kops, kts, n_custom, n_ops, last_rank, visit, more=True) -> None:
+        """Complete the kernel graph if it computes the program; else, when ``more`` kernels
+        may follow, extend it by one custom kernel."""
         self.stats.states += 1
         self.check_time()
         if n_custom == 0:
-            self._kernel_step(kops, kts, n_custom, n_ops, last_rank, visit)
+            self._kernel_step(kops, kts, n_custom, n_ops, last_rank, visit, more)
             return
         # What can follow depends only on the tensors so far (types, labels, expressions,
         # uses), not on how they were computed: replay continuations found before.
         key = (
             tuple((t.type, t.labels, t.expr, t.uses) for t in kts),
-            n_custom, n_ops, last_rank[:2], self.config.max_block_ops,
+            n_custom, n_ops, last_rank[:2], self.config.max_block_ops, more,
         )
         known = self.memo.get(key)
         if known is not None:
@@ -658,13 +684,28 @@ class Enumerator(Generator):
             found.append((ops[base:], outs))
             visit(ops, outs)
 
-        self._kernel_step(kops, kts, n_custom, n_ops, last_rank, record)
+        self._kernel_step(kops, kts, n_custom, n_ops, last_rank, record, more)
         self.memo[key] = found
 
-    def _kernel_step(self, kops, kts, n_custom, n_ops, last_rank, visit) -> None:
+    def _kernel_step(self, kops, kts, n_custom, n_ops, last_rank, visit, more) -> None:
         self.try_complete(kops, kts, visit)
         cfg = self.config
-        if n_ops >= cfg.max_kernel_ops or n_custom >= cfg.max_custom_kernels:
+        if not more or n_ops >= cfg.max_kernel_ops:
+            return
+        for rank, op, tensor in self.predefined_ops(kts, last_rank):
+            for r in op.inputs:
+                kts[self._position(kts, r)].uses += 1
+            kops.append(op)
+            tensor.ref = TensorRef(len(kops) - 1, 0)
+            kts.append(tensor)
+            try:
+                self.kernel_dfs(kops, kts, n_custom, n_ops + 1, rank, visit, more)
+            finally:
+                kts.pop()
+                kops.pop()
+                for r in op.inputs:
+                    kts[self._position(kts, r)].uses -= 1
+        if n_custom >= cfg.max_custom_kernels:
             return
         last_kernel = n_ops + 1 == cfg.max_kernel_ops or n_custom + 1 == cfg.max_custom_kernels
         unused = {i for i, t in enumerate(kts) if t.uses == 0}
@@ -678,21 +719,72 @@ class Enumerator(Generator):
                 continue
             self.expand_custom(choice, kops, kts, n_custom, n_ops, visit, rank, last_kernel)
 
-    def expand_custom(self, choice, kops, kts, n_custom, n_ops, visit, rank, last) -> None:
+    @staticmethod
+    def _position(kts: list[Tensor], ref: TensorRef) -> int:
+        for i, t in enumerate(kts):
+            if t.ref == ref:
+                return i
+        raise KeyError(ref)
+
+    def predefined_ops(self, kts: list[Tensor], last_rank: tuple):
+        """Pre-defined kernel operators (config.kernel_kinds) on the kernel tensors so far, in
+        canonical order, checked like block operators (shapes, labels, abstract expression)."""
+        kinds = sorted(self.config.kernel_kinds, key=_KIND_ORDER.__getitem__)
+        n = len(kts)
+        ctx = ShapeContext(Level.KERNEL)
+        for kind in kinds:
+            arity = 2 if kind in Group.ELEMENTWISE_BINARY or kind is OpKind.MATMUL else 1
+            variants = self._unary_variants.get(kind, ({},)) if arity == 1 else ({},)
+            dims_attr = kind in Group.REDUCING
+            for inputs in itertools.product(range(n), repeat=arity):
+                rank0 = (max(inputs), inputs, _KIND_ORDER[kind])
+                if self.config.canonical_form and rank0 <= tuple(last_rank[:3]):
+                    continue
+                args = [kts[i] for i in inputs]
+                attr_sets = ([{"dim": d} for d in range(len(args[0].type.dims))] if dims_attr
+                             else [dict(v) for v in variants])
+                for attrs in attr_sets:
+                    made = self._kernel_op(kind, args, attrs, ctx)
+                    if made is not None:
+                        yield (*rank0, tuple(sorted(attrs.items()))), *made
+
+    def _kernel_op(self, kind, args, attrs, ctx):
+        in_dims = [a.type.dims for a in args]
+        try:
+            expr = ABSTRACT_SEMANTICS[kind]([a.expr for a in args], in_dims, attrs)
+        except Exception:  # noqa: BLE001 - an operator the abstraction rejects is pruned
+            return None
+        if not self.subexpr(expr):
+            self.stats.pruned["abstract_expression"] += 1
+            return None
+        try:
+            (otype,) = infer_output_types(kind, [a.type for a in args], attrs, ctx)
+        except MugraphError:
+            self.stats.pruned["shape"] += 1
+            return None
+        ok, (labels,) = lab.LABEL_RULES[kind]([a.labels for a in args], in_dims, attrs)
+        if not ok and self.config.label_pruning:
+            self.stats.pruned["index_labels"] += 1
+            return None
+        op = Op(kind, tuple(a.ref for a in args), freeze_attrs(attrs), (otype,))
+        return op, Tensor(TensorRef(-1, 0), otype, labels, expr)
+
+    def expand_custom(self, choice, kops, kts, n_custom, n_ops, visit, rank, last,
+                      must_continue: bool = False) -> None:
+        """Grow the block graph of a custom kernel with schedule ``choice``; each way to close
+        it continues at the kernel level. A kernel that ``last`` must end the graph saves only
+        the program's outputs; one that leaves no partial results ends it too (with
+        split_before_boundary), since a later kernel could have been fused into it."""
         made = self.block_inputs(choice, kts)
         if made is None:
             return
         bops, bts = made
         cfg = self.config
-        limits = BlockLimits(
-            len(bops),
-            len(self.target_types) if last else cfg.max_block_outputs,
-            need_partial=not last and cfg.split_before_boundary,
-        )
+        limits = BlockLimits(len(bops), len(self.target_types) if last else cfg.max_block_outputs)
         smem = sum(t.type.num_bytes for t in bts)
         input_refs = tuple(kts[i].ref for i in choice.inputs)
 
-        def close(bops, bts, outs):
+        def close(bops, bts, outs, partial):
             op, metas = build_custom_op(bops, bts, outs, choice.grid, input_refs)
             self.stats.block_graphs += 1
             for i in choice.inputs:
@@ -700,8 +792,13 @@ class Enumerator(Generator):
             kops.append(op)
             for j, (ttype, labels, expr) in enumerate(metas):
                 kts.append(Tensor(TensorRef(len(kops) - 1, j), ttype, labels, expr))
+            more = not last and (partial or not cfg.split_before_boundary)
+            if not last and not more:
+                self.stats.pruned["split_before_boundary"] += 1
+            if must_continue and not more:
+                return  # a graph of fewer kernels, enumerated by an earlier unit
             try:
-                self.kernel_dfs(kops, kts, n_custom + 1, n_ops + 1, rank, visit)
+                self.kernel_dfs(kops, kts, n_custom + 1, n_ops + 1, rank, visit, more)
             finally:
                 del kts[len(kts) - len(metas):]
                 kops.pop()
@@ -714,9 +811,9 @@ class Enumerator(Generator):
         self.stats.states += 1
         if self.stats.states % 512 == 0:
             self.check_time()
-        outs = self.outputs_for(bts, grid, limits)
-        if outs is not None:
-            close(bops, bts, outs)
+        closing = self.outputs_for(bts, grid, limits)
+        if closing is not None:
+            close(bops, bts, *closing)
         remaining = self.config.max_block_ops - depth
         if remaining <= 0:
             return
@@ -754,7 +851,6 @@ class Enumerator(Generator):
             return
         for perm in itertools.permutations(leaves):
             if all(self._matches(t, o) for o, t in enumerate(perm)):
-                self.stats.candidates += 1
                 visit(list(kops), [t.ref for t in perm])
                 return
 

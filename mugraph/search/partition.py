@@ -1,0 +1,125 @@
+"""LAX partitioning (paper §1, Fig. 1): split a program into subprograms that one search can
+handle and the verifier can decide, search each, and stitch the results back together.
+
+A subprogram is a run of operators in program order that (1) has at most ``max_ops``
+operators and (2) is verifiable on its own: at most one exponential on any path once its
+inputs are taken as fresh variables. Its inputs are the tensors it reads from outside and its
+outputs the tensors read after it (or marked as program outputs). Replacing each subprogram by
+a verified equivalent graph keeps the whole program's function (substitution of equals), even
+where the whole is outside LAX (two exponentials in a row across a cut).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mugraph.errors import MugraphError
+from mugraph.ir.builder import KernelGraph
+from mugraph.ir.graph import Op
+from mugraph.ir.ops import OpKind
+from mugraph.ir.rebuild import rebuild_block_graph
+from mugraph.ir.tensor import TensorRef
+from mugraph.search.verify import NotVerifiableError, check_verifiable
+
+
+@dataclass
+class Subprogram:
+    """Operators ``ops`` (positions in the program) as a graph of their own."""
+
+    ops: list[int]
+    inputs: list[TensorRef]  # program tensors it reads
+    outputs: list[TensorRef]  # program tensors it provides
+    graph: KernelGraph
+
+
+def _replay(graph: KernelGraph, op: Op, args: list) -> list:
+    """Append ``op`` to ``graph`` on the given argument handles (through the builder)."""
+    if op.kind is OpKind.CUSTOMIZED:
+        return graph.customized(args, rebuild_block_graph(op.attr("graph"), args))
+    return graph._append(op.kind, args, op.attr_dict)
+
+
+def _build(program: KernelGraph, positions: list[int]) -> Subprogram:
+    members = set(positions)
+    graph = KernelGraph(program.gpu)
+    handles: dict[TensorRef, object] = {}
+    inputs: list[TensorRef] = []
+    for pos in positions:
+        op = program.ops[pos]
+        for ref in op.inputs:
+            if ref.op not in members and ref not in handles:
+                t = program.tensor_type(ref)
+                handles[ref] = graph.new_input(t.dims, t.strides, t.dtype)
+                inputs.append(ref)
+        made = _replay(graph, op, [handles[r] for r in op.inputs])
+        for i, h in enumerate(made):
+            handles[TensorRef(pos, i)] = h
+    later = {r for p, op in enumerate(program.ops) if p not in members for r in op.inputs}
+    outputs = [
+        TensorRef(pos, i)
+        for pos in positions
+        for i in range(len(program.ops[pos].outputs))
+        if TensorRef(pos, i) in later or TensorRef(pos, i) in program.outputs
+    ]
+    for ref in outputs:
+        graph.mark_output(handles[ref])
+    return Subprogram(list(positions), inputs, outputs, graph)
+
+
+def partition_program(program: KernelGraph, max_ops: int = 6) -> list[Subprogram]:
+    """Greedy cut in program order: grow a subprogram while it stays small and verifiable."""
+    compute = [p for p, op in enumerate(program.ops) if op.kind is not OpKind.INPUT]
+    parts: list[Subprogram] = []
+    current: list[int] = []
+    for pos in compute:
+        trial = current + [pos]
+        if current and (len(trial) > max_ops or not _verifiable(program, trial)):
+            parts.append(_build(program, current))
+            trial = [pos]
+        if not _verifiable(program, trial):
+            raise NotVerifiableError(
+                f"{program.ops[pos].kind.value} (operator {pos}): cannot be verified even alone"
+            )
+        current = trial
+    if current:
+        parts.append(_build(program, current))
+    return parts
+
+
+def _verifiable(program: KernelGraph, positions: list[int]) -> bool:
+    try:
+        check_verifiable(_build(program, positions).graph)
+    except NotVerifiableError:
+        return False
+    return True
+
+
+def stitch(program: KernelGraph, parts: list[Subprogram], replacements: list[KernelGraph]) -> KernelGraph:
+    """The program with each subprogram replaced by its replacement (same interface)."""
+    out = KernelGraph(program.gpu)
+    values: dict[TensorRef, object] = {}
+    for op in program.input_ops:
+        t = op.outputs[0]
+        values[TensorRef(program.ops.index(op), 0)] = out.new_input(t.dims, t.strides, t.dtype)
+    for part, graph in zip(parts, replacements, strict=True):
+        local: list[list] = []
+        for op in graph.ops:
+            if op.kind is OpKind.INPUT:
+                local.append([values[part.inputs[op.attr("index")]]])
+            else:
+                local.append(_replay(out, op, [local[r.op][r.index] for r in op.inputs]))
+        for ref, produced in zip(part.outputs, graph.outputs, strict=True):
+            values[ref] = local[produced.op][produced.index]
+    for ref in program.outputs:
+        out.mark_output(values[ref])
+    return out
+
+
+def superoptimize_partitioned(program: KernelGraph, optimize: Callable[[KernelGraph], KernelGraph],
+                              max_ops: int = 6) -> tuple[KernelGraph, list[Subprogram]]:
+    """Partition, optimize every part with ``optimize``, stitch."""
+    parts = partition_program(program, max_ops)
+    if not parts:
+        raise MugraphError("superoptimize: the program has no operators")
+    return stitch(program, parts, [optimize(p.graph) for p in parts]), parts
