@@ -80,15 +80,19 @@ def main() -> None:
         print({k: v for k, v in row.items() if k != "best_json"}, flush=True)
     out = Path(__file__).with_name(f"results_search_{args.shapes}.json")
     out.write_text(json.dumps(rows, indent=1))
-    header = f"{'workload':26}{'found':>6}{'first s':>9}{'states':>10}{'kernels':>8}" \
-             f"{'naive us':>10}{'hand us':>9}{'best us':>9}  as good as hand"
+    header = (
+        f"{'workload':26}{'found':>6}{'first s':>9}{'states':>10}{'kernels':>8}"
+        f"{'naive us':>10}{'hand us':>9}{'best us':>9}  as good as hand"
+    )
     print(header)
     for r in rows:
         best = f"{r['best_est_us']:.2f}" if r["found"] else "-"
         first = f"{r['first_found_s']:.1f}" if r["first_found_s"] is not None else "-"
-        print(f"{r['workload']:26}{str(r['found']):>6}{first:>9}{r['states']:>10}"
-              f"{str(r['best_kernels'] or '-'):>8}{r['naive_est_us']:>10.2f}{r['hand_est_us']:>9.2f}"
-              f"{best:>9}  {r.get('as_good_as_hand', '-')}")
+        print(
+            f"{r['workload']:26}{str(r['found']):>6}{first:>9}{r['states']:>10}"
+            f"{str(r['best_kernels'] or '-'):>8}{r['naive_est_us']:>10.2f}{r['hand_est_us']:>9.2f}"
+            f"{best:>9}  {r.get('as_good_as_hand', '-')}"
+        )
 
 
 if __name__ == "__main__":

@@ -27,8 +27,9 @@ VARIANTS = {
 
 
 def cell(program, ops: int, variant: dict, cap: float, workers: int | None) -> dict:
-    result = superoptimize(program, time_limit=cap, workers=workers, max_block_ops=ops,
-                           deepening=False, **variant)
+    result = superoptimize(
+        program, time_limit=cap, workers=workers, max_block_ops=ops, deepening=False, **variant
+    )
     done = not result.timed_out
     return {
         "seconds": round(result.elapsed, 1),

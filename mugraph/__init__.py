@@ -1,5 +1,6 @@
 """mugraph: a multi-level superoptimizer for GPU tensor programs (after the Mirage paper)."""
 
+from mugraph.codegen.check import CodegenMismatchError
 from mugraph.dtypes import DType, bfloat16, float16, float32
 from mugraph.errors import (
     DTypeError,
@@ -13,12 +14,16 @@ from mugraph.errors import (
     UnsupportedError,
 )
 from mugraph.gpu import H100, GPUSpec
-from mugraph.ir.builder import KernelGraph, ThreadBlockGraph, new_kernel_graph, new_threadblock_graph
+from mugraph.ir.builder import (
+    KernelGraph,
+    ThreadBlockGraph,
+    new_kernel_graph,
+    new_threadblock_graph,
+)
 from mugraph.ir.graph import BlockGraph, Op
 from mugraph.ir.ops import AccumKind, Group, Level, OpKind
 from mugraph.ir.serialize import from_json
 from mugraph.ir.tensor import DTensor, STensor, TensorType
-from mugraph.codegen.check import CodegenMismatchError
 from mugraph.runtime.compiled import CompiledProgram, compile_graph
 from mugraph.search.config import SearchConfig
 from mugraph.search.verify import NotVerifiableError, VerificationResult, verify

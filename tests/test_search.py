@@ -72,7 +72,9 @@ def test_checkpoint_resumes_where_the_last_call_stopped(tmp_path):
     path = tmp_path / "search.ckpt"
     first = superoptimize(program, time_limit=1.5, workers=1, max_custom_kernels=1, checkpoint=path)
     assert path.exists() and first.units_done < first.units_total
-    second = superoptimize(program, time_limit=120, workers=1, max_custom_kernels=1, checkpoint=path)
+    second = superoptimize(
+        program, time_limit=120, workers=1, max_custom_kernels=1, checkpoint=path
+    )
     assert second.units_done == second.units_total
     fresh = superoptimize(program, time_limit=120, workers=1, max_custom_kernels=1)
     assert second.stats.states < fresh.stats.states  # the done units were not run again
@@ -82,10 +84,22 @@ def test_checkpoint_resumes_where_the_last_call_stopped(tmp_path):
 def test_ablations_search_more_states_and_find_the_same_best():
     program = tiny_rmsnorm_linear()
     base = superoptimize(program, time_limit=120, workers=2, max_custom_kernels=1, max_block_ops=4)
-    no_abstract = superoptimize(program, time_limit=120, workers=2, max_custom_kernels=1,
-                                max_block_ops=4, abstract_pruning=False)
-    no_canonical = superoptimize(program, time_limit=120, workers=2, max_custom_kernels=1,
-                                 max_block_ops=4, canonical_form=False)
+    no_abstract = superoptimize(
+        program,
+        time_limit=120,
+        workers=2,
+        max_custom_kernels=1,
+        max_block_ops=4,
+        abstract_pruning=False,
+    )
+    no_canonical = superoptimize(
+        program,
+        time_limit=120,
+        workers=2,
+        max_custom_kernels=1,
+        max_block_ops=4,
+        canonical_form=False,
+    )
     for other in (no_abstract, no_canonical):
         assert other.stats.states > base.stats.states
         if not other.timed_out:
@@ -96,8 +110,9 @@ def test_config_overrides_and_errors():
     program = tiny_rmsnorm_linear()
     cfg = default_config(program, franges=[4], griddims=[(2, 1)])
     assert cfg.forloop_ranges == (4,) and cfg.griddims == ((2, 1, 1),)
-    result = superoptimize(program, time_limit=30, workers=1, max_custom_kernels=1,
-                           griddims=[(2, 1, 1)], franges=[4])
+    result = superoptimize(
+        program, time_limit=30, workers=1, max_custom_kernels=1, griddims=[(2, 1, 1)], franges=[4]
+    )
     block = next(op for op in result.best.ops if op.kind is OpKind.CUSTOMIZED).attr("graph")
     assert block.grid_dim == (2, 1, 1) and block.forloop_range == 4
     with pytest.raises(UnsupportedError, match="unknown search option"):

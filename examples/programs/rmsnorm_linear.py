@@ -20,8 +20,3 @@ def program() -> mugraph.KernelGraph:
     w = graph.new_input((K, N), dtype=mugraph.float16)
     graph.mark_output(graph.matmul(graph.rms_norm(x, K), w))
     return graph
-
-
-# Search options this program suggests to ``mugraph optimize`` (its flags override them): one
-# custom kernel is enough here, which keeps the search to well under a minute on two cores.
-SEARCH_OPTIONS = {"max_custom_kernels": 1}

@@ -182,10 +182,14 @@ def _dims(op: str, dims: object, builder: GraphBuilder | None = None) -> tuple[i
         out = tuple(dims)  # type: ignore[arg-type]
     except TypeError:
         out = None
-    if out is None or not out or any(
-        not isinstance(d, int) or isinstance(d, bool) or d < 1 for d in out
+    if (
+        out is None
+        or not out
+        or any(not isinstance(d, int) or isinstance(d, bool) or d < 1 for d in out)
     ):
-        error = ShapeError(f"{op}: dims must be a non-empty sequence of positive ints, got {dims!r}")
+        error = ShapeError(
+            f"{op}: dims must be a non-empty sequence of positive ints, got {dims!r}"
+        )
         raise (builder._fail(error, op) if builder else error) from None
     return out
 
@@ -216,7 +220,9 @@ class KernelGraph(GraphBuilder):
             raise self._fail(error, "input") from None
         attrs = {"index": self._num_inputs}
         self._num_inputs += 1
-        return self._push(Op(OpKind.INPUT, (), freeze_attrs(attrs), (TensorType(dims, dtype, strides),)))[0]
+        return self._push(
+            Op(OpKind.INPUT, (), freeze_attrs(attrs), (TensorType(dims, dtype, strides),))
+        )[0]
 
     def mark_output(self, t: DTensor, strides=None) -> None:
         self._check_tensor("mark_output", t)
@@ -278,7 +284,12 @@ class KernelGraph(GraphBuilder):
             out_types = customized_output_types(block)
         except MugraphError as error:
             raise self._fail(error, pending) from None
-        op = Op(OpKind.CUSTOMIZED, tuple(t.ref for t in inputs), freeze_attrs({"graph": block}), out_types)
+        op = Op(
+            OpKind.CUSTOMIZED,
+            tuple(t.ref for t in inputs),
+            freeze_attrs({"graph": block}),
+            out_types,
+        )
         return self._push(op)
 
     def _render_context(self, pending: str) -> str:
@@ -370,8 +381,12 @@ def customized_output_types(block: BlockGraph) -> tuple[TensorType, ...]:
     for op in block.output_ops:
         tile = block.tensor_type(op.inputs[0])
         dims = maps.output_dims(
-            "new_output", tile.dims, block.grid_dim, op.attr("omap"),
-            block.forloop_range, op.attr("forloop_dim"),
+            "new_output",
+            tile.dims,
+            block.grid_dim,
+            op.attr("omap"),
+            block.forloop_range,
+            op.attr("forloop_dim"),
         )
         outs.append(TensorType(dims, tile.dtype, contiguous_strides(dims)))
     return tuple(outs)
@@ -399,7 +414,9 @@ class ThreadBlockGraph(GraphBuilder):
         self.block_dim = _check_block_dim(block_dim, gpu)
         for name, value in (("forloop_range", forloop_range), ("reduction_dimx", reduction_dimx)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise maps.MapError(f"new_threadblock_graph: {name} must be a positive int, got {value!r}")
+                raise maps.MapError(
+                    f"new_threadblock_graph: {name} must be a positive int, got {value!r}"
+                )
         self.forloop_range = forloop_range
         self.reduction_dimx = reduction_dimx
         self.gpu = gpu
@@ -477,7 +494,9 @@ class ThreadBlockGraph(GraphBuilder):
             rank = stensor.num_dims
             omap = maps.normalize_map("new_output", "output_map", output_map, rank)
             fdim = maps.check_forloop_dim("new_output", forloop_dim, rank)
-            maps.output_dims("new_output", stensor.dims, self.grid_dim, omap, self.forloop_range, fdim)
+            maps.output_dims(
+                "new_output", stensor.dims, self.grid_dim, omap, self.forloop_range, fdim
+            )
             phase = self.phase(stensor)
             if self.forloop_range > 1 and fdim < 0 and phase is Phase.LOOP:
                 raise GraphStructureError(
@@ -515,7 +534,9 @@ class ThreadBlockGraph(GraphBuilder):
     def forloop_accum_max(self, t: STensor) -> STensor:
         return self._unary(OpKind.FORLOOP_ACCUM_MAX, t)
 
-    def forloop_accum_rescale(self, t: STensor, rescale: STensor, acc: str | None = None) -> STensor:
+    def forloop_accum_rescale(
+        self, t: STensor, rescale: STensor, acc: str | None = None
+    ) -> STensor:
         """acc ← acc·rescale + t each iteration (online softmax); "sum" reduces t's last dim."""
         try:
             kind = as_accum_kind(acc, operator="forloop_accum_rescale")
@@ -559,7 +580,9 @@ class ThreadBlockGraph(GraphBuilder):
 def _check_block_dim(block_dim, gpu: GPUSpec) -> tuple[int, int, int]:
     dims = tuple(block_dim) if isinstance(block_dim, (tuple, list)) else ()
     if not 1 <= len(dims) <= 3 or any(not isinstance(d, int) or d < 1 for d in dims):
-        raise maps.MapError(f"new_threadblock_graph: block_dim must be 1 to 3 positive ints, got {block_dim!r}")
+        raise maps.MapError(
+            f"new_threadblock_graph: block_dim must be 1 to 3 positive ints, got {block_dim!r}"
+        )
     dims = (*dims, *(1,) * (3 - len(dims)))
     if math.prod(dims) > gpu.max_threads_per_block:
         raise maps.MapError(
@@ -575,7 +598,10 @@ def new_kernel_graph(gpu: GPUSpec = DEFAULT_GPU) -> KernelGraph:
 
 
 def new_threadblock_graph(
-    grid_dim, block_dim=(128, 1, 1), forloop_range: int = 1, reduction_dimx: int = 64,
+    grid_dim,
+    block_dim=(128, 1, 1),
+    forloop_range: int = 1,
+    reduction_dimx: int = 64,
     gpu: GPUSpec = DEFAULT_GPU,
 ) -> ThreadBlockGraph:
     """Start an empty thread-block graph for a graph-defined kernel operator."""

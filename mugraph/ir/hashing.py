@@ -46,7 +46,9 @@ def op_digests(ops: tuple[Op, ...] | list[Op]) -> list[str]:
 
 def block_graph_hash(block: BlockGraph) -> str:
     digests = op_digests(block.ops)
-    outputs = [d for op, d in zip(block.ops, digests, strict=True) if op.kind.value == "block_output"]
+    outputs = [
+        d for op, d in zip(block.ops, digests, strict=True) if op.kind.value == "block_output"
+    ]
     return _digest(
         {
             "grid": list(block.grid_dim),

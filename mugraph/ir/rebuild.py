@@ -37,14 +37,18 @@ def rebuild_kernel_graph(ops: list[Op], outputs: list[TensorRef]) -> KernelGraph
 
 
 def rebuild_block_graph(block: BlockGraph, dtensors: list[DTensor]) -> ThreadBlockGraph:
-    tb = ThreadBlockGraph(block.grid_dim, block.block_dim, block.forloop_range, block.reduction_dimx)
+    tb = ThreadBlockGraph(
+        block.grid_dim, block.block_dim, block.forloop_range, block.reduction_dimx
+    )
     handles: list[list] = []
     for i, op in enumerate(block.ops):
         args = [_lookup(handles, r, i) for r in op.inputs]
         if op.kind is OpKind.BLOCK_INPUT:
             index = op.attr("index")
             if not 0 <= index < len(dtensors):
-                raise GraphStructureError(f"block input {i} names kernel input {index}, which does not exist")
+                raise GraphStructureError(
+                    f"block input {i} names kernel input {index}, which does not exist"
+                )
             made = [tb.new_input(dtensors[index], op.attr("imap"), op.attr("forloop_dim"))]
         elif op.kind is OpKind.BLOCK_OUTPUT:
             tb.new_output(args[0], op.attr("omap"), op.attr("forloop_dim"))
@@ -60,7 +64,9 @@ def rebuild_block_graph(block: BlockGraph, dtensors: list[DTensor]) -> ThreadBlo
 
 def _lookup(handles: list[list], ref: TensorRef, at: int):
     if not 0 <= ref.op < at or not 0 <= ref.index < len(handles[ref.op]):
-        raise GraphStructureError(f"operator {at} uses tensor {ref}, which is not defined before it")
+        raise GraphStructureError(
+            f"operator {at} uses tensor {ref}, which is not defined before it"
+        )
     return handles[ref.op][ref.index]
 
 

@@ -15,7 +15,11 @@ _AXES = "xyz"
 
 
 def _map_text(grid_map: tuple[int, int, int]) -> str:
-    return "{" + ", ".join(f"{a}:{'-' if d < 0 else d}" for a, d in zip(_AXES, grid_map, strict=True)) + "}"
+    return (
+        "{"
+        + ", ".join(f"{a}:{'-' if d < 0 else d}" for a, d in zip(_AXES, grid_map, strict=True))
+        + "}"
+    )
 
 
 def _value_text(name: str, value: Any) -> str:
@@ -47,10 +51,14 @@ def _op_line(index: int, op: Op, prefix: str) -> str:
 
 
 def render_block_header(grid_dim, block_dim, forloop_range: int) -> str:
-    return f"block graph grid={tuple(grid_dim)} block={tuple(block_dim)} forloop_range={forloop_range}"
+    return (
+        f"block graph grid={tuple(grid_dim)} block={tuple(block_dim)} forloop_range={forloop_range}"
+    )
 
 
-def render_ops(ops: list[Op] | tuple[Op, ...], level: Level, start: int = 0, indent: str = "  ") -> list[str]:
+def render_ops(
+    ops: list[Op] | tuple[Op, ...], level: Level, start: int = 0, indent: str = "  "
+) -> list[str]:
     prefix = "%" if level is Level.KERNEL else "b"
     lines = []
     if start:

@@ -30,7 +30,9 @@ def encode_type(t: TensorType) -> dict:
 
 def decode_type(d: dict) -> TensorType:
     strides = d.get("strides")
-    return TensorType(tuple(d["dims"]), DType(d["dtype"]), None if strides is None else tuple(strides))
+    return TensorType(
+        tuple(d["dims"]), DType(d["dtype"]), None if strides is None else tuple(strides)
+    )
 
 
 def encode_value(value: Any) -> Any:
@@ -52,7 +54,7 @@ def encode_value(value: Any) -> Any:
 
 def decode_value(data: Any) -> Any:
     if isinstance(data, dict):
-        (tag, payload), = data.items()
+        ((tag, payload),) = data.items()
         decoders = {
             "block_graph": decode_block_graph,
             "tensor_type": decode_type,
@@ -125,7 +127,7 @@ def from_json(text: str):
     except json.JSONDecodeError as error:
         raise SerializationError(f"not JSON: {error}") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise SerializationError("not a mugraph document (missing \"format\": \"mugraph\")")
+        raise SerializationError('not a mugraph document (missing "format": "mugraph")')
     if data.get("version") != VERSION:
         raise SerializationError(f"unsupported mugraph document version {data.get('version')!r}")
     try:

@@ -98,9 +98,7 @@ def _matmul(types: list[TensorType], attrs: dict, ctx: ShapeContext) -> list[Dim
     if len(a) < 2 or len(b) < 2:
         raise ShapeError(f"matmul: operands need at least 2 dims, got {fmt(a)} @ {fmt(b)}")
     if a[-1] != b[-2]:
-        raise ShapeError(
-            f"matmul: inner dims differ: {fmt(a)} @ {fmt(b)} ({a[-1]} != {b[-2]})"
-        )
+        raise ShapeError(f"matmul: inner dims differ: {fmt(a)} @ {fmt(b)} ({a[-1]} != {b[-2]})")
     batch_a, batch_b = a[:-2], b[:-2]
     if ctx.level is not Level.KERNEL and len(batch_a) != len(batch_b):
         raise ShapeError(
@@ -138,7 +136,9 @@ def _rms_norm(types: list[TensorType], attrs: dict, ctx: ShapeContext) -> list[D
 def _concat(types: list[TensorType], attrs: dict, ctx: ShapeContext) -> list[Dims]:
     a, b = types[0].dims, types[1].dims
     dim = _check_dim("concat", attrs.get("dim"), a)
-    if len(a) != len(b) or any(x != y for i, (x, y) in enumerate(zip(a, b)) if i != dim):
+    if len(a) != len(b) or any(
+        x != y for i, (x, y) in enumerate(zip(a, b, strict=True)) if i != dim
+    ):
         raise ShapeError(f"concat: {fmt(a)} and {fmt(b)} differ outside dim {dim}")
     return [a[:dim] + (a[dim] + b[dim],) + a[dim + 1 :]]
 

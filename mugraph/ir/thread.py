@@ -22,14 +22,18 @@ def check_program(program, num_inputs: int) -> tuple[Step, ...]:
         try:
             kind, operands, attrs = step
         except (TypeError, ValueError):
-            raise GraphStructureError(f"thread_graph: step {i} is not (kind, operands, attrs)") from None
+            raise GraphStructureError(
+                f"thread_graph: step {i} is not (kind, operands, attrs)"
+            ) from None
         kind = OpKind(kind) if not isinstance(kind, OpKind) else kind
         if kind not in Group.ELEMENTWISE:
             raise UnsupportedError(f"thread_graph: step {i} is {kind.value}, not elementwise")
         arity = 2 if kind in Group.ELEMENTWISE_BINARY else 1
         operands = tuple(operands)
         if len(operands) != arity or any(not 0 <= j < num_inputs + i for j in operands):
-            raise GraphStructureError(f"thread_graph: step {i} ({kind.value}) has bad operands {operands}")
+            raise GraphStructureError(
+                f"thread_graph: step {i} ({kind.value}) has bad operands {operands}"
+            )
         steps.append((kind, operands, tuple(sorted(dict(attrs).items()))))
     if not steps:
         raise GraphStructureError("thread_graph: empty program")

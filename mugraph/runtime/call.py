@@ -26,10 +26,14 @@ def check_inputs(graph, inputs: Sequence[Any]) -> None:
     for i, (x, want) in enumerate(zip(inputs, expected, strict=True)):
         shape = tuple(getattr(x, "shape", ()))
         if shape != want.dims:
-            raise GraphInputError(f"input {i}: expected shape {list(want.dims)}, got {_describe(x)}")
+            raise GraphInputError(
+                f"input {i}: expected shape {list(want.dims)}, got {_describe(x)}"
+            )
         dtype = str(getattr(x, "dtype", "")).removeprefix("torch.")
         if dtype != want.dtype.value:
-            raise GraphInputError(f"input {i}: expected dtype {want.dtype.value}, got {_describe(x)}")
+            raise GraphInputError(
+                f"input {i}: expected dtype {want.dtype.value}, got {_describe(x)}"
+            )
     devices = {str(getattr(x, "device", "cpu")) for x in inputs}
     if len(devices) > 1:
         raise GraphInputError(f"inputs are on different devices: {sorted(devices)}")
@@ -53,7 +57,9 @@ def call_graph(graph, inputs: Sequence[Any] | None = None, **kwargs: Any) -> lis
     arrays = [x.detach().double().numpy() if _is_torch(x) else np.asarray(x) for x in inputs]
     outs = evaluate(graph, arrays)
     if not is_torch:
-        return [o.astype(t.dtype.numpy_dtype) for o, t in zip(outs, graph.output_types, strict=True)]
+        return [
+            o.astype(t.dtype.numpy_dtype) for o, t in zip(outs, graph.output_types, strict=True)
+        ]
     import torch
 
     # evaluate may hand back read-only (broadcast) views: copy those, and only those

@@ -69,8 +69,8 @@ LARGE_TILE = 16384  # elements of a register tile above which a kernel gets 8 wa
 
 def default_launch(block: BlockGraph) -> LaunchConfig:
     """The block graph's own thread count (block_dim) as warps (at least 8 for very large
-    tiles without matmuls); as many pipeline stages (up to 4) as fit the loop's tiles in shared memory, 1
-    without a for-loop or with an unrolled one."""
+    tiles without matmuls); as many pipeline stages (up to 4) as fit the loop's tiles in
+    shared memory, 1 without a for-loop or with an unrolled one."""
     from mugraph.codegen.triton_gen import auto_unroll
 
     warps = max(1, math.prod(block.block_dim) // 32)

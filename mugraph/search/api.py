@@ -16,8 +16,15 @@ from mugraph.search.verify import NotVerifiableError, check_verifiable, verify
 MAX_OPS_PER_SEARCH = 8
 
 
-def superoptimize_graph(program, config=None, *, time_limit=None, final_rounds: int = 32,
-                        max_ops_per_search: int = MAX_OPS_PER_SEARCH, **options):
+def superoptimize_graph(
+    program,
+    config=None,
+    *,
+    time_limit=None,
+    final_rounds: int = 32,
+    max_ops_per_search: int = MAX_OPS_PER_SEARCH,
+    **options,
+):
     """The best verified μGraph for ``program`` (see KernelGraph.superoptimize)."""
     program.check()
     n_ops = sum(1 for op in program.ops if op.kind is not OpKind.INPUT)

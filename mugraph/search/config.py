@@ -86,7 +86,9 @@ class SearchConfig:
 def _grid_tuple(name: str, value) -> tuple[int, int, int]:
     items = tuple(value)
     if not 1 <= len(items) <= 3 or not all(isinstance(v, int) for v in items):
-        raise UnsupportedError(f"superoptimize: {name} entries are (x, y, z) int tuples, got {value!r}")
+        raise UnsupportedError(
+            f"superoptimize: {name} entries are (x, y, z) int tuples, got {value!r}"
+        )
     pad = 1 if name == "griddims" else -1
     return (*items, *(pad,) * (3 - len(items)))  # type: ignore[return-value]
 
@@ -109,7 +111,9 @@ def default_config(program, preset: str | None = None, **overrides) -> SearchCon
         kinds.add(OpKind.FORLOOP_ACCUM)
     extra = dict(PRESETS.get(preset or "", {}))
     if preset is not None and preset not in PRESETS:
-        raise UnsupportedError(f"superoptimize: unknown config preset {preset!r}; use one of {sorted(PRESETS)}")
+        raise UnsupportedError(
+            f"superoptimize: unknown config preset {preset!r}; use one of {sorted(PRESETS)}"
+        )
     kinds |= extra.pop("block_kinds_extra", frozenset())
     accum = {AccumKind.NONE, AccumKind.SUM}
     if OpKind.RMS_NORM in used:

@@ -43,8 +43,12 @@ class Candidate:
     verification: Any = None
 
     def to_dict(self) -> dict:
-        return {"graph": json.loads(to_json(self.graph, indent=None)), "cost": self.cost,
-                "hash": self.hash, "verification": str(self.verification)}
+        return {
+            "graph": json.loads(to_json(self.graph, indent=None)),
+            "cost": self.cost,
+            "hash": self.hash,
+            "verification": str(self.verification),
+        }
 
 
 @dataclass
@@ -69,7 +73,13 @@ class SearchResult:
     def summary(self) -> str:
         pruned = ", ".join(f"{k} {v}" for k, v in self.stats.pruned.most_common())
         best = f"{self.candidates[0].cost * 1e6:.2f} us (est.)" if self.candidates else "none"
-        state = "interrupted" if self.interrupted else "time budget spent" if self.timed_out else "complete"
+        state = (
+            "interrupted"
+            if self.interrupted
+            else "time budget spent"
+            if self.timed_out
+            else "complete"
+        )
         return (
             f"search {state}: {self.units_done}/{self.units_total} units, "
             f"{self.stats.states} states, {self.stats.block_graphs} block graphs, "
@@ -214,7 +224,9 @@ def superoptimize(
         warnings.warn("mugraph: the time budget ran out while planning the search", stacklevel=2)
     done, saved = _load_checkpoint(checkpoint, program, cfg)
     todo = [u for u in units if _unit_key(u) not in done]
-    result = SearchResult(program, [], Stats(), cfg, units_total=len(units), units_done=len(units) - len(todo))
+    result = SearchResult(
+        program, [], Stats(), cfg, units_total=len(units), units_done=len(units) - len(todo)
+    )
     found: dict[str, dict] = {c["hash"]: c for c in saved}
     try:
         for key, cands, stats, timed_out in _execute(todo, program, cfg, oracle, deadline, cost):
@@ -242,8 +254,9 @@ def superoptimize(
     return result
 
 
-def plan_units(program, cfg: SearchConfig, oracle, deadline: float | None = None
-               ) -> list[tuple[int, int, CustomChoice]]:
+def plan_units(
+    program, cfg: SearchConfig, oracle, deadline: float | None = None
+) -> list[tuple[int, int, CustomChoice]]:
     """The work units: (custom kernels, block-operator cap, first custom kernel's schedule).
 
     Iterative deepening: graphs of one custom kernel come first, then two...; within a
@@ -259,7 +272,10 @@ def plan_units(program, cfg: SearchConfig, oracle, deadline: float | None = None
     for kernels in range(1, min(cfg.max_custom_kernels, cfg.max_kernel_ops) + 1):
         last = kernels == 1
         choices = [
-            c for c in probe.custom_choices(tensors, last=last, partial=not last and cfg.split_before_boundary)
+            c
+            for c in probe.custom_choices(
+                tensors, last=last, partial=not last and cfg.split_before_boundary
+            )
             if not last or set(c.inputs) == set(range(n_inputs))
         ]
         choices.sort(key=lambda c: (probe.choice_traffic(c, tensors), c.key()))
@@ -278,7 +294,9 @@ def _execute(units, program, cfg, oracle, deadline, cost):
             yield _run_unit(unit)
         return
     ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(count, initializer=_init_worker, initargs=(program, cfg, oracle, deadline, cost)) as pool:
+    with ctx.Pool(
+        count, initializer=_init_worker, initargs=(program, cfg, oracle, deadline, cost)
+    ) as pool:
         try:
             for outcome in pool.imap(_run_unit, units, chunksize=1):
                 yield outcome
@@ -320,7 +338,9 @@ def _checkpoint_key(program, cfg: SearchConfig) -> str:
             value = sorted(str(v) for v in value)
         fields[name] = str(value)
     text = json.dumps(fields, sort_keys=True)
-    return f"{program.structural_hash()}:{hashlib.blake2b(text.encode(), digest_size=12).hexdigest()}"
+    return (
+        f"{program.structural_hash()}:{hashlib.blake2b(text.encode(), digest_size=12).hexdigest()}"
+    )
 
 
 def _load_checkpoint(path, program, cfg) -> tuple[set[str], list[dict]]:
@@ -339,7 +359,11 @@ def _load_checkpoint(path, program, cfg) -> tuple[set[str], list[dict]]:
 def _save_checkpoint(path, program, cfg, done: set[str], found: dict) -> None:
     if path is None:
         return
-    data = {"key": _checkpoint_key(program, cfg), "done": sorted(done), "found": list(found.values())}
+    data = {
+        "key": _checkpoint_key(program, cfg),
+        "done": sorted(done),
+        "found": list(found.values()),
+    }
     tmp = Path(f"{path}.tmp")
     tmp.write_text(json.dumps(data))
     os.replace(tmp, path)

@@ -70,8 +70,12 @@ def _merge(producer: Op, consumer: Op, producer_ref: TensorRef) -> Op:
             else:
                 mapped.append(n_in + len(p_steps) + (o - c_n))
         steps.append((kind, tuple(mapped), attrs))
-    return Op(OpKind.THREAD_GRAPH, tuple(inputs), freeze_attrs({"program": tuple(steps)}),
-              consumer.outputs)
+    return Op(
+        OpKind.THREAD_GRAPH,
+        tuple(inputs),
+        freeze_attrs({"program": tuple(steps)}),
+        consumer.outputs,
+    )
 
 
 def _uses(ops: list[Op]) -> dict[TensorRef, int]:
@@ -101,12 +105,14 @@ def fuse_block_graph(block: BlockGraph, rules=FUSION_RULES) -> BlockGraph:
                 break
             if changed:
                 break
-    return BlockGraph(block.grid_dim, block.block_dim, block.forloop_range, block.reduction_dimx,
-                      tuple(ops))
+    return BlockGraph(
+        block.grid_dim, block.block_dim, block.forloop_range, block.reduction_dimx, tuple(ops)
+    )
 
 
 def _drop(ops: list[Op], index: int) -> list[Op]:
     """Remove operator ``index`` (now unused) and renumber the references after it."""
+
     def shift(r: TensorRef) -> TensorRef:
         return TensorRef(r.op - 1, r.index) if r.op > index else r
 

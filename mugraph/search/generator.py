@@ -163,15 +163,18 @@ class Oracle:
 class Generator:
     """Enumerates μGraphs for ``program`` under ``config``; yields complete kernel graphs."""
 
-    def __init__(self, program, config: SearchConfig, oracle: Oracle | None,
-                 deadline: float | None = None) -> None:
+    def __init__(
+        self, program, config: SearchConfig, oracle: Oracle | None, deadline: float | None = None
+    ) -> None:
         self.program = program
         self.config = config
         self.oracle = oracle if config.abstract_pruning else None
         self.deadline = deadline
         self.stats = Stats()
         self.input_labels, self.output_labels = lab.program_labels(program)
-        self.output_atoms = {lab.outer_atom(x) for labels in self.output_labels for x in labels} - {None}
+        self.output_atoms = {lab.outer_atom(x) for labels in self.output_labels for x in labels} - {
+            None
+        }
         self.target_types = program.output_types
         self.smem_budget = program.gpu.shared_memory_per_block
         self._subexpr_cache: dict[Term, bool] = {}
@@ -196,22 +199,35 @@ class Generator:
     def initial_ops(self) -> list[Op]:
         return list(self.program.input_ops)
 
-    def custom_choices(self, tensors: list[Tensor], last: bool = False,
-                       partial: bool = False) -> Iterator[CustomChoice]:
+    def custom_choices(
+        self,
+        tensors: list[Tensor],
+        last: bool = False,
+        partial: bool = False,
+        required: frozenset[int] = frozenset(),
+    ) -> Iterator[CustomChoice]:
         """Input sets, grids, for-loops and the maps they imply, in a fixed order.
 
         The ``last`` kernel of a graph splits only indices of the program's output over its
         grid: splitting any other index leaves partial results no later kernel combines. A
         kernel that must leave ``partial`` results for a later one splits at least one index
-        that is not an output index (split_before_boundary)."""
+        that is not an output index (split_before_boundary). Input sets always contain
+        ``required`` (the last kernel must consume every tensor not used yet)."""
         cfg = self.config
-        usable = list(range(len(tensors)))
-        for count in range(1, min(cfg.max_kernel_inputs, len(usable)) + 1):
-            for inputs in itertools.combinations(usable, count):
+        needed = sorted(required)
+        others = [i for i in range(len(tensors)) if i not in required]
+        for count in range(max(1, len(needed)), min(cfg.max_kernel_inputs, len(tensors)) + 1):
+            for extra in itertools.combinations(others, count - len(needed)):
+                inputs = tuple(sorted((*needed, *extra)))
                 yield from self._schedules([tensors[i] for i in inputs], inputs, last, partial)
 
-    def _schedules(self, ins: list[Tensor], positions: tuple[int, ...],
-                   last: bool = False, partial: bool = False) -> Iterator[CustomChoice]:
+    def _schedules(
+        self,
+        ins: list[Tensor],
+        positions: tuple[int, ...],
+        last: bool = False,
+        partial: bool = False,
+    ) -> Iterator[CustomChoice]:
         cfg = self.config
         atoms = sorted({lab.outer_atom(lbl) for t in ins for lbl in t.labels if lbl} - {None})
         if last and cfg.label_pruning:
@@ -220,8 +236,9 @@ class Generator:
         grid_sizes = set(cfg.grid_sizes or ())
         if cfg.griddims is not None:
             grid_sizes = {g for dims in cfg.griddims for g in dims if g > 1}
-        axis_options = [(a, g) for a in atoms for g in sorted(grid_sizes)
-                        if self._split_ok(sizes[a], g)]
+        axis_options = [
+            (a, g) for a in atoms for g in sorted(grid_sizes) if self._split_ok(sizes[a], g)
+        ]
         for n_axes in range(0, cfg.max_grid_axes + 1):
             self.check_time()
             for axes in itertools.combinations(axis_options, n_axes):
@@ -305,49 +322,62 @@ class Generator:
         for pos, imap, fdim in zip(choice.inputs, choice.imaps, choice.fdims, strict=True):
             src = tensors[pos]
             try:
-                tile = maps.input_tile_dims("", src.type.dims, grid.grid_dim, imap, grid.forloop_range, fdim)
+                tile = maps.input_tile_dims(
+                    "", src.type.dims, grid.grid_dim, imap, grid.forloop_range, fdim
+                )
             except MugraphError:
                 return 1 << 62
             elems = 1
             for d in tile:
                 elems *= d
-            total += elems * src.type.dtype.itemsize * blocks * (grid.forloop_range if fdim >= 0 else 1)
+            total += (
+                elems * src.type.dtype.itemsize * blocks * (grid.forloop_range if fdim >= 0 else 1)
+            )
         return total
 
     # ---- block level -------------------------------------------------------------------------
 
-    def block_inputs(self, choice: CustomChoice, tensors: list[Tensor]) -> tuple[list[Op], list[Tensor]] | None:
+    def block_inputs(
+        self, choice: CustomChoice, tensors: list[Tensor]
+    ) -> tuple[list[Op], list[Tensor]] | None:
         """The input iterators of a custom kernel; None when the tiles exceed shared memory."""
         from mugraph.ir import maps
 
         grid = choice.grid
         ops, btensors = [], []
         used = 0
-        for i, (pos, imap, fdim) in enumerate(zip(choice.inputs, choice.imaps, choice.fdims, strict=True)):
+        for i, (pos, imap, fdim) in enumerate(
+            zip(choice.inputs, choice.imaps, choice.fdims, strict=True)
+        ):
             src = tensors[pos]
             try:
-                tile = maps.input_tile_dims("new_input", src.type.dims, grid.grid_dim, imap,
-                                            grid.forloop_range, fdim)
+                tile = maps.input_tile_dims(
+                    "new_input", src.type.dims, grid.grid_dim, imap, grid.forloop_range, fdim
+                )
             except MugraphError:
                 return None
             labels = _split_labels(src.labels, grid.axes)
             if fdim >= 0 and labels is not None:
-                labels = tuple(lab.split_outer(lbl, grid.forloop_range) if d == fdim else lbl
-                               for d, lbl in enumerate(labels))
+                labels = tuple(
+                    lab.split_outer(lbl, grid.forloop_range) if d == fdim else lbl
+                    for d, lbl in enumerate(labels)
+                )
             ttype = TensorType(tile, src.type.dtype)
             used += ttype.num_bytes
             attrs = {"index": i, "imap": imap, "forloop_dim": fdim, "dtensor": src.type}
             ops.append(Op(OpKind.BLOCK_INPUT, (), freeze_attrs(attrs), (ttype,)))
             phase = Phase.LOOP if fdim >= 0 else Phase.INVARIANT
-            btensors.append(Tensor(TensorRef(i, 0), ttype, labels or tuple(None for _ in tile),
-                                   src.expr, phase))
+            btensors.append(
+                Tensor(TensorRef(i, 0), ttype, labels or tuple(None for _ in tile), src.expr, phase)
+            )
         if used > self.smem_budget:
             self.stats.pruned["shared_memory"] += 1
             return None
         return ops, btensors
 
-    def block_candidates(self, ops: list[Op], tensors: list[Tensor], grid: Grid,
-                         last_rank: tuple) -> Iterator[tuple[tuple, OpKind, tuple[int, ...], dict]]:
+    def block_candidates(
+        self, ops: list[Op], tensors: list[Tensor], grid: Grid, last_rank: tuple
+    ) -> Iterator[tuple[tuple, OpKind, tuple[int, ...], dict]]:
         """(rank, kind, input positions, attrs) of every operator that may extend the prefix.
 
         In canonical form a new operator's newest input is at least the previous operator's,
@@ -422,8 +452,15 @@ class Generator:
         self._kind_plan  # noqa: B018 - fills the cache
         return self.__dict__["_accum_order"]
 
-    def make_block_op(self, kind: OpKind, inputs: tuple[int, ...], attrs: dict,
-                      tensors: list[Tensor], grid: Grid, smem_used: int) -> tuple[Op, Tensor] | None:
+    def make_block_op(
+        self,
+        kind: OpKind,
+        inputs: tuple[int, ...],
+        attrs: dict,
+        tensors: list[Tensor],
+        grid: Grid,
+        smem_used: int,
+    ) -> tuple[Op, Tensor] | None:
         """Check one block operator; return it and its output tensor, or None (counted).
 
         Checks run in order of how much they prune per unit of cost: phases, operands, the
@@ -530,7 +567,9 @@ class _PairShapes:
             if all(x == y or x == 1 or y == 1 for x, y in zip(di, dj, strict=True)):
                 self.broadcast.append(i)
             if rank >= 2:
-                batch_ok = all(x == y or x == 1 or y == 1 for x, y in zip(di[:-2], dj[:-2], strict=True))
+                batch_ok = all(
+                    x == y or x == 1 or y == 1 for x, y in zip(di[:-2], dj[:-2], strict=True)
+                )
                 if batch_ok and di[-1] == dj[-2]:
                     self.matmul_left.append(i)
                 if batch_ok and dj[-1] == di[-2]:
@@ -625,8 +664,13 @@ def _output_spec(t: Tensor, grid: Grid) -> tuple[tuple[int, int, int], int, lab.
     return omap_t, fdim, tuple(labels)  # type: ignore[return-value]
 
 
-def build_custom_op(block_ops: list[Op], tensors: list[Tensor], outputs, grid: Grid,
-                    input_refs: tuple[TensorRef, ...]) -> tuple[Op, list[tuple[TensorType, lab.Labels, Term]]]:
+def build_custom_op(
+    block_ops: list[Op],
+    tensors: list[Tensor],
+    outputs,
+    grid: Grid,
+    input_refs: tuple[TensorRef, ...],
+) -> tuple[Op, list[tuple[TensorType, lab.Labels, Term]]]:
     """The CUSTOMIZED kernel operator for a closed block graph, and its outputs' metadata."""
     ops = list(block_ops)
     meta_labels = []
@@ -669,7 +713,11 @@ class Enumerator(Generator):
         # uses), not on how they were computed: replay continuations found before.
         key = (
             tuple((t.type, t.labels, t.expr, t.uses) for t in kts),
-            n_custom, n_ops, last_rank[:2], self.config.max_block_ops, more,
+            n_custom,
+            n_ops,
+            last_rank[:2],
+            self.config.max_block_ops,
+            more,
         )
         known = self.memo.get(key)
         if known is not None:
@@ -708,11 +756,13 @@ class Enumerator(Generator):
         if n_custom >= cfg.max_custom_kernels:
             return
         last_kernel = n_ops + 1 == cfg.max_kernel_ops or n_custom + 1 == cfg.max_custom_kernels
-        unused = {i for i, t in enumerate(kts) if t.uses == 0}
-        for choice in self.custom_choices(kts, last=last_kernel):
-            if last_kernel and not unused <= set(choice.inputs):
-                self.stats.pruned["unused_tensor"] += 1
-                continue
+        unused = frozenset(i for i, t in enumerate(kts) if t.uses == 0)
+        if last_kernel and len(unused) > cfg.max_kernel_inputs:
+            self.stats.pruned["unused_tensor"] += 1
+            return
+        for choice in self.custom_choices(
+            kts, last=last_kernel, required=unused if last_kernel else frozenset()
+        ):
             rank = (max(choice.inputs), choice.inputs, _KIND_ORDER[OpKind.CUSTOMIZED], choice.key())
             if cfg.canonical_form and rank[:2] <= last_rank[:2]:
                 self.stats.pruned["canonical_form"] += 1
@@ -741,8 +791,11 @@ class Enumerator(Generator):
                 if self.config.canonical_form and rank0 <= tuple(last_rank[:3]):
                     continue
                 args = [kts[i] for i in inputs]
-                attr_sets = ([{"dim": d} for d in range(len(args[0].type.dims))] if dims_attr
-                             else [dict(v) for v in variants])
+                attr_sets = (
+                    [{"dim": d} for d in range(len(args[0].type.dims))]
+                    if dims_attr
+                    else [dict(v) for v in variants]
+                )
                 for attrs in attr_sets:
                     made = self._kernel_op(kind, args, attrs, ctx)
                     if made is not None:
@@ -769,8 +822,9 @@ class Enumerator(Generator):
         op = Op(kind, tuple(a.ref for a in args), freeze_attrs(attrs), (otype,))
         return op, Tensor(TensorRef(-1, 0), otype, labels, expr)
 
-    def expand_custom(self, choice, kops, kts, n_custom, n_ops, visit, rank, last,
-                      must_continue: bool = False) -> None:
+    def expand_custom(
+        self, choice, kops, kts, n_custom, n_ops, visit, rank, last, must_continue: bool = False
+    ) -> None:
         """Grow the block graph of a custom kernel with schedule ``choice``; each way to close
         it continues at the kernel level. A kernel that ``last`` must end the graph saves only
         the program's outputs; one that leaves no partial results ends it too (with
@@ -800,7 +854,7 @@ class Enumerator(Generator):
             try:
                 self.kernel_dfs(kops, kts, n_custom + 1, n_ops + 1, rank, visit, more)
             finally:
-                del kts[len(kts) - len(metas):]
+                del kts[len(kts) - len(metas) :]
                 kops.pop()
                 for i in choice.inputs:
                     kts[i].uses -= 1
@@ -832,8 +886,9 @@ class Enumerator(Generator):
             bops.append(op)
             bts.append(t)
             try:
-                self.block_dfs(bops, bts, grid, rank, smem + t.type.num_bytes, depth + 1,
-                               limits, close)
+                self.block_dfs(
+                    bops, bts, grid, rank, smem + t.type.num_bytes, depth + 1, limits, close
+                )
             finally:
                 bops.pop()
                 bts.pop()

@@ -95,7 +95,9 @@ def _verifiable(program: KernelGraph, positions: list[int]) -> bool:
     return True
 
 
-def stitch(program: KernelGraph, parts: list[Subprogram], replacements: list[KernelGraph]) -> KernelGraph:
+def stitch(
+    program: KernelGraph, parts: list[Subprogram], replacements: list[KernelGraph]
+) -> KernelGraph:
     """The program with each subprogram replaced by its replacement (same interface)."""
     out = KernelGraph(program.gpu)
     values: dict[TensorRef, object] = {}
@@ -116,8 +118,9 @@ def stitch(program: KernelGraph, parts: list[Subprogram], replacements: list[Ker
     return out
 
 
-def superoptimize_partitioned(program: KernelGraph, optimize: Callable[[KernelGraph], KernelGraph],
-                              max_ops: int = 6) -> tuple[KernelGraph, list[Subprogram]]:
+def superoptimize_partitioned(
+    program: KernelGraph, optimize: Callable[[KernelGraph], KernelGraph], max_ops: int = 6
+) -> tuple[KernelGraph, list[Subprogram]]:
     """Partition, optimize every part with ``optimize``, stitch."""
     parts = partition_program(program, max_ops)
     if not parts:

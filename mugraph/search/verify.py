@@ -137,8 +137,17 @@ def _exponents(a: Form, b: Form) -> tuple[int, int]:
 
 def _mul(a: Form, b: Form) -> Form:
     eh, eu = _exponents(a, b)
-    return Form(max(a.depth, b.depth), a.n * b.n, a.m * b.m, a.deg + b.deg, a.mdeg + b.mdeg,
-                a.gdeg + b.gdeg, eh, eu, a.axes | b.axes).normal()
+    return Form(
+        max(a.depth, b.depth),
+        a.n * b.n,
+        a.m * b.m,
+        a.deg + b.deg,
+        a.mdeg + b.mdeg,
+        a.gdeg + b.gdeg,
+        eh,
+        eu,
+        a.axes | b.axes,
+    ).normal()
 
 
 def _add(a: Form, b: Form) -> Form:
@@ -147,9 +156,17 @@ def _add(a: Form, b: Form) -> Form:
     depth = max(a.depth, b.depth)
     if not a.has_den and not b.has_den:
         return Form(depth, a.n + b.n, 1, max(a.deg, b.deg), 0, 0, eh, eu).normal()
-    return Form(depth, a.n * b.m + b.n * a.m, a.m * b.m,
-                max(a.deg + b.gdeg + b.mdeg, b.deg + a.gdeg + a.mdeg), a.mdeg + b.mdeg,
-                a.gdeg + b.gdeg, eh, eu, a.axes | b.axes).normal()
+    return Form(
+        depth,
+        a.n * b.m + b.n * a.m,
+        a.m * b.m,
+        max(a.deg + b.gdeg + b.mdeg, b.deg + a.gdeg + a.mdeg),
+        a.mdeg + b.mdeg,
+        a.gdeg + b.gdeg,
+        eh,
+        eu,
+        a.axes | b.axes,
+    ).normal()
 
 
 def _div(a: Form, b: Form, varying: frozenset[int]) -> Form:
@@ -171,8 +188,17 @@ def _power(a: Form, e: int) -> Form:
     if e == 0:
         return CONSTANT
     eh, eu = (a.eh + (e - 1) * a.eu, e * a.eu) if a.eu else (a.eh, 0)
-    return Form(a.depth, a.n ** min(e, 64), a.m ** min(e, 64), e * a.deg, e * a.mdeg,
-                e * a.gdeg, eh, eu, a.axes).normal()
+    return Form(
+        a.depth,
+        a.n ** min(e, 64),
+        a.m ** min(e, 64),
+        e * a.deg,
+        e * a.mdeg,
+        e * a.gdeg,
+        eh,
+        eu,
+        a.axes,
+    ).normal()
 
 
 def _sum(a: Form, axis: int, length: int, shared_den: bool | None = None) -> Form:
@@ -186,9 +212,17 @@ def _sum(a: Form, axis: int, length: int, shared_den: bool | None = None) -> For
         return replace(a, n=_cap(a.n * length), axes=axes).normal()
     extra = length - 1  # the closed form of length - 1 additions of fractions
     eh, eu = (a.eh + extra * a.eu, length * a.eu) if a.eu else (a.eh, 0)
-    return Form(a.depth, length * a.n * _big_power(a.m, extra), _big_power(a.m, length),
-                a.deg + extra * (a.gdeg + a.mdeg), length * a.mdeg, length * a.gdeg, eh, eu,
-                axes).normal()
+    return Form(
+        a.depth,
+        length * a.n * _big_power(a.m, extra),
+        _big_power(a.m, length),
+        a.deg + extra * (a.gdeg + a.mdeg),
+        length * a.mdeg,
+        length * a.gdeg,
+        eh,
+        eu,
+        axes,
+    ).normal()
 
 
 def _big_power(base: int, e: int) -> int:
@@ -409,8 +443,9 @@ class _Walker:
                 values.append(self.block(op, args, i))
             else:
                 out = op.outputs[0].dims
-                values.append([(self.apply(op, args, out, _Site(f"{op.kind.value} (operator {i})")),
-                                out)])
+                values.append(
+                    [(self.apply(op, args, out, _Site(f"{op.kind.value} (operator {i})")), out)]
+                )
         return [values[r.op][r.index][0] for r in graph.outputs]
 
     def block(self, kernel_op: Op, args: list[_Value], at: int) -> list[_Value]:
@@ -431,8 +466,9 @@ class _Walker:
                 if op.kind in Group.ACCUMULATOR:
                     lead = (1, *lead[1:])
                 out = tuple(lead) + op.outputs[0].dims
-                site = _Site(f"{op.kind.value} (operator {i} of the block graph of operator {at})",
-                             block)
+                site = _Site(
+                    f"{op.kind.value} (operator {i} of the block graph of operator {at})", block
+                )
                 values.append([(self.apply(op, ins, out, site), out)])
         return outs
 
@@ -525,8 +561,9 @@ def difference(candidate: Analysis, program: Analysis) -> Analysis:
     )
 
 
-def plan_rounds(a: Analysis, delta: float, max_rounds: int, *, p: int = P,
-                q: int = Q) -> tuple[int, float | None, str]:
+def plan_rounds(
+    a: Analysis, delta: float, max_rounds: int, *, p: int = P, q: int = Q
+) -> tuple[int, float | None, str]:
     """Rounds to run, the false-pass bound they achieve (None: no bound), and why.
 
     ``a`` describes a pair (:func:`difference`); ``p``, ``q`` are the primes of the test.
@@ -664,9 +701,16 @@ def _check_same_interface(candidate, program) -> None:
         raise GraphInputError(f"verify: the graphs have different outputs: {oa} vs {ob}")
 
 
-def verify(candidate, program, delta: float = 1e-9, *, max_rounds: int = 64,
-           seed: int | None = None, max_redraws: int = 8,
-           primes: tuple[int, int] = (P, Q)) -> VerificationResult:
+def verify(
+    candidate,
+    program,
+    delta: float = 1e-9,
+    *,
+    max_rounds: int = 64,
+    seed: int | None = None,
+    max_redraws: int = 8,
+    primes: tuple[int, int] = (P, Q),
+) -> VerificationResult:
     """Test ``candidate`` against ``program`` over finite fields (see the module docstring).
 
     ``primes``: (p, q) with q | p - 1 and p < 2^31 (small ones are for tests: the bound is
@@ -679,8 +723,9 @@ def verify(candidate, program, delta: float = 1e-9, *, max_rounds: int = 64,
     pair = difference(analyse(candidate), analyse(program))
     p, q = primes
     rounds, bound, guarantee = plan_rounds(pair, delta, max_rounds, p=p, q=q)
-    result = VerificationResult(True, 0, bound, delta, guarantee, pair.terms, pair.degree,
-                                primes=(p, q))
+    result = VerificationResult(
+        True, 0, bound, delta, guarantee, pair.terms, pair.degree, primes=(p, q)
+    )
     if pair.uninterpreted:
         result.notes.append(
             f"uninterpreted functions ({', '.join(pair.uninterpreted)}): the bound treats each "
@@ -693,8 +738,7 @@ def verify(candidate, program, delta: float = 1e-9, *, max_rounds: int = 64,
     in_a_row = 0
     while result.rounds < rounds:
         with parallel_evaluation():
-            failure = _one_round(candidate, program, rng, q_needed, primes=(p, q),
-                                 buffers=buffers)
+            failure = _one_round(candidate, program, rng, q_needed, primes=(p, q), buffers=buffers)
         if isinstance(failure, _Redraw):
             result.redraws += 1
             in_a_row += 1
@@ -739,9 +783,15 @@ class InputBuffers:
         return self._held[key]
 
 
-def _one_round(candidate, program, rng, q_needed: frozenset[int] | None = None, *,
-               primes: tuple[int, int] = (P, Q),
-               buffers: InputBuffers | None = None) -> str | None:
+def _one_round(
+    candidate,
+    program,
+    rng,
+    q_needed: frozenset[int] | None = None,
+    *,
+    primes: tuple[int, int] = (P, Q),
+    buffers: InputBuffers | None = None,
+) -> str | None:
     """One random test: None when every output agrees, a _Redraw (a str) when a division by
     zero voids the round, else a description of the first difference. ``q_needed``: the
     inputs that get a random Z_q component (None: all)."""
@@ -754,8 +804,11 @@ def _one_round(candidate, program, rng, q_needed: frozenset[int] | None = None, 
     interp = FieldInterpretation(ctx)
     got = _evaluate(candidate, interp, inputs)
     want = _evaluate(program, interp, inputs)
-    errors = [(name, v) for name, v in (("candidate", got), ("program", want))
-              if isinstance(v, FieldDivisionByZero)]
+    errors = [
+        (name, v)
+        for name, v in (("candidate", got), ("program", want))
+        if isinstance(v, FieldDivisionByZero)
+    ]
     if errors:
         return _Redraw("; ".join(f"the {name}: {error}" for name, error in errors))
     for i, (a, b) in enumerate(zip(got, want, strict=True)):

@@ -101,7 +101,7 @@ def regroup(labels: Labels, dims: Sequence[int]) -> Labels:
             i += 1
         out.append(tuple(group) if size == d else None)
         if size != d:
-            return tuple(out) + tuple(None for _ in dims[len(out):])
+            return tuple(out) + tuple(None for _ in dims[len(out) :])
     return tuple(out)
 
 
@@ -151,8 +151,11 @@ def _rule_concat(labs, dims, attrs):
     d = attrs["dim"]
     ok = all(same(x, y) for i, (x, y) in enumerate(zip(labs[0], labs[1], strict=True)) if i != d)
     la, lb = labs[0][d], labs[1][d]
-    joined = None if la is None or lb is None else (("cat(" + _text(la) + "|" + _text(lb) + ")",
-                                                     dims[0][d] + dims[1][d]),)
+    joined = (
+        None
+        if la is None or lb is None
+        else (("cat(" + _text(la) + "|" + _text(lb) + ")", dims[0][d] + dims[1][d]),)
+    )
     out = list(labs[0])
     out[d] = joined
     return ok, [tuple(out)]
@@ -242,7 +245,9 @@ def program_labels(graph) -> tuple[list[Labels], list[Labels]]:
     for op in graph.ops:
         if op.kind is OpKind.INPUT:
             i = op.attr("index")
-            values.append([[f"i{i}.{d}" if n > 1 else None for d, n in enumerate(op.outputs[0].dims)]])
+            values.append(
+                [[f"i{i}.{d}" if n > 1 else None for d, n in enumerate(op.outputs[0].dims)]]
+            )
             continue
         ins = [values[r.op][r.index] for r in op.inputs]
         in_dims = [graph.ops[r.op].outputs[r.index].dims for r in op.inputs]
@@ -250,12 +255,19 @@ def program_labels(graph) -> tuple[list[Labels], list[Labels]]:
     inputs: list[Labels] = []
     for op in graph.input_ops:
         dims = op.outputs[0].dims
-        inputs.append(tuple(atom_label(uf.find(f"i{op.attr('index')}.{d}"), n) for d, n in enumerate(dims)))
+        inputs.append(
+            tuple(atom_label(uf.find(f"i{op.attr('index')}.{d}"), n) for d, n in enumerate(dims))
+        )
     outputs: list[Labels] = []
     for ref in graph.outputs:
         atoms = values[ref.op][ref.index]
         dims = graph.tensor_type(ref).dims
-        outputs.append(tuple(atom_label(uf.find(a), n) if a is not None else () for a, n in zip(atoms, dims, strict=True)))
+        outputs.append(
+            tuple(
+                atom_label(uf.find(a), n) if a is not None else ()
+                for a, n in zip(atoms, dims, strict=True)
+            )
+        )
     return inputs, outputs
 
 

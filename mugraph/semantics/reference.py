@@ -16,7 +16,7 @@ import numpy as np
 from mugraph.ir.graph import Op
 from mugraph.ir.ops import AccumKind, Group, OpKind
 from mugraph.ir.tensor import TensorRef
-from mugraph.semantics.interpret import EvalContext, Interpretation, Rule, run_kernel_graph
+from mugraph.semantics.interpret import Interpretation, Rule, run_kernel_graph
 from mugraph.semantics.partition import broadcast_iterations
 
 _GELU_C = math.sqrt(2.0 / math.pi)
@@ -179,7 +179,9 @@ def evaluate(graph, inputs: Sequence[np.ndarray], dtype=np.float64) -> list[np.n
     return evaluate_ops(graph.ops, graph.outputs, arrays)
 
 
-def evaluate_ops(ops, outputs: Sequence[TensorRef], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+def evaluate_ops(
+    ops, outputs: Sequence[TensorRef], inputs: Sequence[np.ndarray]
+) -> list[np.ndarray]:
     with np.errstate(all="ignore"):
         results = run_kernel_graph(REFERENCE, ops, outputs, inputs)
     return [np.ascontiguousarray(r) for r in results]
