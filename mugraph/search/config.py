@@ -33,6 +33,7 @@ class SearchConfig:
     """
 
     max_custom_kernels: int = 2
+    min_custom_kernels: int = 1
     max_kernel_ops: int = 2
     max_block_ops: int = 7
     min_block_ops: int = 3

@@ -64,6 +64,7 @@ class SearchResult:
     units_total: int = 0
     timed_out: bool = False
     interrupted: bool = False
+    reached_target: bool = False
     log: list[str] = field(default_factory=list)
 
     @property
@@ -76,6 +77,8 @@ class SearchResult:
         state = (
             "interrupted"
             if self.interrupted
+            else "target cost reached"
+            if self.reached_target
             else "time budget spent"
             if self.timed_out
             else "complete"
@@ -200,9 +203,14 @@ def superoptimize(
     progress: bool | Callable[[str], None] = False,
     checkpoint: str | os.PathLike | None = None,
     cost: Callable[[Any], float] = default_cost,
+    target_cost: float | None = None,
     **overrides,
 ) -> SearchResult:
-    """Search μGraphs equivalent to ``program``; every candidate returned is verified."""
+    """Search μGraphs equivalent to ``program``; every candidate returned is verified.
+
+    The search ends when every unit is done, the time budget is spent, Ctrl-C is pressed
+    (what was found is kept; with ``checkpoint`` a later call resumes), or — with
+    ``target_cost`` (seconds) — once a verified candidate is estimated at most that cost."""
     program.check()
     from mugraph.search.verify import check_verifiable
 
@@ -240,6 +248,9 @@ def superoptimize(
                 result.units_done += 1
             if report:
                 report(_progress_line(result, found, started, cfg))
+            if target_cost is not None and any(c["cost"] <= target_cost for c in found.values()):
+                result.reached_target = True
+                break
     except KeyboardInterrupt:
         result.interrupted = True
     result.elapsed = time.monotonic() - started
@@ -269,7 +280,9 @@ def plan_units(
     low = min(cfg.min_block_ops, cfg.max_block_ops)
     caps = list(range(low, cfg.max_block_ops + 1)) if cfg.deepening else [cfg.max_block_ops]
     units = []
-    for kernels in range(1, min(cfg.max_custom_kernels, cfg.max_kernel_ops) + 1):
+    for kernels in range(
+        cfg.min_custom_kernels, min(cfg.max_custom_kernels, cfg.max_kernel_ops) + 1
+    ):
         last = kernels == 1
         choices = [
             c

@@ -1,0 +1,574 @@
+"""Run the benchmark suite (``shared/benchmarks.md``): every row's baselines and mugraph's
+μGraph, side by side, in one process.
+
+    python -m benchmarks.run [NAMES...|--all] [--group A|B] [--reps N] [--budget S]
+        [--autotune-timeout S] [--no-autotune] [--no-compile] [--no-tune]
+        [--source auto|searched|hand] [--out DIR] [--list]
+
+NAMES are rows (``gqa_b1``) or workloads (``gqa``: both of its rows); none (or ``--all``):
+every row. On a GPU, per row: PyTorch eager, torch.compile (default mode, and
+``max-autotune-no-cudagraphs``), SDPA on its best backend (attention rows), and the μGraph
+(``benchmarks/searched/<row>.json`` when the search verified one, else the hand-written one of
+``mugraph.library``; tuned with ``mugraph.optimize`` while the time budget lasts), each the
+median of ``--reps`` runs after warm-up with the L2 cache flushed (``mugraph.optimize``'s
+``profile_callable``). Before timing, every output is compared with PyTorch's float32 result
+on fresh random inputs; a μGraph whose relative error is 1e-2 or more is reported and not
+timed. Copy bandwidth and matmul rate are measured once, for the floor. The work runs in
+passes (cheap measurements of every row first, torch.compile, then max-autotune, then
+tuning) and stops starting new work past ``--budget`` seconds, so a whole run fits one
+10-minute call; results are written after every pass. Without a GPU: each μGraph is checked
+on the Triton interpreter at the row's small sizes (TRITON_INTERPRET=1, CPU tensors; searched
+μGraphs by the float64 reference semantics at suite sizes) and the cost model's estimates
+stand in for times.
+
+Writes ``<out>/results.json`` and ``<out>/results.png`` (out: this directory by default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from benchmarks.suite import rows_table, select
+from benchmarks.suite.mugraphs import Choice, choose, hand_written_choice, load_searched
+from benchmarks.suite.report import (
+    CPU_HEAD,
+    GPU_HEAD,
+    cpu_cells,
+    finite,
+    gpu_cells,
+    markdown_table,
+    plot,
+    summarize,
+    text_table,
+)
+from benchmarks.suite.rows import Row
+from benchmarks.suite.tensors import floor_seconds, make_inputs, rel_error
+
+HERE = Path(__file__).resolve().parent
+TOLERANCE = 1e-2  # relative error a float16 result must stay under
+NOMINAL_BANDWIDTH, NOMINAL_MATMUL = 3.0e12, 6.5e14  # H100 figures (CPU mode's floor)
+AUTOTUNE_MODE = "max-autotune-no-cudagraphs"
+STARTED = time.monotonic()
+
+
+def elapsed() -> float:
+    return time.monotonic() - STARTED
+
+
+def log(line: str) -> None:
+    print(f"[{elapsed():6.1f} s] {line}", file=sys.stderr, flush=True)
+
+
+def error_text(error: BaseException) -> str:
+    return f"{type(error).__name__}: {str(error).splitlines()[0][:160] if str(error) else ''}"
+
+
+def base_record(row: Row) -> dict:
+    moved, flops = row.counts()
+    return {"row": row.name, "workload": row.workload, "group": row.group, "b": row.b,
+            "shapes": row.shapes, "layout": row.layout, "bytes": moved, "flops": flops,
+            "notes": []}
+
+
+def add_note(rec: dict, note: str) -> None:
+    rec["notes"].append(note)
+
+
+def finish_status(rec: dict) -> None:
+    """The row's status column: ok, or what went wrong, then the notes."""
+    problems = [n for n in rec["notes"] if n]
+    rec["status"] = "; ".join(problems) if problems else "ok"
+
+
+def write_results(records: list[dict], meta: dict, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps({"meta": meta, "rows": records}, indent=1))
+
+
+# ---- GPU --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Live:
+    """What a row keeps between passes on the GPU."""
+
+    row: Row
+    rec: dict
+    choice: Choice
+    inputs: list = field(default_factory=list)
+    ref: torch.Tensor | None = None
+    program: object | None = None  # the compiled μGraph (default launch settings)
+    tuned: object | None = None
+
+
+def _copy_seconds(reps: int) -> float:
+    """One 1 GiB device-to-device copy."""
+    from mugraph.optimize import profile_callable
+
+    src = torch.empty(2**29, dtype=torch.float16, device="cuda")
+    dst = torch.empty_like(src)
+    return profile_callable(lambda: dst.copy_(src), reps=reps).seconds
+
+
+def _matmul_seconds(reps: int, size: int = 8192) -> float:
+    """One fp16 size^3 matmul."""
+    from mugraph.optimize import profile_callable
+
+    a = torch.randn(size, size, dtype=torch.float16, device="cuda")
+    b = torch.randn(size, size, dtype=torch.float16, device="cuda")
+    return profile_callable(lambda: a @ b, reps=reps).seconds
+
+
+def _tiny_kernel_seconds(reps: int) -> float:
+    from mugraph.optimize import profile_callable
+
+    tiny = torch.zeros(1, device="cuda")
+    return profile_callable(lambda: tiny.add_(1), reps=reps).seconds
+
+
+def measure_rates(reps: int) -> dict:
+    """Copy bandwidth (bytes read + written by a 1 GiB copy), fp16 matmul rate (8192^3) and
+    the time of one tiny kernel, each timed as the rows are."""
+    copy = _copy_seconds(max(10, reps // 5))
+    mm = _matmul_seconds(max(10, reps // 5))
+    tiny = _tiny_kernel_seconds(reps)
+    torch.cuda.empty_cache()
+    return {"bandwidth": 2 * 2**30 / copy, "matmul_rate": 2 * 8192**3 / mm,
+            "tiny_kernel_us": tiny * 1e6}
+
+
+def timed(fn, reps: int) -> float | None:
+    from mugraph.optimize import profile_callable
+
+    m = profile_callable(fn, reps=reps)
+    return m.microseconds if m.ok else None
+
+
+def check_and_time(rec: dict, key: str, fn, ref, reps: int) -> bool:
+    """Run ``fn``, compare with ``ref``, time it when it agrees; records ``<key>_err`` and
+    ``<key>_us`` (or a note). True when timed."""
+    name = key.removesuffix("_us")
+    try:
+        err = rel_error(fn(), ref)
+    except Exception as error:  # noqa: BLE001
+        add_note(rec, f"{name}: {error_text(error)}")
+        return False
+    rec[f"{name}_err"] = err
+    if not err < TOLERANCE:
+        add_note(rec, f"{name}: MISMATCH rel err {err:.3g}")
+        return False
+    rec[key] = timed(fn, reps)
+    if rec[key] is None:
+        add_note(rec, f"{name}: timing failed")
+    return rec[key] is not None
+
+
+def precompile_all(lives: list[Live]) -> None:
+    """Generate every row's μGraph candidates and compile their kernels in parallel worker
+    processes (Triton's disk cache), so rows then load them instead of compiling one by one."""
+    from mugraph.optimize import precompile
+    from mugraph.runtime.compiled import compile_graph
+
+    programs = []
+    for lv in lives:
+        for _, graph in lv.choice.candidates:
+            try:
+                programs.append(compile_graph(graph))
+            except Exception as error:  # noqa: BLE001 - reported when the row compiles it
+                log(f"{lv.row.name}: candidate does not compile: {error_text(error)}")
+    started = time.monotonic()
+    errors = [e for e in precompile(programs) if e]
+    log(f"precompiled {len(programs)} μGraph candidates in {time.monotonic() - started:.0f} s"
+        + (f" ({len(errors)} failed: {errors[0][:100]})" if errors else ""))
+
+
+def new_live(row: Row, args, rates: dict, seed: int) -> Live:
+    """The row's record and μGraph choice (nothing runs yet)."""
+    rec = base_record(row)
+    floor, bound = floor_seconds(rec["bytes"], rec["flops"], rates["bandwidth"],
+                                 rates["matmul_rate"])
+    rec.update(floor_us=floor * 1e6, floor_bound=bound, seed=seed)
+    try:
+        choice = choose(row, args.source)
+    except Exception as error:  # noqa: BLE001
+        choice = Choice("none", None, f"ERROR {error_text(error)}")
+    rec.update(source=choice.source, source_note=choice.note, variant=choice.label)
+    if choice.source == "none":
+        add_note(rec, f"no μGraph: {choice.note}")
+    return Live(row, rec, choice)
+
+
+def pass_prepare(live: Live, args) -> None:
+    """Inputs, the float32 reference, eager, SDPA and the μGraph with default launches."""
+    from mugraph.runtime.compiled import compile_graph
+
+    row, rec, choice = live.row, live.rec, live.choice
+    program = row.program()
+    live.inputs = make_inputs(program, "cuda", rec["seed"])
+    with torch.no_grad():
+        live.ref = row.torch_fn(*[x.float() for x in live.inputs])
+    check_and_time(rec, "eager_us", lambda: row.torch_fn(*live.inputs), live.ref, args.reps)
+    if row.attention:
+        time_sdpa(live, args.reps)
+    if choice.graph is None:
+        return
+    try:
+        live.program = compile_graph(choice.graph)
+    except Exception as error:  # noqa: BLE001
+        add_note(rec, f"mugraph: compile failed: {error_text(error)}")
+        return
+    ok = check_and_time(rec, "mugraph_us", lambda: live.program(inputs=live.inputs)[0],
+                        live.ref, args.reps)
+    rec["mugraph_default_us"] = rec.get("mugraph_us")
+    if not ok:
+        live.program = None
+
+
+def time_sdpa(live: Live, reps: int) -> None:
+    """The best (form, backend) of SDPA that runs and agrees with the reference."""
+    from benchmarks.suite.baselines import sdpa_candidates
+
+    rec, best = live.rec, None
+    tried = {}
+    for label, fn in sdpa_candidates(live.row, live.inputs):
+        try:
+            err = rel_error(fn(), live.ref)
+        except Exception as error:  # noqa: BLE001 - a backend that does not apply
+            tried[label] = error_text(error)[:60]
+            continue
+        if not err < TOLERANCE:
+            tried[label] = f"mismatch {err:.2g}"
+            continue
+        us = timed(fn, reps)
+        tried[label] = us
+        if us is not None and (best is None or us < best[1]):
+            best = (label, us, err)
+    rec["sdpa_tried"] = tried
+    if best is None:
+        add_note(rec, "SDPA: no backend ran")
+        return
+    rec["sdpa_backend"], rec["sdpa_us"], rec["sdpa_err"] = best
+
+
+def pass_compile(live: Live, mode: str | None, key: str, timeout: float, reps: int) -> None:
+    """torch.compile of the row's function with ``mode``: compile (capped), check, time."""
+    from benchmarks.suite.baselines import compile_baseline
+
+    rec = live.rec
+    name = key.removesuffix("_us")
+    fn, out, spent, note = compile_baseline(live.row.family.torch_fn, live.inputs, mode,
+                                            timeout)
+    rec[f"{name}_compile_s"] = round(spent, 1)
+    if fn is None:
+        add_note(rec, f"torch.compile({mode or 'default'}): {note}")
+        return
+    check_and_time(rec, key, fn, live.ref, reps)
+    torch._dynamo.reset()
+
+
+def pass_tune(live: Live, budget: float) -> None:
+    """Screen the μGraph's tilings (hand-written: the row's variants) with default launches,
+    then tune the fastest one's launch settings for up to ``budget`` seconds
+    (``mugraph.optimize.optimize_graphs``; 0: screening only); keep it if it agrees."""
+    from mugraph.optimize import optimize_graphs
+
+    rec = live.rec
+    started = time.monotonic()
+    try:
+        result = optimize_graphs(list(live.choice.candidates), live.inputs, keep=1, warmup=5,
+                                 reps=20, check=False, budget=budget)
+        err = rel_error(result.program(inputs=live.inputs)[0], live.ref)
+    except Exception as error:  # noqa: BLE001
+        add_note(rec, f"tuning failed: {error_text(error)}")
+        return
+    rec["tune_s"] = round(time.monotonic() - started, 1)
+    rec["screen_us"] = {label: m.microseconds if m.ok else None for label, m in result.screen}
+    if not err < TOLERANCE:
+        add_note(rec, f"tuned variant rejected: rel err {err:.3g}")
+        return
+    live.tuned = result.program
+    rec["tuned_variant"] = result.label + ("" if budget > 0 else " (screened, default launch)")
+    rec["tuned_launch"] = {str(i): [s.launch_config.num_warps, s.launch_config.num_stages]
+                           for i, s in result.program.steps.items()}
+
+
+def pass_final(live: Live, reps: int) -> None:
+    """Time the default and the tuned μGraph again (compile workers gone); keep the faster."""
+    rec = live.rec
+    if live.program is None:
+        return
+    default_us = timed(lambda: live.program(inputs=live.inputs), reps)
+    tuned_us = timed(lambda: live.tuned(inputs=live.inputs), reps) if live.tuned else None
+    rec["mugraph_default_us"], rec["mugraph_tuned_us"] = default_us, tuned_us
+    options = [(t, v) for t, v in ((tuned_us, rec.get("tuned_variant")),
+                                   (default_us, rec.get("variant"))) if t is not None]
+    if options:
+        rec["mugraph_us"], rec["variant"] = min(options, key=lambda o: o[0])
+
+
+def autotune_order(lives: list[Live]) -> list[Live]:
+    """Each workload's first row before any workload's second, so a budget that runs out
+    leaves every workload with one max-autotune figure."""
+    first, second, seen = [], [], set()
+    for lv in lives:
+        (second if lv.row.workload in seen else first).append(lv)
+        seen.add(lv.row.workload)
+    return first + second
+
+
+def run_gpu(rows: list[Row], args, out: Path) -> list[dict]:
+    from mugraph.optimize.precompile import shutdown
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    rates = measure_rates(args.reps)
+    meta = gpu_meta(args, rates)
+    log(f"{meta['device']}: copy {rates['bandwidth'] / 1e12:.2f} TB/s, matmul "
+        f"{rates['matmul_rate'] / 1e12:.0f} TFLOP/s, tiny kernel {rates['tiny_kernel_us']:.1f} us")
+    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
+    lives = [new_live(row, args, rates, seed + i) for i, row in enumerate(rows)]
+    save = _saver(lives, meta, out)
+    if args.precompile:
+        precompile_all(lives)
+    for lv in lives:
+        try:
+            pass_prepare(lv, args)
+        except Exception as error:  # noqa: BLE001 - the row reports it, the others go on
+            add_note(lv.rec, f"ERROR {error_text(error)}")
+            traceback.print_exc(limit=3, file=sys.stderr)
+            lv.program, lv.inputs = None, []
+        log(f"prepared {lv.row.name}: eager {lv.rec.get('eager_us')} us, mugraph "
+            f"{lv.rec.get('mugraph_us')} us")
+    save("prepare")
+    runnable = [lv for lv in lives if lv.inputs]
+    tune_reserve = args.tune_reserve if args.tune else 10.0
+    if args.compile:
+        for lv in runnable:
+            if elapsed() > args.budget - tune_reserve:
+                add_note(lv.rec, "torch.compile: skipped (time budget)")
+                continue
+            pass_compile(lv, None, "compile_us", args.compile_timeout, args.reps)
+            log(f"torch.compile {lv.row.name}: {lv.rec.get('compile_us')} us "
+                f"({lv.rec.get('compile_compile_s')} s)")
+        save("compile")
+    if args.autotune:
+        for lv in autotune_order(runnable):
+            left = args.budget - elapsed() - tune_reserve
+            if left < 5:
+                add_note(lv.rec, "max-autotune: skipped (time budget)")
+                continue
+            pass_compile(lv, AUTOTUNE_MODE, "autotune_us", min(args.autotune_timeout, left),
+                         args.reps)
+            log(f"max-autotune {lv.row.name}: {lv.rec.get('autotune_us')} us "
+                f"({lv.rec.get('autotune_compile_s')} s)")
+        save("max-autotune")
+    if args.tune:
+        for lv in runnable:
+            if lv.program is None:
+                continue
+            left = args.budget - elapsed()
+            if left < 3:
+                add_note(lv.rec, "not tuned (time budget)")
+                continue
+            pass_tune(lv, min(args.tune_budget, left / 2) if left > 20 else 0.0)
+            log(f"tuned {lv.row.name}: {lv.rec.get('tuned_variant')} ({lv.rec.get('tune_s')} s)")
+    shutdown()
+    for lv in runnable:
+        pass_final(lv, args.reps)
+    records = [summarize(lv.rec) for lv in lives]
+    for rec in records:
+        finish_status(rec)
+    save("done")
+    meta["chart"] = plot(records, out / "results.png")
+    write_results(records, meta, out)
+    print(f"\n{meta['device']}, torch {meta['torch']}, triton {meta['triton']}; times in µs, "
+          f"median of {args.reps} runs, L2 flushed; speedup = best baseline / mugraph; floor ="
+          f" max(bytes / {rates['bandwidth'] / 1e12:.2f} TB/s, flops / "
+          f"{rates['matmul_rate'] / 1e12:.0f} TFLOP/s)")
+    print(text_table(GPU_HEAD, [gpu_cells(r) for r in records]))
+    print(f"\n{meta['chart']}; {out / 'results.json'}; {elapsed():.0f} s in all")
+    return records
+
+
+def _saver(lives: list[Live], meta: dict, out: Path):
+    def save(stage: str) -> None:
+        meta["stage"], meta["elapsed_s"] = stage, round(elapsed(), 1)
+        write_results([summarize(dict(lv.rec)) for lv in lives], meta, out)
+
+    return save
+
+
+def gpu_meta(args, rates: dict) -> dict:
+    import triton
+
+    props = torch.cuda.get_device_properties(0)
+    return {
+        "mode": "gpu", "date": time.strftime("%Y-%m-%d %H:%M"), "device": props.name,
+        "torch": torch.__version__, "triton": triton.__version__,
+        "cuda": torch.version.cuda, "driver": _driver_version(), "reps": args.reps,
+        "method": "median of CUDA-event times, L2 flushed before each run (profile_callable)",
+        "floor": "max(bytes / measured copy bandwidth, flops / measured fp16 matmul rate)",
+        **rates,
+    }
+
+
+def _driver_version() -> str:
+    try:
+        import subprocess
+
+        done = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=10, check=False)
+        return done.stdout.strip().splitlines()[0] if done.stdout.strip() else "?"
+    except Exception:  # noqa: BLE001
+        return "?"
+
+
+# ---- CPU ----------------------------------------------------------------------------------------
+
+
+def cpu_row(row: Row, args, seed: int) -> dict:
+    """The μGraph's check (interpreter at small sizes, or float64 semantics for a searched
+    graph) and the cost model's estimates at suite sizes."""
+    from mugraph.optimize import estimate
+    from mugraph.runtime.compiled import compile_graph
+    from mugraph.search.driver import reference_recheck
+
+    rec = base_record(row)
+    floor, bound = floor_seconds(rec["bytes"], rec["flops"], NOMINAL_BANDWIDTH, NOMINAL_MATMUL)
+    rec.update(floor_us=floor * 1e6, floor_bound=bound, seed=seed)
+    program = row.program()
+    choice = choose(row, args.source)
+    rec.update(source=choice.source, source_note=choice.note, variant=choice.label)
+    rec["naive_est_us"] = estimate(program).seconds * 1e6
+    if choice.graph is None:
+        add_note(rec, f"no μGraph: {choice.note}")
+        return rec
+    rec["mugraph_est_us"] = estimate(choice.graph).seconds * 1e6
+    if choice.source == "searched":
+        err = reference_recheck(choice.graph, program, seed=seed % 2**32)
+        rec.update(check="float64 semantics, suite sizes", rel_err=err)
+        if not err < 1e-9:
+            add_note(rec, f"MISMATCH: float64 re-check {err:.3g}")
+        return rec
+    small = hand_written_choice(row, small=True)
+    if small.graph is None:
+        add_note(rec, f"small-size μGraph: {small.note}")
+        return rec
+    inputs = make_inputs(row.program(small=True), "cpu", seed)
+    ref = row.torch_fn(*[x.float() for x in inputs])
+    try:
+        err = rel_error(compile_graph(small.graph)(inputs=inputs)[0], ref)
+    except Exception as error:  # noqa: BLE001
+        add_note(rec, f"interpreter run failed: {error_text(error)}")
+        return rec
+    rec.update(check=f"interpreter, small sizes ({small.label})", rel_err=err)
+    if not err < TOLERANCE:
+        add_note(rec, f"MISMATCH rel err {err:.3g}" + _overflow_hint(row, err))
+    return rec
+
+
+def _overflow_hint(row: Row, err: float) -> str:
+    if math.isinf(err) and row.attention:
+        return " (non-finite: exp of unscaled logits overflows float16)"
+    return ""
+
+
+def run_cpu(rows: list[Row], args, out: Path) -> list[dict]:
+    from mugraph.codegen.loader import interpreter_active
+
+    if not interpreter_active():
+        raise SystemExit("no CUDA device: set TRITON_INTERPRET=1 to check on the interpreter")
+    import triton
+
+    meta = {"mode": "cpu (Triton interpreter; cost-model estimates, not times)",
+            "date": time.strftime("%Y-%m-%d %H:%M"), "torch": torch.__version__,
+            "triton": triton.__version__,
+            "floor": "max(bytes / 3.0 TB/s, flops / 650 TFLOP/s), nominal H100 figures"}
+    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
+    records = []
+    for i, row in enumerate(rows):
+        try:
+            rec = cpu_row(row, args, seed + i)
+        except Exception as error:  # noqa: BLE001
+            rec = base_record(row)
+            add_note(rec, f"ERROR {error_text(error)}")
+            traceback.print_exc(limit=3, file=sys.stderr)
+        finish_status(rec)
+        records.append(rec)
+        log(f"{row.name}: {rec['status']}")
+        write_results(records, meta, out)
+    print("no CUDA device: μGraphs checked on the Triton interpreter at small sizes; times are"
+          " the cost model's estimates at suite sizes (µs, H100), not measurements")
+    print(text_table(CPU_HEAD, [cpu_cells(r) for r in records]))
+    print(f"\n{out / 'results.json'}")
+    return records
+
+
+# ---- command line ------------------------------------------------------------------------------
+
+
+def parse_args(argv=None, cuda: bool | None = None):
+    cuda = torch.cuda.is_available() if cuda is None else cuda
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.run",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help="rows or workloads (default: all)")
+    parser.add_argument("--all", action="store_true", help="every row (the default)")
+    parser.add_argument("--group", choices=["A", "B", "a", "b"], default=None)
+    parser.add_argument("--reps", type=int, default=100, help="timed runs per measurement")
+    parser.add_argument("--budget", type=float, default=500.0,
+                        help="seconds after which no new compile or tuning starts")
+    parser.add_argument("--compile-timeout", type=float, default=60.0,
+                        help="cap on one torch.compile (default mode), seconds")
+    parser.add_argument("--autotune-timeout", type=float, default=40.0,
+                        help="cap on one max-autotune-no-cudagraphs compile, seconds")
+    parser.add_argument("--no-compile", dest="compile", action="store_false",
+                        help="skip torch.compile (both modes)")
+    parser.add_argument("--no-autotune", dest="autotune", action="store_false",
+                        help="skip torch.compile max-autotune-no-cudagraphs")
+    parser.add_argument("--no-tune", dest="tune", action="store_false",
+                        help="run the μGraphs with default launch settings")
+    parser.add_argument("--tune-budget", type=float, default=8.0,
+                        help="seconds of tuning per row after screening its tilings")
+    parser.add_argument("--tune-reserve", type=float, default=60.0,
+                        help="seconds of the budget torch.compile leaves for tuning")
+    parser.add_argument("--no-precompile", dest="precompile", action="store_false",
+                        help="compile the μGraphs' kernels one by one, in this process")
+    parser.add_argument("--source", choices=["auto", "searched", "hand"], default="auto")
+    parser.add_argument("--seed", type=int, default=None, help="input seed (default: fresh)")
+    parser.add_argument("--out", type=Path, default=HERE, help="directory of results.json/png")
+    parser.add_argument("--list", action="store_true", help="print the rows and exit")
+    args = parser.parse_args(argv)
+    if not args.compile:
+        args.autotune = False
+    args.cuda = cuda
+    return args
+
+
+def main(argv=None) -> list[dict]:
+    args = parse_args(argv)
+    if args.list:
+        print(rows_table(args.source))
+        return []
+    rows = select([] if args.all else args.names, args.group)
+    if not rows:
+        raise SystemExit("no rows selected")
+    if args.cuda:
+        return run_gpu(rows, args, args.out)
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    return run_cpu(rows, args, args.out)
+
+
+__all__ = ["load_searched", "main", "markdown_table", "finite"]
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+"""Which μGraph mugraph runs for a row: the search's (``benchmarks/searched/<row>.json``)
+when it found and verified one, else the hand-written μGraph of :mod:`mugraph.library` that
+computes the row's program at the row's sizes, else none (with the reason).
+
+Hand-written μGraphs are built by the library at the row's sizes and tile choices; where the
+row reads an input through strides (K as a transposed view) the graph's inputs are given the
+same strides (the generated kernels take strides as arguments). For QK-norm attention the
+library has no μGraph of the whole program: the norms run as pre-defined (PyTorch) kernel
+operators in front of the library's split-KV attention kernels, and the source says so.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from benchmarks.suite.programs import qknorm_terms
+from benchmarks.suite.rows import Row
+from mugraph.ir.builder import KernelGraph, new_kernel_graph
+from mugraph.ir.ops import OpKind
+from mugraph.ir.rebuild import rebuild_kernel_graph
+from mugraph.ir.serialize import from_json
+from mugraph.ir.tensor import TensorRef, TensorType
+from mugraph.library import WORKLOADS
+
+SEARCHED_DIR = Path(__file__).resolve().parents[1] / "searched"
+
+
+@dataclass
+class Choice:
+    """The μGraph for a row: ``source`` is "searched", "hand-written" or "none"."""
+
+    source: str
+    graph: KernelGraph | None
+    note: str = ""
+    label: str = ""  # tile sizes (hand-written) or the search file
+    candidates: tuple[tuple[str, KernelGraph], ...] = ()  # tiling variants, for the tuner
+
+
+def searched_path(row: Row, directory: Path | None = None) -> Path:
+    return (directory or SEARCHED_DIR) / f"{row.name}.json"
+
+
+def load_searched(row: Row, program: KernelGraph, directory: Path | None = None):
+    """(graph, document) from the row's search file, or (None, reason) when there is none or
+    it does not fit the program (a stale file)."""
+    path = searched_path(row, directory)
+    if not path.exists():
+        return None, "no search result"
+    try:
+        doc = json.loads(path.read_text())
+        graph = from_json(json.dumps(doc["graph"]))
+    except Exception as error:  # noqa: BLE001 - an unreadable file is reported, not fatal
+        return None, f"unreadable {path.name}: {type(error).__name__}: {error}"
+    if not doc.get("verified"):
+        return None, f"{path.name} is not marked verified"
+    if graph.input_types != program.input_types or graph.output_types != program.output_types:
+        return None, f"{path.name} does not match the row's program (stale?)"
+    return graph, doc
+
+
+# ---- hand-written μGraphs -----------------------------------------------------------------------
+
+
+def with_input_types(graph: KernelGraph, types) -> KernelGraph:
+    """``graph`` rebuilt with its inputs declared as ``types`` (same dims, other strides)."""
+    ops = []
+    for op in graph.ops:
+        if op.kind is OpKind.INPUT:
+            want: TensorType = types[op.attr("index")]
+            if want.dims != op.outputs[0].dims or want.dtype != op.outputs[0].dtype:
+                raise ValueError(f"input {op.attr('index')}: {want} does not fit {op.outputs[0]}")
+            op = replace(op, outputs=(want,))
+        ops.append(op)
+    return rebuild_kernel_graph(ops, list(graph.outputs))
+
+
+def _library_sizes(row: Row, tiles, small: bool) -> dict:
+    s = dict(row.small if small else row.sizes)
+    if row.attention:
+        s["h_kv"] = s["h"]
+    return {**s, **tiles}
+
+
+def _splice_after_norms(attention: KernelGraph, program: KernelGraph) -> KernelGraph:
+    """QK-norm attention: the program's norms as kernel operators, then ``attention``'s
+    custom kernels reading the normalized Q and K."""
+    g = new_kernel_graph()
+    q, k, v = (g.new_input(t.dims, t.strides, t.dtype) for t in program.input_types)
+    d = program.input_types[0].dims[-1]
+    qn, kn = qknorm_terms(g, q, k, d)
+    head = list(g.ops)
+    mapping = {0: qn.ref, 1: kn.ref, 2: v.ref}  # attention's input ops -> these tensors
+    ops = list(head)
+    offset = len(head)
+    n_inputs = sum(1 for op in attention.ops if op.kind is OpKind.INPUT)
+
+    def remap(ref: TensorRef) -> TensorRef:
+        if ref.op < n_inputs:
+            return mapping[ref.op]
+        return TensorRef(ref.op - n_inputs + offset, ref.index)
+
+    for op in attention.ops[n_inputs:]:
+        ops.append(replace(op, inputs=tuple(remap(r) for r in op.inputs)))
+    return rebuild_kernel_graph(ops, [remap(r) for r in attention.outputs])
+
+
+def hand_written(row: Row, tiles=None, small: bool = False) -> KernelGraph:
+    """The library's μGraph for the row at its (or its small) sizes; raises when the library
+    cannot build it at these sizes (a tile that does not divide, shared memory)."""
+    family = row.family
+    if family.library is None:
+        raise LookupError(f"mugraph.library has no μGraph for {family.name}")
+    workload = WORKLOADS[family.library]
+    tiles = tiles if tiles is not None else (row.small_tiles if small else row.tiles)
+    graph = workload.optimized(_library_sizes(row, tiles, small))
+    program = row.program(small=small)
+    if family.name == "qknorm_attention":
+        graph = with_input_types(graph, [TensorType(t.dims, t.dtype, t.strides)
+                                         for t in program.input_types])
+        return _splice_after_norms(graph, program)
+    if graph.input_types != program.input_types:
+        graph = with_input_types(graph, program.input_types)
+    return graph
+
+
+def _tile_label(tiles: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in tiles.items() if k not in ("h_tile", "h_tile2"))
+
+
+def hand_written_choice(row: Row, small: bool = False) -> Choice:
+    try:
+        graph = hand_written(row, small=small)
+    except Exception as error:  # noqa: BLE001 - the row reports why it has no μGraph
+        return Choice("none", None, f"library {row.family.library}: "
+                      f"{type(error).__name__}: {str(error).splitlines()[0][:160]}")
+    note = f"mugraph.library {row.family.library}"
+    if row.family.name == "qknorm_attention":
+        note += " kernels after the norms as pre-defined (PyTorch) operators"
+    tiles = row.small_tiles if small else row.tiles
+    candidates = [(_tile_label(tiles), graph)]
+    if not small:
+        for variant in row.variants:
+            try:
+                candidates.append((_tile_label(variant), hand_written(row, variant)))
+            except Exception:  # noqa: BLE001, S112 - a tiling that does not fit is skipped
+                continue
+    return Choice("hand-written", graph, note, _tile_label(tiles), tuple(candidates))
+
+
+def choose(row: Row, source: str = "auto", directory: Path | None = None) -> Choice:
+    """The row's μGraph at its suite sizes. ``source``: "auto" (searched, else hand-written),
+    "searched" or "hand" (only that kind)."""
+    program = row.program()
+    reason = ""
+    if source in ("auto", "searched"):
+        graph, doc = load_searched(row, program, directory)
+        if graph is not None:
+            note = (f"search {doc.get('elapsed_s', '?')} s, {doc.get('states', '?')} states, "
+                    f"{doc.get('verification', '')}")
+            return Choice("searched", graph, note, searched_path(row, directory).name,
+                          ((searched_path(row, directory).name, graph),))
+        reason = doc
+        if source == "searched":
+            return Choice("none", None, reason)
+    choice = hand_written_choice(row)
+    if reason and choice.source == "none":
+        choice.note = f"{reason}; {choice.note}"
+    return choice

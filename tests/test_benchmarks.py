@@ -1,0 +1,216 @@
+"""The benchmark suite (benchmarks/suite) and its runner, on the CPU.
+
+Every row's naive mugraph program computes what its PyTorch function computes (reference
+semantics, float32, small sizes); byte and flop counts agree with the programs; the SDPA
+forms of the attention rows compute the rows' function; the hand-written μGraphs fit their
+rows; saved search results load and fit; the runner's CPU mode (Triton interpreter) and its
+GPU pipeline (driven on the CPU with the CUDA-only pieces faked) write results.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ under plain pytest
+if not torch.cuda.is_available():  # no GPU: generated kernels run on Triton's interpreter
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import mugraph  # noqa: E402
+from benchmarks import run  # noqa: E402
+from benchmarks.suite import ROWS, WORKLOAD_NAMES, rows_table, select  # noqa: E402
+from benchmarks.suite.baselines import CompileTimeout, _caused_by_timeout, sdpa_forms  # noqa: E402
+from benchmarks.suite.mugraphs import SEARCHED_DIR, choose, load_searched  # noqa: E402
+from benchmarks.suite.report import summarize, text_table  # noqa: E402
+from benchmarks.suite.tensors import graph_counts, make_inputs, rel_error  # noqa: E402
+from mugraph.codegen.loader import interpreter_active  # noqa: E402
+
+ROW_NAMES = list(ROWS)
+SUITE_WORKLOADS = {  # shared/benchmarks.md: workload -> (group, batch factors)
+    "gqa": ("A", (1, 8)), "mha": ("A", (1, 8)), "mqa": ("A", (1, 8)),
+    "qknorm_gqa": ("A", (1, 8)), "rmsnorm_linear": ("A", (1, 8)), "gated_mlp": ("A", (1, 4)),
+    "lora": ("A", (1, 4)), "gqa_llama70b_decode": ("B", (1, 8)),
+    "gqa_llama70b_spec": ("B", (1, 8)), "mqa_falcon7b_decode": ("B", (1, 8)),
+    "lora_llama7b": ("B", (1, 16)), "gated_mlp_llama3_8b": ("B", (1, 16)),
+    "rmsnorm_linear_llama3_8b": ("B", (1, 16)), "mlp_adapter": ("B", (8, 64)),
+}
+
+
+def test_the_table_has_every_workload_at_both_batch_factors():
+    assert set(WORKLOAD_NAMES) == set(SUITE_WORKLOADS)
+    for workload, (group, bs) in SUITE_WORKLOADS.items():
+        rows = select([workload])
+        assert [(r.group, r.b) for r in rows] == [(group, b) for b in bs]
+    assert len(select(group="A")) == 14 and len(select(group="B")) == 14
+    assert select(["gqa_b1", "lora"]) == [ROWS["gqa_b1"], ROWS["lora_b1"], ROWS["lora_b4"]]
+    with pytest.raises(KeyError):
+        select(["no_such_row"])
+    table = rows_table()
+    assert all(f"| {name} |" in table for name in ROW_NAMES)
+
+
+@pytest.mark.parametrize("name", ROW_NAMES)
+def test_program_matches_pytorch(name):
+    """The naive program (reference semantics) against the PyTorch function, float32."""
+    row = ROWS[name]
+    program = row.program(small=True, dtype=mugraph.float32)
+    inputs = make_inputs(program, "cpu", seed=zlib_seed(name), dtype=torch.float32)
+    expected = row.torch_fn(*inputs)
+    (got,) = program(inputs=inputs)
+    assert rel_error(got, expected) < 1e-5
+
+
+def zlib_seed(name: str) -> int:
+    import zlib
+
+    return zlib.crc32(name.encode())
+
+
+@pytest.mark.parametrize("name", ROW_NAMES)
+def test_counts_are_positive_and_match_the_program(name):
+    row = ROWS[name]
+    for small in (False, True):
+        moved, flops = row.counts(small=small)
+        assert moved > 0 and flops > 0
+        assert (moved, flops) == graph_counts(row.program(small=small))
+    moved, flops = row.counts()
+    inputs_bytes = sum(t.num_bytes for t in row.program().input_types)
+    assert inputs_bytes < moved  # the output is written too
+
+
+def test_row_inputs_follow_the_suite_shapes():
+    """Spot checks of the layouts: folded GQA heads, K read as a transposed view."""
+    decode = ROWS["gqa_llama70b_decode_b8"].program()
+    q, k, v = decode.input_types
+    assert (q.dims, k.dims, v.dims) == ((16, 8, 128), (16, 128, 4096), (16, 4096, 128))
+    assert k.strides == (4096 * 128, 1, 128)
+    gqa = ROWS["gqa_b8"].program()
+    assert [t.dims for t in gqa.input_types] == [(16, 256, 64), (16, 64, 4096), (16, 4096, 64)]
+    assert gqa.input_types[1].strides == (64 * 4096, 4096, 1)
+    falcon = ROWS["mqa_falcon7b_decode_b1"].program()
+    assert falcon.input_types[0].dims == (1, 71, 64)
+    adapter = ROWS["mlp_adapter_b64"].program()
+    assert [t.dims for t in adapter.input_types] == [(64, 4096), (4096, 16), (16, 4096)]
+
+
+@pytest.mark.parametrize("name", [n for n in ROW_NAMES if ROWS[n].attention])
+def test_sdpa_forms_compute_the_row(name):
+    row = ROWS[name]
+    program = row.program(small=True, dtype=mugraph.float32)
+    inputs = make_inputs(program, "cpu", seed=1, dtype=torch.float32)
+    small_row = _small(row)
+    expected = row.torch_fn(*inputs)
+    forms = sdpa_forms(small_row, inputs)
+    assert forms
+    for label, fn in forms:
+        assert rel_error(fn(), expected) < 1e-5, label
+
+
+def _small(row):
+    import dataclasses
+
+    return dataclasses.replace(row, sizes=row.small, tiles=row.small_tiles, variants=())
+
+
+@pytest.mark.parametrize("name", ROW_NAMES)
+def test_hand_written_mugraph_fits_the_row(name):
+    row = ROWS[name]
+    choice = choose(row, "hand")
+    if choice.graph is None:
+        assert choice.source == "none" and choice.note
+        return
+    program = row.program()
+    assert choice.source == "hand-written"
+    assert choice.graph.input_types == program.input_types
+    assert choice.graph.output_types == program.output_types
+    for _, graph in choice.candidates:
+        assert graph.input_types == program.input_types
+
+
+def test_searched_results_load_and_fit():
+    files = sorted(SEARCHED_DIR.glob("*.json"))
+    for path in files:
+        doc = json.loads(path.read_text())
+        row = ROWS[path.stem]
+        assert doc["verified"] and "equivalent" in doc["verification"]
+        assert doc["float_recheck_rel_err"] < 1e-9
+        graph, _ = load_searched(row, row.program())
+        assert graph is not None, path.name
+        assert path.with_suffix(".log").exists()
+
+
+def test_list_prints_the_rows(capsys):
+    assert run.main(["--list"]) == []
+    assert "gqa_llama70b_spec_b8" in capsys.readouterr().out
+
+
+def test_report_helpers():
+    rec = {"row": "x_b1", "b": 1, "eager_us": 30.0, "compile_us": 20.0, "sdpa_us": None,
+           "mugraph_us": 10.0, "floor_us": 5.0, "source": "hand-written", "status": "ok"}
+    summarize(rec)
+    assert rec["best_baseline"] == "compile" and rec["speedup"] == pytest.approx(2.0)
+    assert rec["mugraph_vs_floor"] == pytest.approx(2.0)
+    assert "x_b1" in text_table(["row", "notes"], [["x_b1", "ok"]])
+    error = RuntimeError("wrapped")
+    error.__cause__ = CompileTimeout()
+    assert _caused_by_timeout(error) and not _caused_by_timeout(RuntimeError("other"))
+
+
+needs_interpreter = pytest.mark.skipif(
+    not interpreter_active(), reason="the CPU checks run generated kernels on the interpreter"
+)
+
+
+@needs_interpreter
+def test_runner_cpu_mode_writes_results(tmp_path, capsys):
+    args = run.parse_args(["lora_b1", "gqa_llama70b_decode_b1", "qknorm_gqa_b1", "--out",
+                           str(tmp_path), "--seed", "3"], cuda=False)
+    records = run.run_cpu(select(args.names), args, args.out)
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert [r["row"] for r in data["rows"]] == ["qknorm_gqa_b1", "lora_b1",
+                                                "gqa_llama70b_decode_b1"]
+    by_row = {r["row"]: r for r in records}
+    assert by_row["lora_b1"]["status"] == "ok"
+    assert by_row["gqa_llama70b_decode_b1"]["status"] == "ok"
+    assert by_row["gqa_llama70b_decode_b1"]["rel_err"] < 1e-2
+    assert by_row["lora_b1"]["mugraph_est_us"] < by_row["lora_b1"]["naive_est_us"]
+    # the naive QK-norm program overflows float16 (unit-rms Q, K and no max subtraction)
+    assert "MISMATCH" in by_row["qknorm_gqa_b1"]["status"]
+    assert "cost model" in capsys.readouterr().out
+
+
+@needs_interpreter
+def test_runner_gpu_pipeline_with_fakes(tmp_path, monkeypatch):
+    """run_gpu's passes on small rows, with timing, rates and the device faked."""
+    import mugraph.optimize as optimize
+    from mugraph.optimize.profile import Measurement
+
+    def fake_profile(fn, *, warmup=10, reps=100, flush_l2=True, device="cuda"):
+        fn()
+        start = time.perf_counter()
+        fn()
+        return Measurement(time.perf_counter() - start, ())
+
+    real_inputs = run.make_inputs
+    monkeypatch.setattr(optimize, "profile_callable", fake_profile)
+    monkeypatch.setattr(run, "measure_rates", lambda reps: {
+        "bandwidth": 3e12, "matmul_rate": 6.5e14, "tiny_kernel_us": 4.0})
+    monkeypatch.setattr(run, "gpu_meta", lambda args, rates: {
+        "device": "fake", "torch": torch.__version__, "triton": "-", **rates})
+    monkeypatch.setattr(run, "make_inputs", lambda g, device, seed, **kw: real_inputs(
+        g, "cpu", seed, **kw))
+    rows = [_small(ROWS["mlp_adapter_b8"]), _small(ROWS["mqa_falcon7b_decode_b1"])]
+    args = run.parse_args(["--no-compile", "--reps", "2", "--seed", "1"], cuda=True)
+    records = run.run_gpu(rows, args, tmp_path)
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["meta"]["stage"] == "done" and len(data["rows"]) == 2
+    for rec in records:
+        assert rec["status"] == "ok", rec
+        assert rec["mugraph_us"] > 0 and rec["eager_us"] > 0 and rec["speedup"] > 0
+    assert records[1]["sdpa_backend"]
