@@ -1,5 +1,6 @@
 """mugraph: a multi-level superoptimizer for GPU tensor programs (after the Mirage paper)."""
 
+from mugraph.cache import ResultCache, default_cache_dir
 from mugraph.codegen.check import CodegenMismatchError
 from mugraph.dtypes import DType, bfloat16, float16, float32
 from mugraph.errors import (
@@ -37,6 +38,7 @@ __all__ = [
     "BlockGraph",
     "CodegenMismatchError",
     "CompiledProgram",
+    "ResultCache",
     "DTensor",
     "DType",
     "DTypeError",
@@ -63,6 +65,7 @@ __all__ = [
     "VerificationResult",
     "bfloat16",
     "compile",
+    "default_cache_dir",
     "float16",
     "float32",
     "from_json",
@@ -70,3 +73,18 @@ __all__ = [
     "new_threadblock_graph",
     "verify",
 ]
+
+
+def _register_dynamo_backend() -> None:
+    """Make ``torch.compile(..., backend="mugraph")`` work once torch's compiler is loaded
+    (importing torch._dynamo here would cost seconds; installed copies also register through
+    the package's torch_dynamo_backends entry point)."""
+    import sys
+
+    if "torch._dynamo" in sys.modules:
+        from mugraph.integration import register_backend
+
+        register_backend()
+
+
+_register_dynamo_backend()

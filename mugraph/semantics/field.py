@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 
 from mugraph.ir.graph import Op
-from mugraph.ir.ops import AccumKind, Group, OpKind
+from mugraph.ir.ops import AccumKind, OpKind
 from mugraph.semantics.field_arith import FieldArray, FieldContext
 from mugraph.semantics.field_arith import concatenate as field_concatenate
-from mugraph.semantics.interpret import Interpretation, Rule
+from mugraph.semantics.interpret import DRIVER_OWN_KINDS, Interpretation, Rule, run_thread_graph
 from mugraph.semantics.partition import broadcast_iterations
 
 _GELU_C = math.sqrt(2.0 / math.pi)
@@ -117,8 +117,8 @@ def _rms_norm(interp, op, args, ctx):
 def _concat(interp, op, args, ctx):
     a, b = args
     shape = np.broadcast_shapes(a.shape[: ctx.lead], b.shape[: ctx.lead])
-    a = a.broadcast_to(shape + a.shape[ctx.lead:])
-    b = b.broadcast_to(shape + b.shape[ctx.lead:])
+    a = a.broadcast_to(shape + a.shape[ctx.lead :])
+    b = b.broadcast_to(shape + b.shape[ctx.lead :])
     return [field_concatenate([a, b], axis=ctx.lead + op.attr("dim"))]
 
 
@@ -170,14 +170,6 @@ def _forloop_accum_rescale(interp, op, args, ctx):
     return [total.reshape((1, *total.shape))]
 
 
-def _thread_graph(interp, op, args, ctx):
-    values = list(args)
-    for kind, operands, attrs in op.attr("program"):
-        step = Op(kind, (), attrs, ())
-        values.append(interp.apply(step, [values[j] for j in operands], ctx)[0])
-    return [values[-1]]
-
-
 TABLE: dict[OpKind, Rule] = {
     **{kind: _unary(fn) for kind, fn in UNARY.items()},
     **{kind: _binary(fn) for kind, fn in BINARY.items()},
@@ -190,10 +182,10 @@ TABLE: dict[OpKind, Rule] = {
     OpKind.FORLOOP_ACCUM: _forloop_accum,
     OpKind.FORLOOP_ACCUM_MAX: _forloop_accum_max,
     OpKind.FORLOOP_ACCUM_RESCALE: _forloop_accum_rescale,
-    OpKind.THREAD_GRAPH: _thread_graph,
+    OpKind.THREAD_GRAPH: run_thread_graph,
 }
 
-DRIVER_KINDS = Group.BOUNDARY | {OpKind.CUSTOMIZED}
+DRIVER_KINDS = DRIVER_OWN_KINDS
 
 
 class FieldInterpretation(Interpretation):

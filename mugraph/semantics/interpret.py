@@ -27,7 +27,7 @@ import numpy as np
 
 from mugraph.errors import UnsupportedError
 from mugraph.ir.graph import BlockGraph, Op
-from mugraph.ir.ops import AccumKind, Level, OpKind
+from mugraph.ir.ops import AccumKind, Group, Level, OpKind
 from mugraph.ir.tensor import TensorRef
 from mugraph.semantics.partition import LEAD, assemble_output, split_input
 
@@ -141,15 +141,22 @@ def unfold(c: np.ndarray, lay: MatmulLayout) -> np.ndarray:
     """The folded product (*batch, rows·M, cols·N) back as (*broadcast batch, M, N)."""
     m = c.shape[-2] // math.prod(_sizes(lay, lay.rows))
     n = c.shape[-1] // math.prod(_sizes(lay, lay.cols))
-    c = c.reshape((1,) * len(lay.unit) + _sizes(lay, lay.batch) + _sizes(lay, lay.rows) + (m,)
-                  + _sizes(lay, lay.cols) + (n,))
+    c = c.reshape(
+        (1,) * len(lay.unit)
+        + _sizes(lay, lay.batch)
+        + _sizes(lay, lay.rows)
+        + (m,)
+        + _sizes(lay, lay.cols)
+        + (n,)
+    )
     labels = lay.unit + lay.batch + lay.rows + (-2,) + lay.cols + (-1,)
     position = {label: i for i, label in enumerate(labels)}
     return c.transpose([position[a] for a in (*range(lay.ndim), -2, -1)])
 
 
-def folded_matmul(interp: Interpretation, rule: Rule, op: Op, a: Any, b: Any,
-                  ctx: EvalContext) -> Any:
+def folded_matmul(
+    interp: Interpretation, rule: Rule, op: Op, a: Any, b: Any, ctx: EvalContext
+) -> Any:
     """``rule``'s matmul of a and b, with broadcast batch axes folded into the free dims.
 
     Row ``i`` of ``a[..., g, ...]`` times ``b`` is row ``(g, i)`` of the stacked rows when
@@ -176,7 +183,7 @@ def _iterations_into_k(x: np.ndarray, left: bool) -> np.ndarray:
     moved = np.moveaxis(x, 0, axis)
     shape = list(moved.shape)
     merged = shape[axis] * shape[axis + 1]
-    return moved.reshape((1, *shape[:axis], merged, *shape[axis + 2:]))
+    return moved.reshape((1, *shape[:axis], merged, *shape[axis + 2 :]))
 
 
 def accumulated_matmul(interp: Interpretation, a: Any, b: Any, ctx: EvalContext) -> Any:
@@ -218,8 +225,10 @@ def deferred_matmuls(block: BlockGraph) -> frozenset[int]:
         for ref in op.inputs:
             uses.setdefault(ref.op, []).append(op)
     return frozenset(
-        i for i, op in enumerate(block.ops)
-        if op.kind is OpKind.MATMUL and len(uses.get(i, [])) == 1
+        i
+        for i, op in enumerate(block.ops)
+        if op.kind is OpKind.MATMUL
+        and len(uses.get(i, [])) == 1
         and uses[i][0].kind is OpKind.FORLOOP_ACCUM
         and uses[i][0].attr("acc", AccumKind.NONE) is AccumKind.NONE
     )
@@ -283,3 +292,18 @@ def _block_output(interp: Interpretation, block: BlockGraph, op: Op, value: Any)
     return interp.relayout(
         value, lambda a: assemble_output(a, tile, block.grid_dim, omap, block.forloop_range, fdim)
     )
+
+
+def run_thread_graph(
+    interp: Interpretation, op: Op, args: list[Any], ctx: EvalContext
+) -> list[Any]:
+    """A thread graph's program, step by step, with the interpretation's own rules."""
+    values = list(args)
+    for kind, operands, attrs in op.attr("program"):
+        step = Op(kind, (), attrs, ())
+        values.append(interp.apply(step, [values[j] for j in operands], ctx)[0])
+    return [values[-1]]
+
+
+# Boundary operators (INPUT, BLOCK_INPUT, BLOCK_OUTPUT, CUSTOMIZED) are the driver's own work.
+DRIVER_OWN_KINDS = frozenset(Group.BOUNDARY | {OpKind.CUSTOMIZED})

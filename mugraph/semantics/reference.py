@@ -14,9 +14,15 @@ from collections.abc import Sequence
 import numpy as np
 
 from mugraph.ir.graph import Op
-from mugraph.ir.ops import AccumKind, Group, OpKind
+from mugraph.ir.ops import AccumKind, OpKind
 from mugraph.ir.tensor import TensorRef
-from mugraph.semantics.interpret import Interpretation, Rule, run_kernel_graph
+from mugraph.semantics.interpret import (
+    DRIVER_OWN_KINDS,
+    Interpretation,
+    Rule,
+    run_kernel_graph,
+    run_thread_graph,
+)
 from mugraph.semantics.partition import broadcast_iterations
 
 _GELU_C = math.sqrt(2.0 / math.pi)
@@ -138,14 +144,6 @@ def _forloop_accum_rescale(interp, op, args, ctx):
     return [total[None]]
 
 
-def _thread_graph(interp, op, args, ctx):
-    values = list(args)
-    for kind, operands, attrs in op.attr("program"):
-        step = Op(kind, (), attrs, ())
-        values.append(interp.apply(step, [values[j] for j in operands], ctx)[0])
-    return [values[-1]]
-
-
 TABLE: dict[OpKind, Rule] = {
     **{kind: _unary(fn) for kind, fn in UNARY.items()},
     **{kind: _binary(fn) for kind, fn in BINARY.items()},
@@ -158,11 +156,11 @@ TABLE: dict[OpKind, Rule] = {
     OpKind.FORLOOP_ACCUM: _forloop_accum,
     OpKind.FORLOOP_ACCUM_MAX: _forloop_accum_max,
     OpKind.FORLOOP_ACCUM_RESCALE: _forloop_accum_rescale,
-    OpKind.THREAD_GRAPH: _thread_graph,
+    OpKind.THREAD_GRAPH: run_thread_graph,
 }
 
 # Boundary operators (INPUT, BLOCK_INPUT, BLOCK_OUTPUT, CUSTOMIZED) are the driver's own work.
-DRIVER_KINDS = Group.BOUNDARY | {OpKind.CUSTOMIZED}
+DRIVER_KINDS = DRIVER_OWN_KINDS
 
 
 class Reference(Interpretation):
