@@ -21,7 +21,8 @@ on the Triton interpreter at the row's small sizes (TRITON_INTERPRET=1, CPU tens
 μGraphs by the float64 reference semantics at suite sizes) and the cost model's estimates
 stand in for times.
 
-Writes ``<out>/results.json`` and ``<out>/results.png`` (out: this directory by default).
+Writes ``<out>/results.json``, ``<out>/results.png`` and (GPU) ``<out>/results.md`` (out: this
+directory by default).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.suite import rows_table, select
-from benchmarks.suite.mugraphs import Choice, choose, hand_written_choice, load_searched
+from benchmarks.suite.mugraphs import Choice, choose, hand_written_choice
 from benchmarks.suite.report import (
     CPU_HEAD,
     GPU_HEAD,
@@ -85,9 +86,12 @@ def add_note(rec: dict, note: str) -> None:
 
 
 def finish_status(rec: dict) -> None:
-    """The row's status column: ok, or what went wrong, then the notes."""
+    """The row's status column: ok, or what went wrong, then the notes (and, for a searched
+    μGraph, the hand-written one's time for comparison)."""
     problems = [n for n in rec["notes"] if n]
     rec["status"] = "; ".join(problems) if problems else "ok"
+    if finite(rec.get("hand_us")):
+        rec["status"] += f" (hand-written: {rec['hand_us']:.1f} us)"
 
 
 def write_results(records: list[dict], meta: dict, out: Path) -> None:
@@ -181,7 +185,10 @@ def precompile_all(lives: list[Live]) -> None:
 
     programs = []
     for lv in lives:
-        for _, graph in lv.choice.candidates:
+        graphs = [graph for _, graph in lv.choice.candidates]
+        if lv.choice.source == "searched":
+            graphs += [g for g in [hand_written_choice(lv.row).graph] if g is not None]
+        for graph in graphs:
             try:
                 programs.append(compile_graph(graph))
             except Exception as error:  # noqa: BLE001 - reported when the row compiles it
@@ -232,6 +239,28 @@ def pass_prepare(live: Live, args) -> None:
     rec["mugraph_default_us"] = rec.get("mugraph_us")
     if not ok:
         live.program = None
+    if choice.source == "searched":
+        time_hand_written(live, args.reps)
+
+
+def time_hand_written(live: Live, reps: int) -> None:
+    """For comparison only (never the row's mugraph figure): the hand-written μGraph of a
+    row whose μGraph the search found, with default launches."""
+    from mugraph.runtime.compiled import compile_graph
+
+    hand = hand_written_choice(live.row)
+    if hand.graph is None:
+        return
+    try:
+        program = compile_graph(hand.graph)
+        err = rel_error(program(inputs=live.inputs)[0], live.ref)
+    except Exception as error:  # noqa: BLE001
+        live.rec["hand_note"] = error_text(error)
+        return
+    live.rec["hand_err"] = err
+    if err < TOLERANCE:
+        live.rec["hand_us"] = timed(lambda: program(inputs=live.inputs), reps)
+        live.rec["hand_variant"] = hand.label
 
 
 def time_sdpa(live: Live, reps: int) -> None:
@@ -391,11 +420,14 @@ def run_gpu(rows: list[Row], args, out: Path) -> list[dict]:
     save("done")
     meta["chart"] = plot(records, out / "results.png")
     write_results(records, meta, out)
-    print(f"\n{meta['device']}, torch {meta['torch']}, triton {meta['triton']}; times in µs, "
-          f"median of {args.reps} runs, L2 flushed; speedup = best baseline / mugraph; floor ="
-          f" max(bytes / {rates['bandwidth'] / 1e12:.2f} TB/s, flops / "
-          f"{rates['matmul_rate'] / 1e12:.0f} TFLOP/s)")
-    print(text_table(GPU_HEAD, [gpu_cells(r) for r in records]))
+    caption = (f"{meta['device']}, torch {meta['torch']}, triton {meta['triton']}; times in µs, "
+               f"median of {args.reps} runs, L2 flushed; speedup = best baseline / mugraph; "
+               f"floor = max(bytes / {rates['bandwidth'] / 1e12:.2f} TB/s, flops / "
+               f"{rates['matmul_rate'] / 1e12:.0f} TFLOP/s)")
+    cells = [gpu_cells(r) for r in records]
+    (out / "results.md").write_text(f"{caption}\n\n{markdown_table(GPU_HEAD, cells)}\n")
+    print(f"\n{caption}")
+    print(text_table(GPU_HEAD, cells))
     print(f"\n{meta['chart']}; {out / 'results.json'}; {elapsed():.0f} s in all")
     return records
 
@@ -567,8 +599,6 @@ def main(argv=None) -> list[dict]:
     os.environ.setdefault("TRITON_INTERPRET", "1")
     return run_cpu(rows, args, args.out)
 
-
-__all__ = ["load_searched", "main", "markdown_table", "finite"]
 
 if __name__ == "__main__":
     main()

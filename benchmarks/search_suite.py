@@ -4,12 +4,14 @@
         [--out DIR]
 
 For each row: ``mugraph.search.driver.superoptimize`` on the row's naive program at its suite
-sizes (the row family's config preset), then thread-graph construction on the best candidate,
-a final verification of that graph against the program (finite fields, 32 rounds), the float
-re-check (:func:`mugraph.search.driver.reference_recheck`, float64) and code generation.
-``<out>/<row>.log`` records the search (summary, config, elapsed, states, progress, verdicts)
-whatever it found; ``<out>/<row>.json`` (the μGraph and that record) is written only when the
-final graph passed the verification and the re-check, and is what ``benchmarks.run`` uses.
+sizes (the row family's config preset); then, best estimate first, each verified candidate
+gets thread-graph construction, a final verification against the program (finite fields, 32
+rounds), the float re-check (:func:`mugraph.search.driver.reference_recheck`, float64) and
+code generation, until ``KEEP`` have passed all of them. ``<out>/<row>.log`` records the search
+(summary, config, elapsed, states, progress, verdicts) whatever it found; ``<out>/<row>.json``
+(the best such graph, the others as ``alternatives``, and that record) is written only when
+at least one passed, and is what ``benchmarks.run`` uses (it screens the alternatives on the
+GPU: the cost model often ties tilings that the GPU tells apart).
 Rows run one after the other (one search at a time). ``NAME`` is a row (``lora_b1``) or a
 workload (``lora``, both of its rows).
 """
@@ -32,6 +34,7 @@ DEFAULT_ROWS = ("rmsnorm_linear", "gated_mlp", "lora", "mlp_adapter", "lora_llam
                 "rmsnorm_linear_llama3_8b", "gated_mlp_llama3_8b")
 RECHECK_LIMIT = 1e-9  # float64 re-check: equivalent graphs differ by rounding only
 PROGRESS_EVERY = 25  # progress lines kept in the log: every n-th and the last
+KEEP = 6  # verified candidates kept per row (best estimate first), for the GPU to screen
 
 
 def config_record(config) -> dict:
@@ -66,8 +69,28 @@ def _codegen(graph) -> str:
     return "ok"
 
 
-def finish(row: Row, program, result) -> tuple[dict, object | None]:
-    """The record of a finished search and the graph to keep (None: nothing verified)."""
+def check_candidate(program, candidate, delta: float) -> dict:
+    """Thread-graph construction on a search candidate, then the final checks: verification
+    (32 rounds), the float64 re-check and code generation."""
+    final = construct_thread_graphs(candidate.graph)
+    check = verify(final, program, delta=delta, max_rounds=32)
+    recheck = reference_recheck(final, program)
+    return {
+        "graph": final,
+        "search_est_us": round(candidate.cost * 1e6, 3),
+        "est_us": round(default_cost(final) * 1e6, 3),
+        "search_verification": str(candidate.verification),
+        "verification": str(check),
+        "float_recheck_rel_err": recheck,
+        "codegen": _codegen(final),
+        "kernels": sum(1 for op in final.ops if op.kind.value == "customized"),
+        "verified": bool(check.passed) and recheck < RECHECK_LIMIT,
+    }
+
+
+def finish(row: Row, program, result, keep: int = KEEP) -> tuple[dict, list[dict]]:
+    """The record of a finished search and its best ``keep`` candidates that passed every
+    final check (best estimate first; empty: nothing verified)."""
     record = {
         "row": row.name,
         "program": json.loads(program.to_json()),
@@ -83,40 +106,41 @@ def finish(row: Row, program, result) -> tuple[dict, object | None]:
         "hand_est_us": _hand_estimate(row),
         "verified": False,
     }
-    if result.best is None:
-        record["verdict"] = "nothing found"
-        return record, None
-    final = construct_thread_graphs(result.best)
-    check = verify(final, program, delta=result.config.delta, max_rounds=32)
-    recheck = reference_recheck(final, program)
-    record.update(
-        best_est_us=round(result.candidates[0].cost * 1e6, 3),
-        final_est_us=round(default_cost(final) * 1e6, 3),
-        search_verification=str(result.candidates[0].verification),
-        verification=str(check),
-        float_recheck_rel_err=recheck,
-        codegen=_codegen(final),
-        kernels=sum(1 for op in final.ops if op.kind.value == "customized"),
-    )
-    record["verified"] = bool(check.passed) and recheck < RECHECK_LIMIT
-    record["verdict"] = "verified" if record["verified"] else "REJECTED (verification or re-check)"
-    return record, final if record["verified"] else None
+    kept, rejected = [], 0
+    for candidate in result.candidates:
+        if len(kept) >= keep:
+            break
+        checked = check_candidate(program, candidate, result.config.delta)
+        if checked["verified"] and checked["codegen"] == "ok":
+            kept.append(checked)
+        else:
+            rejected += 1
+    record["final_checks_rejected"] = rejected
+    if not kept:
+        record["verdict"] = "nothing found" if result.best is None else "REJECTED (final checks)"
+        return record, []
+    best = kept[0]
+    record.update({k: v for k, v in best.items() if k not in ("graph", "verified")})
+    record.update(verified=True, verdict="verified", kept=len(kept))
+    return record, kept
 
 
-def write_log(path: Path, record: dict, progress: list[str], graph) -> None:
+def write_log(path: Path, record: dict, progress: list[str], kept: list[dict]) -> None:
     lines = [f"# search of {record['row']} ({time.strftime('%Y-%m-%d %H:%M:%S')})", ""]
     lines += [record["summary"], "", f"verdict: {record['verdict']}"]
     for key in ("elapsed_s", "states", "units", "timed_out", "candidates_verified",
-                "naive_est_us", "hand_est_us", "best_est_us", "final_est_us",
-                "search_verification", "verification", "float_recheck_rel_err", "codegen",
-                "kernels", "error"):
+                "naive_est_us", "hand_est_us", "search_est_us", "est_us", "search_verification",
+                "verification", "float_recheck_rel_err", "codegen", "kernels", "kept",
+                "final_checks_rejected", "error"):
         if key in record:
             lines.append(f"{key}: {record[key]}")
     lines += ["", "config: " + json.dumps(record.get("config", {}), sort_keys=True), ""]
-    kept = [p for i, p in enumerate(progress) if i % PROGRESS_EVERY == 0 or i == len(progress) - 1]
-    lines += [f"progress (every {PROGRESS_EVERY}th line):", *kept, ""]
-    if graph is not None:
-        lines += ["best μGraph (thread graphs constructed):", str(graph)]
+    shown = [p for i, p in enumerate(progress) if i % PROGRESS_EVERY == 0 or i == len(progress) - 1]
+    lines += [f"progress (every {PROGRESS_EVERY}th line):", *shown, ""]
+    for i, c in enumerate(kept):
+        lines += [f"candidate {i} (est {c['est_us']} us; {c['verification']}; float64 re-check "
+                  f"{c['float_recheck_rel_err']:.3g}; thread graphs constructed):", str(c["graph"]),
+                  ""]
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -128,20 +152,26 @@ def search_row(row: Row, time_limit: float, workers: int, out: Path) -> dict:
     try:
         result = superoptimize(program, preset=row.family.preset, time_limit=time_limit,
                                workers=workers, progress=progress.append)
-        record, graph = finish(row, program, result)
+        record, kept = finish(row, program, result)
     except Exception as error:  # noqa: BLE001 - a failing row is logged, the others go on
         record = {"row": row.name, "verified": False, "summary": "search failed",
                   "verdict": "error", "error": f"{type(error).__name__}: {error}",
                   "elapsed_s": round(time.monotonic() - started, 1)}
         progress.append(traceback.format_exc())
-        graph = None
+        kept = []
     record["date"] = time.strftime("%Y-%m-%d")
     out.mkdir(parents=True, exist_ok=True)
-    write_log(out / f"{row.name}.log", record, progress, graph)
-    target = out / f"{row.name}.json"
-    if graph is not None:
-        target.write_text(json.dumps({**record, "graph": json.loads(graph.to_json())}, indent=1))
+    write_log(out / f"{row.name}.log", record, progress, kept)
+    if kept:
+        doc = {**record, "graph": json.loads(kept[0]["graph"].to_json()),
+               "alternatives": [_alternative(c) for c in kept[1:]]}
+        (out / f"{row.name}.json").write_text(json.dumps(doc, indent=1))
     return record
+
+
+def _alternative(checked: dict) -> dict:
+    return {**{k: v for k, v in checked.items() if k != "graph"},
+            "graph": json.loads(checked["graph"].to_json())}
 
 
 def main(argv=None) -> None:
@@ -153,8 +183,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     for row in select(args.rows):
         record = search_row(row, args.time_limit, args.workers, args.out)
-        keys = ("row", "verdict", "elapsed_s", "states", "candidates_verified", "naive_est_us",
-                "hand_est_us", "final_est_us", "codegen")
+        keys = ("row", "verdict", "elapsed_s", "states", "candidates_verified", "kept",
+                "naive_est_us", "hand_est_us", "est_us")
         print(json.dumps({k: record.get(k) for k in keys}), flush=True)
 
 

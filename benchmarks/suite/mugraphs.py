@@ -60,6 +60,21 @@ def load_searched(row: Row, program: KernelGraph, directory: Path | None = None)
     return graph, doc
 
 
+def alternatives(doc: dict, program: KernelGraph) -> list[KernelGraph]:
+    """The other verified candidates a search file keeps (those that fit the program)."""
+    out = []
+    for alt in doc.get("alternatives", []):
+        if not alt.get("verified"):
+            continue
+        try:
+            graph = from_json(json.dumps(alt["graph"]))
+        except Exception:  # noqa: BLE001, S112 - an unreadable alternative is skipped
+            continue
+        if graph.input_types == program.input_types:
+            out.append(graph)
+    return out
+
+
 # ---- hand-written μGraphs -----------------------------------------------------------------------
 
 
@@ -159,8 +174,11 @@ def choose(row: Row, source: str = "auto", directory: Path | None = None) -> Cho
         if graph is not None:
             note = (f"search {doc.get('elapsed_s', '?')} s, {doc.get('states', '?')} states, "
                     f"{doc.get('verification', '')}")
-            return Choice("searched", graph, note, searched_path(row, directory).name,
-                          ((searched_path(row, directory).name, graph),))
+            name = searched_path(row, directory).name
+            candidates = [(f"{name}#0", graph)] + [
+                (f"{name}#{i}", g) for i, g in enumerate(alternatives(doc, program), start=1)
+            ]
+            return Choice("searched", graph, note, f"{name}#0", tuple(candidates))
         reason = doc
         if source == "searched":
             return Choice("none", None, reason)

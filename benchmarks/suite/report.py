@@ -105,7 +105,7 @@ def plot(records: list[dict], path: Path) -> str:
     ax.invert_yaxis()
     ax.set_xscale("log")
     ax.set_xlabel("µs (median, L2 flushed; dashed: floor)")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -676,7 +676,7 @@ def _freeze(mapping: dict | None) -> tuple:
 def compile_graph(
     graph,
     *,
-    check: bool = False,
+    check: bool | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
     launch: dict[int, LaunchConfig] | None = None,
@@ -693,7 +693,11 @@ def compile_graph(
     codegen: fields of :class:`~mugraph.codegen.triton_gen.CodegenOptions`
     (max_tile_elements, dot_min_dim, hoist_invariants, unroll).
     cuda_graph: replay each input set's launches as one CUDA graph (None: on for CUDA).
-    check: run :func:`mugraph.codegen.check.check_against_reference` before returning.
+    check: run :func:`mugraph.codegen.check.check_against_reference` before returning
+    (None, the default: once per graph in this process — the first program compiled from a
+    graph is compared with the reference semantics on random inputs, and a mismatch raises
+    CodegenMismatchError naming the kernel; launch variants of it are compared with that
+    program by the tuner). False skips the check; True checks every new program.
     """
     graph.check()
     unknown = set(codegen) - {"max_tile_elements", "dot_min_dim", "hoist_invariants", "unroll"}
@@ -716,11 +720,15 @@ def compile_graph(
         program = CompiledProgram(graph, options, configs, kernel_options, cuda_graph)
         if cache:
             _PROGRAMS[key] = program
+    graph_key = ("graph", key[0])
+    if check is None:
+        check = graph_key not in _CHECKED
     if check and (key, seed) not in _CHECKED:
         from mugraph.codegen.check import check_against_reference
 
         check_against_reference(graph, program, seed=seed)
         _CHECKED.add((key, seed))
+        _CHECKED.add(graph_key)
     return program
 
 

@@ -30,6 +30,7 @@ from mugraph.ir.rebuild import rebuild_kernel_graph
 from mugraph.ir.serialize import from_json, to_json
 from mugraph.search.config import SearchConfig, default_config
 from mugraph.search.generator import CustomChoice, Enumerator, SearchTimeout, Stats
+from mugraph.search.verify import NotVerifiableError
 from mugraph.semantics.abstract import ABSTRACT_SEMANTICS, Term
 
 
@@ -156,7 +157,11 @@ def _run_unit(unit: tuple[int, int, CustomChoice]) -> tuple[str, list[dict], Sta
         gen.stats.candidates += 1
         if key in found or len(found) >= config.max_candidates:
             return
-        result = _verify(graph, program, config.delta, config.verify_rounds)
+        try:
+            result = _verify(graph, program, config.delta, config.verify_rounds)
+        except NotVerifiableError:
+            gen.stats.pruned["not_verifiable"] += 1
+            return
         if not result.passed:
             gen.stats.pruned["verification"] += 1
             return

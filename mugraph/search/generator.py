@@ -60,6 +60,8 @@ PRUNING_RULES: dict[str, str] = {
     "memo_replay": "not a loss: the continuations of a kernel-graph prefix whose tensors equal "
     "an earlier prefix's were replayed from the memo instead of enumerated again",
     "invalid_graph": "the complete graph failed the builder's checks (counted, never returned)",
+    "not_verifiable": "the complete graph is outside what the verifier decides (two "
+    "exponentials on one path, reachable without abstract pruning); never returned",
     "verification": "the complete graph is not equivalent to the program (finite-field test)",
 }
 
