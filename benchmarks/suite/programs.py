@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from mugraph.dtypes import DType, float16
 from mugraph.ir.builder import KernelGraph, new_kernel_graph
+from mugraph.library import adapter_mlp_naive, gated_mlp_naive, lora_naive, rmsnorm_linear_naive
 
 Sizes = dict[str, int]
 ITEMSIZE = 2  # float16
@@ -68,40 +69,11 @@ def qknorm_attention_program(s: Sizes, dtype: DType = float16) -> KernelGraph:
     return g
 
 
-def rmsnorm_linear_program(s: Sizes, dtype: DType = float16) -> KernelGraph:
-    g = new_kernel_graph()
-    x = g.new_input((s["m"], s["k"]), dtype=dtype)
-    w = g.new_input((s["k"], s["n"]), dtype=dtype)
-    g.mark_output(g.matmul(g.rms_norm(x, s["k"]), w))
-    return g
-
-
-def gated_mlp_program(s: Sizes, dtype: DType = float16) -> KernelGraph:
-    g = new_kernel_graph()
-    x = g.new_input((s["m"], s["k"]), dtype=dtype)
-    w1 = g.new_input((s["k"], s["n"]), dtype=dtype)
-    w3 = g.new_input((s["k"], s["n"]), dtype=dtype)
-    g.mark_output(g.mul(g.silu(g.matmul(x, w1)), g.matmul(x, w3)))
-    return g
-
-
-def lora_program(s: Sizes, dtype: DType = float16) -> KernelGraph:
-    g = new_kernel_graph()
-    x = g.new_input((s["m"], s["k"]), dtype=dtype)
-    w = g.new_input((s["k"], s["n"]), dtype=dtype)
-    a = g.new_input((s["k"], s["r"]), dtype=dtype)
-    b = g.new_input((s["r"], s["n"]), dtype=dtype)
-    g.mark_output(g.add(g.matmul(x, w), g.matmul(g.matmul(x, a), b)))
-    return g
-
-
-def mlp_adapter_program(s: Sizes, dtype: DType = float16) -> KernelGraph:
-    g = new_kernel_graph()
-    x = g.new_input((s["m"], s["k"]), dtype=dtype)
-    w1 = g.new_input((s["k"], s["r"]), dtype=dtype)
-    w2 = g.new_input((s["r"], s["n"]), dtype=dtype)
-    g.mark_output(g.matmul(g.relu(g.matmul(x, w1)), w2))
-    return g
+# The matmul-chain programs are the library's own naive programs (same size keys).
+rmsnorm_linear_program = rmsnorm_linear_naive
+gated_mlp_program = gated_mlp_naive
+lora_program = lora_naive
+mlp_adapter_program = adapter_mlp_naive
 
 
 # ---- the same in PyTorch ---------------------------------------------------------------------
