@@ -9,14 +9,16 @@ NAMES are rows (``gqa_b1``) or workloads (``gqa``: both of its rows); none (or `
 every row. On a GPU, per row: PyTorch eager, torch.compile (default mode, and
 ``max-autotune-no-cudagraphs``), SDPA on its best backend (attention rows), and the μGraph
 (``benchmarks/searched/<row>.json`` when the search verified one, else the hand-written one of
-``mugraph.library``; tuned with ``mugraph.optimize`` while the time budget lasts), each the
+``mugraph.library``; its candidates screened and its launch settings tuned), each the
 median of ``--reps`` runs after warm-up with the L2 cache flushed (``mugraph.optimize``'s
 ``profile_callable``). Before timing, every output is compared with PyTorch's float32 result
 on fresh random inputs; a μGraph whose relative error is 1e-2 or more is reported and not
 timed. Copy bandwidth and matmul rate are measured once, for the floor. The work runs in
-passes (cheap measurements of every row first, torch.compile, then max-autotune, then
-tuning) and stops starting new work past ``--budget`` seconds, so a whole run fits one
-10-minute call; results are written after every pass. Without a GPU: each μGraph is checked
+passes: every row's eager, SDPA and μGraph candidates (screened: the fastest that agrees is
+kept), then torch.compile (default), then one batch tuning the launch settings of every
+row's kernels, then max-autotune (each workload's first row first) until ``--budget``
+seconds have passed, then the final μGraph timings; results are written after every pass,
+so a whole run fits one 10-minute call. Without a GPU: each μGraph is checked
 on the Triton interpreter at the row's small sizes (TRITON_INTERPRET=1, CPU tensors; searched
 μGraphs by the float64 reference semantics at suite sizes) and the cost model's estimates
 stand in for times.
@@ -190,7 +192,7 @@ def precompile_all(lives: list[Live]) -> None:
             graphs += [g for g in [hand_written_choice(lv.row).graph] if g is not None]
         for graph in graphs:
             try:
-                programs.append(compile_graph(graph))
+                programs.append(compile_graph(graph, check=False))
             except Exception as error:  # noqa: BLE001 - reported when the row compiles it
                 log(f"{lv.row.name}: candidate does not compile: {error_text(error)}")
     started = time.monotonic()
@@ -216,10 +218,9 @@ def new_live(row: Row, args, rates: dict, seed: int) -> Live:
 
 
 def pass_prepare(live: Live, args) -> None:
-    """Inputs, the float32 reference, eager, SDPA and the μGraph with default launches."""
-    from mugraph.runtime.compiled import compile_graph
-
-    row, rec, choice = live.row, live.rec, live.choice
+    """Inputs, the float32 reference, eager, SDPA, then the μGraph: every candidate checked
+    and screened with default launches, the fastest that agrees kept and timed."""
+    row, rec = live.row, live.rec
     program = row.program()
     live.inputs = make_inputs(program, "cuda", rec["seed"])
     with torch.no_grad():
@@ -227,20 +228,43 @@ def pass_prepare(live: Live, args) -> None:
     check_and_time(rec, "eager_us", lambda: row.torch_fn(*live.inputs), live.ref, args.reps)
     if row.attention:
         time_sdpa(live, args.reps)
-    if choice.graph is None:
+    if live.choice.graph is None:
         return
-    try:
-        live.program = compile_graph(choice.graph)
-    except Exception as error:  # noqa: BLE001
-        add_note(rec, f"mugraph: compile failed: {error_text(error)}")
-        return
-    ok = check_and_time(rec, "mugraph_us", lambda: live.program(inputs=live.inputs)[0],
-                        live.ref, args.reps)
-    rec["mugraph_default_us"] = rec.get("mugraph_us")
-    if not ok:
-        live.program = None
-    if choice.source == "searched":
+    screen_mugraph(live, args.reps)
+    if live.choice.source == "searched":
         time_hand_written(live, args.reps)
+
+
+def mugraph_error(live: Live, program) -> float:
+    """Relative error of a compiled μGraph's output against the row's reference."""
+    return rel_error(program(inputs=live.inputs)[0], live.ref)
+
+
+def screen_mugraph(live: Live, reps: int) -> None:
+    """The row's candidate μGraphs (search alternatives or tilings), each compared with the
+    reference and timed briefly; the fastest that agrees becomes the row's program."""
+    from benchmarks.suite.tuning import screen
+
+    rec = live.rec
+    screened = screen(live.choice.candidates, live.inputs, lambda p: mugraph_error(live, p),
+                      TOLERANCE, reps=max(10, reps // 5))
+    rec["screen_us"] = {s.label: s.us if s.us is not None else s.note for s in screened}
+    ok = [s for s in screened if s.us is not None]
+    if not ok:
+        first = screened[0].note if screened else "no candidate"
+        add_note(rec, f"mugraph: {first}" + (f" (all {len(screened)} candidates failed)"
+                                              if len(screened) > 1 else ""))
+        return
+    best = min(ok, key=lambda s: s.us)
+    failed = [s for s in screened if s.us is None]
+    if failed:
+        add_note(rec, f"{len(failed)} of {len(screened)} candidates dropped "
+                      f"({failed[0].label}: {failed[0].note})")
+    live.program = best.program
+    rec["variant"] = best.label
+    rec["mugraph_err"] = mugraph_error(live, best.program)
+    rec["mugraph_us"] = timed(lambda: best.program(inputs=live.inputs), reps)
+    rec["mugraph_default_us"] = rec["mugraph_us"]
 
 
 def time_hand_written(live: Live, reps: int) -> None:
@@ -252,7 +276,7 @@ def time_hand_written(live: Live, reps: int) -> None:
     if hand.graph is None:
         return
     try:
-        program = compile_graph(hand.graph)
+        program = compile_graph(hand.graph, check=False)
         err = rel_error(program(inputs=live.inputs)[0], live.ref)
     except Exception as error:  # noqa: BLE001
         live.rec["hand_note"] = error_text(error)
@@ -305,30 +329,26 @@ def pass_compile(live: Live, mode: str | None, key: str, timeout: float, reps: i
     torch._dynamo.reset()
 
 
-def pass_tune(live: Live, budget: float) -> None:
-    """Screen the μGraph's tilings (hand-written: the row's variants) with default launches,
-    then tune the fastest one's launch settings for up to ``budget`` seconds
-    (``mugraph.optimize.optimize_graphs``; 0: screening only); keep it if it agrees."""
-    from mugraph.optimize import optimize_graphs
+def pass_tune(lives: list[Live], reps: int) -> None:
+    """Launch settings of every row's kernels, tuned in one batch (benchmarks.suite.tuning);
+    a row keeps the tuned program when it agrees with the reference."""
+    from benchmarks.suite.tuning import RowTuning, tune_rows
 
-    rec = live.rec
+    by_key = {lv.row.name: lv for lv in lives if lv.program is not None}
+    items = [RowTuning(key, lv.program, lambda p, lv=lv: p(inputs=lv.inputs))
+             for key, lv in by_key.items()]
     started = time.monotonic()
-    try:
-        result = optimize_graphs(list(live.choice.candidates), live.inputs, keep=1, warmup=5,
-                                 reps=20, check=False, budget=budget)
-        err = rel_error(result.program(inputs=live.inputs)[0], live.ref)
-    except Exception as error:  # noqa: BLE001
-        add_note(rec, f"tuning failed: {error_text(error)}")
-        return
-    rec["tune_s"] = round(time.monotonic() - started, 1)
-    rec["screen_us"] = {label: m.microseconds if m.ok else None for label, m in result.screen}
-    if not err < TOLERANCE:
-        add_note(rec, f"tuned variant rejected: rel err {err:.3g}")
-        return
-    live.tuned = result.program
-    rec["tuned_variant"] = result.label + ("" if budget > 0 else " (screened, default launch)")
-    rec["tuned_launch"] = {str(i): [s.launch_config.num_warps, s.launch_config.num_stages]
-                           for i, s in result.program.steps.items()}
+    results = tune_rows(items, lambda key, p: mugraph_error(by_key[key], p), TOLERANCE,
+                        reps=max(10, reps // 5), log=log)
+    for key, (program, us, default_us) in results.items():
+        lv = by_key[key]
+        lv.rec["tune_s"] = round(time.monotonic() - started, 1)
+        if program is not lv.program and us is not None and default_us and us < default_us:
+            lv.tuned = program
+            lv.rec["tuned_variant"] = f"{lv.rec.get('variant')} (launch tuned)"
+            lv.rec["tuned_launch"] = {str(i): [s.launch_config.num_warps,
+                                               s.launch_config.num_stages]
+                                      for i, s in program.steps.items()}
 
 
 def pass_final(live: Live, reps: int) -> None:
@@ -377,22 +397,29 @@ def run_gpu(rows: list[Row], args, out: Path) -> list[dict]:
             traceback.print_exc(limit=3, file=sys.stderr)
             lv.program, lv.inputs = None, []
         log(f"prepared {lv.row.name}: eager {lv.rec.get('eager_us')} us, mugraph "
-            f"{lv.rec.get('mugraph_us')} us")
+            f"{lv.rec.get('mugraph_us')} us ({lv.rec.get('variant')})")
     save("prepare")
     runnable = [lv for lv in lives if lv.inputs]
-    tune_reserve = args.tune_reserve if args.tune else 10.0
     if args.compile:
         for lv in runnable:
-            if elapsed() > args.budget - tune_reserve:
+            if elapsed() > args.budget - args.tune_reserve:
                 add_note(lv.rec, "torch.compile: skipped (time budget)")
                 continue
             pass_compile(lv, None, "compile_us", args.compile_timeout, args.reps)
             log(f"torch.compile {lv.row.name}: {lv.rec.get('compile_us')} us "
                 f"({lv.rec.get('compile_compile_s')} s)")
         save("compile")
+    if args.tune:
+        if elapsed() < args.budget - args.tune_reserve / 2:
+            pass_tune(runnable, args.reps)
+            log("tuned launch settings")
+        else:
+            for lv in runnable:
+                add_note(lv.rec, "not tuned (time budget)")
+        save("tune")
     if args.autotune:
         for lv in autotune_order(runnable):
-            left = args.budget - elapsed() - tune_reserve
+            left = args.budget - elapsed()
             if left < 5:
                 add_note(lv.rec, "max-autotune: skipped (time budget)")
                 continue
@@ -401,16 +428,6 @@ def run_gpu(rows: list[Row], args, out: Path) -> list[dict]:
             log(f"max-autotune {lv.row.name}: {lv.rec.get('autotune_us')} us "
                 f"({lv.rec.get('autotune_compile_s')} s)")
         save("max-autotune")
-    if args.tune:
-        for lv in runnable:
-            if lv.program is None:
-                continue
-            left = args.budget - elapsed()
-            if left < 3:
-                add_note(lv.rec, "not tuned (time budget)")
-                continue
-            pass_tune(lv, min(args.tune_budget, left / 2) if left > 20 else 0.0)
-            log(f"tuned {lv.row.name}: {lv.rec.get('tuned_variant')} ({lv.rec.get('tune_s')} s)")
     shutdown()
     for lv in runnable:
         pass_final(lv, args.reps)
@@ -499,7 +516,7 @@ def cpu_row(row: Row, args, seed: int) -> dict:
     inputs = make_inputs(row.program(small=True), "cpu", seed)
     ref = row.torch_fn(*[x.float() for x in inputs])
     try:
-        err = rel_error(compile_graph(small.graph)(inputs=inputs)[0], ref)
+        err = rel_error(compile_graph(small.graph, check=False)(inputs=inputs)[0], ref)
     except Exception as error:  # noqa: BLE001
         add_note(rec, f"interpreter run failed: {error_text(error)}")
         return rec
@@ -569,9 +586,7 @@ def parse_args(argv=None, cuda: bool | None = None):
                         help="skip torch.compile max-autotune-no-cudagraphs")
     parser.add_argument("--no-tune", dest="tune", action="store_false",
                         help="run the μGraphs with default launch settings")
-    parser.add_argument("--tune-budget", type=float, default=8.0,
-                        help="seconds of tuning per row after screening its tilings")
-    parser.add_argument("--tune-reserve", type=float, default=60.0,
+    parser.add_argument("--tune-reserve", type=float, default=120.0,
                         help="seconds of the budget torch.compile leaves for tuning")
     parser.add_argument("--no-precompile", dest="precompile", action="store_false",
                         help="compile the μGraphs' kernels one by one, in this process")

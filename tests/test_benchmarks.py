@@ -216,3 +216,18 @@ def test_runner_gpu_pipeline_with_fakes(tmp_path, monkeypatch):
         assert rec["status"] == "ok", rec
         assert rec["mugraph_us"] > 0 and rec["eager_us"] > 0 and rec["speedup"] > 0
     assert records[1]["sdpa_backend"]
+
+
+def test_screen_drops_a_candidate_that_disagrees(monkeypatch):
+    """A μGraph whose output disagrees with PyTorch is never chosen, whatever its speed."""
+    from benchmarks.suite import tuning
+    from benchmarks.suite.mugraphs import hand_written
+    from mugraph.optimize.profile import Measurement
+
+    monkeypatch.setattr(tuning, "profile_callable", lambda fn, **kw: Measurement(1e-6, ()))
+    graph = hand_written(ROWS["lora_b1"], small=True)
+    errors = iter([0.5, 1e-4])
+    screened = tuning.screen([("wrong", graph), ("right", graph)], [], lambda p: next(errors),
+                             1e-2, reps=2)
+    assert screened[0].program is None and "MISMATCH" in screened[0].note
+    assert screened[1].program is not None and screened[1].us == pytest.approx(1.0)
