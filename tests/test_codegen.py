@@ -201,6 +201,41 @@ def test_block_matmul_of_computed_operands_fp32():
     run_check(one_kernel(ins, build, dtype=F32), scale=0.5)
 
 
+# A tl.dot whose B operand is computed from another tl.dot's result is emitted transposed,
+# ((B^T) A^T)^T, so that value is the A operand (Triton 3.6 miscompiled the direct form).
+_LORA_INPUTS = [((16, 64), (-1, -1, -1), 1), ((64, 64), (1, -1, -1), 0),
+                ((64, 16), (-1, -1, -1), 0), ((16, 64), (1, -1, -1), -1)]
+
+
+def test_chained_dot_as_b_operand_is_emitted_transposed():
+    def build(tb, t):  # X_k @ (A_k @ B), summed over k
+        x, _, a, b = t
+        return [(tb.forloop_accum(tb.matmul(x, tb.matmul(a, b))), (1, -1, -1), -1)]
+
+    source = run_check(one_kernel(_LORA_INPUTS, build, loops=4), scale=0.5).source
+    assert "T = tl.dot(tl.trans(" in source and "tl.trans(tl.dot(" in source
+
+
+def test_sum_with_a_dot_as_b_operand_is_emitted_transposed():
+    def build(tb, t):  # X_k @ (W_k + A_k @ B): the searched LoRA μGraph
+        x, w, a, b = t
+        return [(tb.forloop_accum(tb.matmul(x, tb.add(w, tb.matmul(a, b)))), (1, -1, -1), -1)]
+
+    source = run_check(one_kernel(_LORA_INPUTS, build, loops=4), scale=0.5).source
+    assert "tl.trans(tl.dot(" in source
+
+
+def test_dot_of_dot_of_dot_falls_back_to_float32_operands():
+    def build(tb, t):  # X @ (W @ (A @ B)): the middle product's operand is a dot result too
+        x, w, a, b = t
+        return [(tb.matmul(x, tb.matmul(w, tb.matmul(a, b))), (1, -1, -1), -1)]
+
+    ins = [((16, 64), (-1, -1, -1), -1), ((64, 64), (-1, -1, -1), -1),
+           ((64, 16), (-1, -1, -1), -1), ((16, 64), (1, -1, -1), -1)]
+    source = run_check(one_kernel(ins, build), scale=0.25).source
+    assert ".to(tl.float32)" in source and "tl.trans(tl.dot(" in source
+
+
 def test_block_matmul_bfloat16():
     def build(tb, t):
         return [(tb.forloop_accum(tb.matmul(t[0], t[1])), (1, -1, -1), -1)]
@@ -606,3 +641,53 @@ def test_profiler_and_tuner_without_gpu_degrade_gracefully():
     assert precompile([compile_graph(g), compile_graph(g, num_warps=2)]) == [None, None]
     result = optimize_graphs([("a", g), ("b", _rmsnorm_linear(loops=2))])
     assert result.label == "a" and "no GPU" in result.note
+
+
+def test_check_retries_smaller_inputs_when_the_program_overflows():
+    # exp of a 256-long dot product overflows float16 on Uniform(-1, 1) inputs: the program's
+    # own overflow, not the kernel's; the check starts again on smaller inputs
+    g = mugraph.new_kernel_graph()
+    q, k = g.new_input((4, 256), dtype=F16), g.new_input((256, 8), dtype=F16)
+    g.mark_output(g.exp(g.matmul(q, k)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check_against_reference(g, compile_graph(g, check=False), device=DEVICE, seed=3)
+        with pytest.raises(CodegenMismatchError, match="overflows float16"):
+            check_against_reference(g, compile_graph(g, check=False), device=DEVICE, scale=8.0)
+
+
+def test_check_retries_when_a_kernel_intermediate_overflows():
+    # attention without max subtraction: exp of a 256-long dot product overflows float16 in
+    # the reference semantics of the block graph, while the kernel computes it in float32
+    def build(tb, t):
+        q, k, v = t
+        e = tb.exp(tb.matmul(q, k))
+        out = tb.div(tb.forloop_accum(tb.matmul(e, v)), tb.forloop_accum(e, "sum"))
+        return [(out, (-1, -1, -1), -1)]
+
+    ins = [((16, 256), (-1, -1, -1), -1), ((256, 64), (-1, -1, -1), 1),
+           ((64, 16), (-1, -1, -1), 0)]
+    g = one_kernel(ins, build, grid=(1, 1, 1), loops=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = check_against_reference(g, compile_graph(g, check=False), device=DEVICE)
+    assert max(report.values()) <= 1.0
+
+
+def test_default_launch_uses_two_warps_for_a_wide_chained_dot():
+    from mugraph.runtime.compiled import default_launch
+
+    def build(rows):
+        def inner(tb, t):  # X @ W + (X @ A) @ B: the product X @ A feeds a dot of `rows` rows
+            x, w, a, b = t
+            return [(tb.add(tb.matmul(x, w), tb.matmul(tb.matmul(x, a), b)), (1, -1, -1), -1)]
+
+        ins = [((rows, 64), (-1, -1, -1), -1), ((64, 128), (1, -1, -1), -1),
+               ((64, 16), (-1, -1, -1), -1), ((16, 128), (1, -1, -1), -1)]
+        g = one_kernel(ins, inner)
+        return g, next(op.attr("graph") for op in g.ops if op.kind is OpKind.CUSTOMIZED)
+
+    wide, block = build(64)
+    assert default_launch(block).num_warps == 2
+    run_check(wide, scale=0.5)
+    assert default_launch(build(32)[1]).num_warps == 4

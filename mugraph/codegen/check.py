@@ -27,6 +27,14 @@ TOLERANCES: dict[DType, tuple[float, float]] = {
 }
 
 
+# the largest finite value of each dtype
+DTYPE_MAX: dict[DType, float] = {
+    DType.float16: 65504.0,
+    DType.bfloat16: 3.3895313892515355e38,
+    DType.float32: float(np.finfo(np.float32).max),
+}
+
+
 class CodegenMismatchError(MugraphError):
     """A compiled kernel (or PyTorch operator) disagrees with the reference semantics."""
 
@@ -117,6 +125,17 @@ def _fail(label: str, what: str, cmp: Comparison, rtol: float, atol: float) -> C
     )
 
 
+AUTO_SCALES = (1.0, 0.25, 1 / 16, 1 / 64)  # input scales tried until nothing overflows
+
+
+class _ReferenceOverflow(Exception):
+    """The program itself overflows an operator's dtype on these inputs."""
+
+    def __init__(self, label: str, dtype: DType) -> None:
+        super().__init__(label)
+        self.label, self.dtype = label, dtype
+
+
 def check_against_reference(
     graph,
     program=None,
@@ -124,17 +143,41 @@ def check_against_reference(
     rtol: float | None = None,
     atol: float | None = None,
     seed: int = 0,
-    scale: float = 1.0,
+    scale: float | None = None,
     device=None,
 ) -> dict[str, float]:
     """Run ``program`` (compiled from ``graph`` if None) on random inputs; compare with the
     reference. Raises :class:`CodegenMismatchError` naming the first operator that disagrees.
-    Returns the worst tolerance ratio seen per operator label (<= 1 everywhere)."""
-    from mugraph.runtime.compiled import compile_graph, op_label
-    from mugraph.semantics.reference import evaluate
+    Returns the worst tolerance ratio seen per operator label (<= 1 everywhere).
+
+    Inputs are Uniform(-scale, scale). When an operator's exact result on them exceeds the
+    range of its dtype (exp of a long dot product in float16: the program overflows, whatever
+    the kernel), or its arguments are finite and exactly one of its result and the reference
+    is not (an intermediate of a customized kernel overflowed), the comparison would say
+    nothing about the kernel, so the check starts again on smaller inputs (``AUTO_SCALES``;
+    only the given ``scale`` when one is given). On the last scale the first case is an error
+    and the second is compared as usual."""
+    from mugraph.runtime.compiled import compile_graph
 
     program = program if program is not None else compile_graph(graph)
     device = device if device is not None else default_device()
+    scales = AUTO_SCALES if scale is None else (scale,)
+    for s in scales:
+        try:
+            return _check_at_scale(graph, program, rtol, atol, seed, s, device, s == scales[-1])
+        except _ReferenceOverflow as overflow:
+            last = overflow
+    raise CodegenMismatchError(
+        f"{last.label}: its exact result overflows {last.dtype.value} on random inputs of "
+        f"every scale tried (down to {scales[-1]:g}), so the compiled program cannot be "
+        "compared with the reference semantics"
+    )
+
+
+def _check_at_scale(graph, program, rtol, atol, seed, scale, device, last) -> dict[str, float]:
+    from mugraph.runtime.compiled import op_label
+    from mugraph.semantics.reference import evaluate
+
     inputs = random_inputs(graph, device, seed, scale)
     values = program.run_values(inputs)
     report: dict[str, float] = {}
@@ -145,8 +188,16 @@ def check_against_reference(
         expected = _op_reference(op, args)
         label = op_label(graph, i)
         for j, (got, want) in enumerate(zip(values[i], expected, strict=True)):
-            r, a = _tolerance(op.outputs[j].dtype, rtol, atol)
-            cmp = compare(_numpy(got), want, r, a)
+            dtype, got = op.outputs[j].dtype, _numpy(got)
+            if all(np.isfinite(a).all() for a in args):
+                # an exact result beyond the dtype's range; or finite arguments and a
+                # non-finite value on one side only: an intermediate overflowed its float16
+                # (the kernel rounds dot operands to the declared dtype, the reference does not)
+                one_sided = bool(np.any(np.isfinite(want) != np.isfinite(got)))
+                if _overflows(want, dtype) or (one_sided and not last):
+                    raise _ReferenceOverflow(label, dtype)
+            r, a = _tolerance(dtype, rtol, atol)
+            cmp = compare(got, want, r, a)
             report[label] = max(report.get(label, 0.0), cmp.max_rel_error)
             if not cmp.ok:
                 raise _fail(label, f"output {j}", cmp, r, a)
@@ -158,6 +209,13 @@ def check_against_reference(
         if not cmp.ok:
             raise _fail(op_label(graph, ref.op), f"graph output {k} (end to end)", cmp, r, a)
     return report
+
+
+def _overflows(values: np.ndarray, dtype: DType) -> bool:
+    """Whether exact results fall outside the finite range of ``dtype`` (NaN is not overflow:
+    sqrt of a negative input is NaN in the kernel too)."""
+    with np.errstate(invalid="ignore"):
+        return bool(np.any(np.abs(values) > DTYPE_MAX[dtype]))
 
 
 def _tolerance(dtype: DType, rtol: float | None, atol: float | None) -> tuple[float, float]:

@@ -162,6 +162,7 @@ class KernelEmitter:
         self.lines: dict[Phase, list[str]] = {PRE: [], LOOP: [], POST: []}
         self.memo: dict[tuple[TensorRef, Phase], Val] = {}
         self.derived_memo: dict[str, Val] = {}
+        self.transposed: dict[tuple[TensorRef, Phase], Val] = {}  # see _transposed_product
         self.names: set[str] = set()
         self.scratch_used = 0
         self.loop = block.forloop_range > 1
@@ -352,12 +353,121 @@ def _emit_matmul(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
 
 
 def _matmul_pair(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase, ra, rb) -> Val:
+    pad, dims = em.pad(ref), em.dims(ref)
+    if _lowers_to_dot(em.block, ra, rb) and _derived_from_dot(em.block, rb):
+        # Triton 3.6 computed such dots wrongly on an H100 (4+ warps, inside a for-loop)
+        # when the B operand was computed from another tl.dot's result; with that value as
+        # the A operand (the flash-attention pattern), or in float32, they were right
+        # (benchmarks/RESULTS.md, "A Triton 3.6 miscompilation")
+        inner = _transposed(em, rb, sec) if len(pad) == 2 else None
+        if inner is not None:
+            return _matmul_transposed(em, ref, sec, ra, inner)
+        a = em.f32(em.zero_pads(em.get(ra, sec), sec), sec)
+        b = em.zero_pads(em.get(rb, sec), sec)
+        return _matmul_dot(em, op, ref, sec, a, b, pad, dims, operand_dtype=DType.float32)
     a = em.zero_pads(em.get(ra, sec), sec)
     b = em.zero_pads(em.get(rb, sec), sec)
-    pad, dims = em.pad(ref), em.dims(ref)
     if min(a.dims[-2], a.dims[-1], b.dims[-1]) > 1:
         return _matmul_dot(em, op, ref, sec, a, b, pad, dims)
     return _matmul_broadcast(em, op, ref, sec, a, b, pad, dims)
+
+
+def _lowers_to_dot(block: BlockGraph, ra: TensorRef, rb: TensorRef) -> bool:
+    """Whether the product of ``ra`` and ``rb`` is a ``tl.dot`` (M, K and N all exceed 1)."""
+    a, b = block.tensor_type(ra).dims, block.tensor_type(rb).dims
+    return min(a[-2], a[-1], b[-1]) > 1
+
+
+def _derived_from_dot(block: BlockGraph, ref: TensorRef) -> bool:
+    """Whether ``ref``'s register tile is computed, in this kernel, from a ``tl.dot`` result."""
+    seen, todo = set(), [ref]
+    while todo:
+        r = todo.pop()
+        if r.op in seen:
+            continue
+        seen.add(r.op)
+        op = block.ops[r.op]
+        if op.kind is OpKind.MATMUL and _lowers_to_dot(block, *op.inputs[:2]):
+            return True
+        todo.extend(op.inputs)
+    return False
+
+
+def wide_chained_dots(block: BlockGraph) -> list[int]:
+    """Matmuls emitted as a ``tl.dot`` of at least 64 rows whose operand is computed from
+    another ``tl.dot``'s result (see :func:`mugraph.runtime.compiled.default_launch`)."""
+    found = []
+    for i, op in enumerate(block.ops):
+        if op.kind is not OpKind.MATMUL or not _lowers_to_dot(block, *op.inputs[:2]):
+            continue
+        ra, rb = op.inputs[:2]
+        transposed = _derived_from_dot(block, rb)  # emitted as (B^T A^T)^T: N rows
+        if not (transposed or _derived_from_dot(block, ra)):
+            continue
+        dims = op.outputs[0].dims
+        if (dims[-1] if transposed else dims[-2]) >= 64:
+            found.append(i)
+    return found
+
+
+def _matmul_transposed(em: KernelEmitter, ref: TensorRef, sec: Phase, ra, inner: Val) -> Val:
+    """``A @ B`` as ``(B^T A^T)^T``, given ``inner`` = B^T: B's value is the A operand."""
+    graph_dtype = em.dtype(ref)
+    left, precision = _dot_operand(em, inner, graph_dtype, sec)
+    a, _ = _dot_operand(em, em.zero_pads(em.get(ra, sec), sec), graph_dtype, sec)
+    kw = f", input_precision=\"{precision}\"" if precision else ""
+    expr = f"tl.trans(tl.dot({left.name}, tl.trans({a.name}){kw}))"
+    return em.assign(sec, f"b{ref.op}", expr, em.dims(ref), em.pad(ref), zero_pad=True)
+
+
+def _transposed(em: KernelEmitter, ref: TensorRef, sec: Phase) -> Val | None:
+    """The transpose of the 2-D tile ``ref``, computed so that no ``tl.dot`` result is ever
+    transposed: a product C @ D as ``tl.dot(D^T, C^T)``, elementwise operators on transposed
+    operands, any value not computed from a dot as ``tl.trans``. None when that is impossible
+    (a dot whose own operands come from dots, or an operator of another kind on the way)."""
+    psec = em.section_for(ref, sec)
+    key = (ref, psec)
+    if key in em.transposed:
+        return em.transposed[key]
+    op = em.block.ops[ref.op]
+    dims, pad = em.dims(ref)[::-1], em.pad(ref)[::-1]
+    if len(pad) != 2:
+        val = None
+    elif not _derived_from_dot(em.block, ref):
+        x = em.get(ref, psec)
+        val = em.derived(x, "T", f"tl.trans({x.name})", native=x.native, zero_pad=x.zero_pad)
+        val = replace(val, dims=dims, pad=pad)
+    elif op.kind is OpKind.MATMUL:
+        val = _transposed_product(em, op, ref, psec)
+    elif op.kind in Group.ELEMENTWISE and all(len(em.pad(r)) == 2 for r in op.inputs):
+        args = [_transposed(em, r, psec) for r in op.inputs]
+        val = None if None in args else _transposed_elementwise(em, op, ref, psec, args)
+    else:
+        val = None
+    em.transposed[key] = val
+    return val
+
+
+def _transposed_product(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val | None:
+    c_ref, d_ref = op.inputs
+    if split_matmul_parts(em.block, c_ref, d_ref) is not None:
+        return None
+    if _derived_from_dot(em.block, c_ref) or _derived_from_dot(em.block, d_ref):
+        return None
+    graph_dtype = em.dtype(ref)
+    c, precision = _dot_operand(em, em.zero_pads(em.get(c_ref, sec), sec), graph_dtype, sec)
+    d, _ = _dot_operand(em, em.zero_pads(em.get(d_ref, sec), sec), graph_dtype, sec)
+    kw = f", input_precision=\"{precision}\"" if precision else ""
+    expr = f"tl.dot(tl.trans({d.name}), tl.trans({c.name}){kw})"
+    return em.assign(sec, f"b{ref.op}T", expr, em.dims(ref)[::-1], em.pad(ref)[::-1], zero_pad=True)
+
+
+def _transposed_elementwise(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase, args) -> Val:
+    args = [em.f32(a, sec) for a in args]
+    pad = em.pad(ref)[::-1]
+    zp = zero_preserving(op.kind, op.attr_dict) and all(a.zero_pad and a.pad == pad for a in args)
+    expr = formula(op.kind, [a.name for a in args], op.attr_dict)
+    return em.assign(sec, f"b{ref.op}T", expr, em.dims(ref)[::-1], pad, zero_pad=zp)
 
 
 def _matmul_split(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase, parts) -> Val:
@@ -368,10 +478,14 @@ def _matmul_split(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase, parts) 
     return em.assign(sec, f"b{ref.op}", expr, em.dims(ref), em.pad(ref), zero_pad=True)
 
 
-def _matmul_dot(em, op, ref, sec, a: Val, b: Val, pad, dims) -> Val:
+def _matmul_dot(em, op, ref, sec, a: Val, b: Val, pad, dims, operand_dtype=None) -> Val:
+    """``tl.dot`` of operands cast to ``operand_dtype`` (default: the output's dtype); float32
+    operands of a float16 / bfloat16 product use Triton's default (tf32) precision."""
     graph_dtype = em.dtype(ref)
-    a, precision = _dot_operand(em, a, graph_dtype, sec)
-    b, _ = _dot_operand(em, b, graph_dtype, sec)
+    a, precision = _dot_operand(em, a, operand_dtype or graph_dtype, sec)
+    b, _ = _dot_operand(em, b, operand_dtype or graph_dtype, sec)
+    if operand_dtype is not None and graph_dtype is not DType.float32:
+        precision = ""
     kw = f", input_precision=\"{precision}\"" if precision else ""
     rank = len(pad)
     if rank == 2:

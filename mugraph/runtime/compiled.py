@@ -71,7 +71,7 @@ def default_launch(block: BlockGraph) -> LaunchConfig:
     """The block graph's own thread count (block_dim) as warps (at least 8 for very large
     tiles without matmuls); as many pipeline stages (up to 4) as fit the loop's tiles in
     shared memory, 1 without a for-loop or with an unrolled one."""
-    from mugraph.codegen.triton_gen import auto_unroll
+    from mugraph.codegen.triton_gen import auto_unroll, wide_chained_dots
 
     warps = max(1, math.prod(block.block_dim) // 32)
     warps = 1 << (warps.bit_length() - 1)  # a power of two
@@ -80,6 +80,10 @@ def default_launch(block: BlockGraph) -> LaunchConfig:
         # (not with a matmul: Triton 3.6 computed a pipelined M=128 tl.dot wrongly with 8
         # warps on an H100 while 4 were right; the tuner checks every variant it times)
         warps = max(warps, 8)
+    if wide_chained_dots(block):
+        # Triton 3.6 on an H100 computed a 64-row tl.dot of another dot's result wrongly (and
+        # once faulted) with 4 or 8 warps, rightly with 2 (benchmarks/RESULTS.md)
+        warps = min(warps, 2)
     if block.forloop_range <= 1 or auto_unroll(block):
         stages = 1
     else:

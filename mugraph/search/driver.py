@@ -259,6 +259,9 @@ def superoptimize(
     except KeyboardInterrupt:
         result.interrupted = True
     result.elapsed = time.monotonic() - started
+    # units the pool never started because the deadline passed also mean the budget ran out
+    if not (result.interrupted or result.reached_target) and result.units_done < len(units):
+        result.timed_out = result.timed_out or time.monotonic() > deadline
     _save_checkpoint(checkpoint, program, cfg, done, found)
     ranked = sorted(found.values(), key=lambda c: (c["cost"], c["hash"]))
     result.candidates = [
