@@ -623,6 +623,25 @@ def test_cost_model_is_cheap_and_ranks_fusion_first():
     assert "launches" in cost_fused.summary()
 
 
+def test_cost_model_charges_register_spills_of_broadcast_matmuls():
+    from mugraph.gpu import DEFAULT_GPU
+    from mugraph.optimize import estimate
+    from mugraph.optimize.cost_model import spill_factor
+
+    def gemv(k_tile):  # one row times W: a broadcast product of k_tile x 64 per iteration
+        def build(tb, t):
+            return [(tb.forloop_accum(tb.matmul(t[0], t[1])), (1, -1, -1), -1)]
+
+        ins = [((1, 1024), (-1, -1, -1), 1), ((1024, 256), (1, -1, -1), 0)]
+        return one_kernel(ins, build, grid=(4, 1, 1), loops=1024 // k_tile)
+
+    small, large = gemv(64), gemv(1024)
+    assert spill_factor(small.ops[2].attr("graph")) == 1.0
+    assert spill_factor(large.ops[2].attr("graph")) == 2.0  # 1024 x 64 products, 128 threads
+    launch = DEFAULT_GPU.launch_overhead
+    assert estimate(large).seconds - launch > 1.5 * (estimate(small).seconds - launch)
+
+
 def test_profiler_and_tuner_without_gpu_degrade_gracefully():
     from mugraph.optimize import candidate_variants, optimize_program, profile_program
 

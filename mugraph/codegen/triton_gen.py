@@ -354,7 +354,7 @@ def _emit_matmul(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
 
 def _matmul_pair(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase, ra, rb) -> Val:
     pad, dims = em.pad(ref), em.dims(ref)
-    if _lowers_to_dot(em.block, ra, rb) and _derived_from_dot(em.block, rb):
+    if lowers_to_dot(em.block, ra, rb) and _derived_from_dot(em.block, rb):
         # Triton 3.6 computed such dots wrongly on an H100 (4+ warps, inside a for-loop)
         # when the B operand was computed from another tl.dot's result; with that value as
         # the A operand (the flash-attention pattern), or in float32, they were right
@@ -372,7 +372,7 @@ def _matmul_pair(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase, ra, rb) 
     return _matmul_broadcast(em, op, ref, sec, a, b, pad, dims)
 
 
-def _lowers_to_dot(block: BlockGraph, ra: TensorRef, rb: TensorRef) -> bool:
+def lowers_to_dot(block: BlockGraph, ra: TensorRef, rb: TensorRef) -> bool:
     """Whether the product of ``ra`` and ``rb`` is a ``tl.dot`` (M, K and N all exceed 1)."""
     a, b = block.tensor_type(ra).dims, block.tensor_type(rb).dims
     return min(a[-2], a[-1], b[-1]) > 1
@@ -387,7 +387,7 @@ def _derived_from_dot(block: BlockGraph, ref: TensorRef) -> bool:
             continue
         seen.add(r.op)
         op = block.ops[r.op]
-        if op.kind is OpKind.MATMUL and _lowers_to_dot(block, *op.inputs[:2]):
+        if op.kind is OpKind.MATMUL and lowers_to_dot(block, *op.inputs[:2]):
             return True
         todo.extend(op.inputs)
     return False
@@ -398,7 +398,7 @@ def wide_chained_dots(block: BlockGraph) -> list[int]:
     another ``tl.dot``'s result (see :func:`mugraph.runtime.compiled.default_launch`)."""
     found = []
     for i, op in enumerate(block.ops):
-        if op.kind is not OpKind.MATMUL or not _lowers_to_dot(block, *op.inputs[:2]):
+        if op.kind is not OpKind.MATMUL or not lowers_to_dot(block, *op.inputs[:2]):
             continue
         ra, rb = op.inputs[:2]
         transposed = _derived_from_dot(block, rb)  # emitted as (B^T A^T)^T: N rows

@@ -13,6 +13,13 @@ them into one estimated time:
   ``CUDA_CORE_RATIO`` of it, likewise bounded per multiprocessor.
 - loop latency: ``ITERATION_LATENCY`` per for-loop iteration per wave (a dependent chain of
   loads that pipelining only partly hides); one in all for loops the code generator unrolls.
+- register spills: when the largest register-resident tile (a computed value, or the
+  product a broadcast matmul materializes; ``tl.dot`` operands stay in shared memory) holds
+  more than ``REGISTER_ELEMENTS_PER_THREAD`` float32 values per thread of the default launch,
+  the kernel's time is multiplied by the excess. On the H100, broadcast matmuls holding 512
+  and 1024 values per thread ran 3.7x and 5.6x slower than their siblings of equal traffic
+  (benchmarks/RESULTS.md, second run); attention tiles spilled at far fewer values (a 70x
+  slowdown at 128), which this term does not try to model.
 
 Inputs replicated across blocks are read from DRAM once when they fit in L2, and re-read
 through L2 otherwise. The constants are rough H100 figures; rankings, not absolute times, are
@@ -39,6 +46,7 @@ MATMUL_EFFICIENCY = 0.7  # fraction of peak tensor-core rate a good kernel reach
 SHARED_MEMORY_PER_SM = 228 * 1024
 MAX_BLOCKS_PER_SM = 8
 ITERATION_LATENCY = 0.15e-6  # seconds per for-loop iteration that pipelining does not hide
+REGISTER_ELEMENTS_PER_THREAD = 256  # float32 tile elements per thread before spills cost time
 DOT_MIN = 16
 _TORCH_LAUNCHES = {OpKind.RMS_NORM: 4, OpKind.RESHAPE: 0}
 
@@ -211,9 +219,67 @@ def _customized(op: Op, ins, label: str, gpu: GPUSpec) -> KernelCost:
     from mugraph.codegen.triton_gen import auto_unroll
 
     latency = waves * (1 if auto_unroll(block) else loops) * ITERATION_LATENCY
-    seconds = gpu.launch_overhead + max(memory, compute, latency)
+    seconds = gpu.launch_overhead + max(memory, compute, latency) * spill_factor(block)
     return KernelCost(label, dram, l2, flops * blocks, tc * blocks, blocks, waves, 1, seconds)
 
 
 def _shared_bytes(block: BlockGraph) -> int:
     return sum(t.num_bytes for op in block.ops for t in op.outputs)
+
+
+def spill_factor(block: BlockGraph) -> float:
+    """How much slower register spills make the kernel: 1 while its largest register tile
+    fits ``REGISTER_ELEMENTS_PER_THREAD`` values per thread, then the excess."""
+    from mugraph.runtime.compiled import default_launch
+
+    threads = default_launch(block).num_warps * 32
+    excess = _register_tile_elements(block) / (threads * REGISTER_ELEMENTS_PER_THREAD)
+    return max(1.0, excess)
+
+
+def _register_tile_elements(block: BlockGraph) -> int:
+    """Elements of the largest tile the kernel holds in registers (padded to powers of two):
+    every computed value, and the [M, K, N] product of a matmul with M, K or N equal to 1;
+    loaded tiles that only feed ``tl.dot`` stay in shared memory and do not count, nor do
+    the data-movement operators of ``_NOT_IN_REGISTERS``."""
+    dot_only = _dot_only_inputs(block)
+    largest = 1
+    for i, op in enumerate(block.ops):
+        if op.kind in _NOT_IN_REGISTERS or i in dot_only:
+            continue
+        for t in op.outputs:
+            largest = max(largest, _padded_elements(t.dims))
+        if op.kind is OpKind.MATMUL:
+            if not _is_dot(block, op):
+                a, b = (block.tensor_type(r).dims for r in op.inputs)
+                largest = max(largest, _padded_elements((*a, b[-1])))
+    return largest
+
+
+# outputs are stored; concats feeding a matmul are split into its parts, others go
+# through scratch memory, as do reshapes that are not reinterpretations (codegen.triton_gen)
+_NOT_IN_REGISTERS = frozenset({OpKind.BLOCK_OUTPUT, OpKind.CONCAT, OpKind.RESHAPE})
+
+
+def _dot_only_inputs(block: BlockGraph) -> set[int]:
+    """Positions of the block inputs whose every consumer is a matmul lowered to tl.dot."""
+    consumers: dict[int, list[Op]] = {}
+    for op in block.ops:
+        for r in op.inputs:
+            consumers.setdefault(r.op, []).append(op)
+    found = set()
+    for i, op in enumerate(block.ops):
+        users = consumers.get(i, [])
+        if op.kind is OpKind.BLOCK_INPUT and users and all(_is_dot(block, u) for u in users):
+            found.add(i)
+    return found
+
+
+def _is_dot(block: BlockGraph, op: Op) -> bool:
+    from mugraph.codegen.triton_gen import lowers_to_dot
+
+    return op.kind is OpKind.MATMUL and lowers_to_dot(block, *op.inputs[:2])
+
+
+def _padded_elements(dims) -> int:
+    return math.prod(next_pow2(d) for d in dims)
