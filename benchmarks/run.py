@@ -3,7 +3,7 @@
 
     python -m benchmarks.run [NAMES...|--all] [--group A|B] [--reps N] [--budget S]
         [--autotune-timeout S] [--no-autotune] [--no-compile] [--no-tune]
-        [--source auto|searched|hand] [--out DIR] [--list]
+        [--source auto|searched|hand] [--exclude ROW:LABEL] [--out DIR] [--list]
 
 NAMES are rows (``gqa_b1``) or workloads (``gqa``: both of its rows); none (or ``--all``):
 every row. On a GPU, per row: PyTorch eager, torch.compile (default mode, and
@@ -18,7 +18,10 @@ passes: every row's eager, SDPA and μGraph candidates (screened: the fastest th
 kept), then torch.compile (default), then one batch tuning the launch settings of every
 row's kernels, then max-autotune (each workload's first row first) until ``--budget``
 seconds have passed, then the final μGraph timings; results are written after every pass,
-so a whole run fits one 10-minute call. Without a GPU: each μGraph is checked
+so a whole run fits one 10-minute call. A candidate whose kernel faults the GPU (an illegal
+address: the process's CUDA context is lost) starts the run again in a fresh process, with
+the same inputs, the rest of the budget and that candidate excluded (``--exclude ROW:LABEL``;
+the row notes it). Without a GPU: each μGraph is checked
 on the Triton interpreter at the row's small sizes (TRITON_INTERPRET=1, CPU tensors; searched
 μGraphs by the float64 reference semantics at suite sizes) and the cost model's estimates
 stand in for times.
@@ -38,6 +41,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import torch
 
@@ -56,9 +60,12 @@ from benchmarks.suite.report import (
 )
 from benchmarks.suite.rows import Row
 from benchmarks.suite.tensors import floor_seconds, make_inputs, rel_error
+from benchmarks.suite.tuning import EXCLUDED_NOTE, CudaFault, is_cuda_fault
 
 HERE = Path(__file__).resolve().parent
 TOLERANCE = 1e-2  # relative error a float16 result must stay under
+HAND_LABEL = "hand-written"  # how --exclude names a searched row's hand-written comparison
+MAX_RESTARTS = 3  # fresh processes after CUDA faults, per run
 NOMINAL_BANDWIDTH, NOMINAL_MATMUL = 3.0e12, 6.5e14  # H100 figures (CPU mode's floor)
 AUTOTUNE_MODE = "max-autotune-no-cudagraphs"
 STARTED = time.monotonic()
@@ -230,9 +237,10 @@ def pass_prepare(live: Live, args) -> None:
         time_sdpa(live, args.reps)
     if live.choice.graph is None:
         return
-    screen_mugraph(live, args.reps)
+    excluded = excluded_labels(args, row.name)
+    screen_mugraph(live, args.reps, excluded)
     if live.choice.source == "searched":
-        time_hand_written(live, args.reps)
+        time_hand_written(live, args.reps, excluded)
 
 
 def mugraph_error(live: Live, program) -> float:
@@ -240,14 +248,21 @@ def mugraph_error(live: Live, program) -> float:
     return rel_error(program(inputs=live.inputs)[0], live.ref)
 
 
-def screen_mugraph(live: Live, reps: int) -> None:
+def excluded_labels(args, row_name: str) -> frozenset[str]:
+    """The candidates of ``row_name`` that faulted the GPU in an earlier attempt of this run
+    (``--exclude ROW:LABEL``)."""
+    pairs = [item.split(":", 1) for item in args.exclude]
+    return frozenset(label for row, label in pairs if row == row_name)
+
+
+def screen_mugraph(live: Live, reps: int, excluded: frozenset[str] = frozenset()) -> None:
     """The row's candidate μGraphs (search alternatives or tilings), each compared with the
     reference and timed briefly; the fastest that agrees becomes the row's program."""
     from benchmarks.suite.tuning import screen
 
     rec = live.rec
     screened = screen(live.choice.candidates, live.inputs, lambda p: mugraph_error(live, p),
-                      TOLERANCE, reps=max(10, reps // 5))
+                      TOLERANCE, reps=max(10, reps // 5), exclude=excluded)
     rec["screen_us"] = {s.label: s.us if s.us is not None else s.note for s in screened}
     ok = [s for s in screened if s.us is not None]
     if not ok:
@@ -267,7 +282,7 @@ def screen_mugraph(live: Live, reps: int) -> None:
     rec["mugraph_default_us"] = rec["mugraph_us"]
 
 
-def time_hand_written(live: Live, reps: int) -> None:
+def time_hand_written(live: Live, reps: int, excluded: frozenset[str] = frozenset()) -> None:
     """For comparison only (never the row's mugraph figure): the hand-written μGraph of a
     row whose μGraph the search found, with default launches."""
     from mugraph.runtime.compiled import compile_graph
@@ -275,10 +290,15 @@ def time_hand_written(live: Live, reps: int) -> None:
     hand = hand_written_choice(live.row)
     if hand.graph is None:
         return
+    if HAND_LABEL in excluded:
+        live.rec["hand_note"] = EXCLUDED_NOTE
+        return
     try:
         program = compile_graph(hand.graph, check=False)
         err = rel_error(program(inputs=live.inputs)[0], live.ref)
     except Exception as error:  # noqa: BLE001
+        if is_cuda_fault(error):
+            raise CudaFault(HAND_LABEL, error) from error
         live.rec["hand_note"] = error_text(error)
         return
     live.rec["hand_err"] = err
@@ -392,6 +412,8 @@ def run_gpu(rows: list[Row], args, out: Path) -> list[dict]:
     for lv in lives:
         try:
             pass_prepare(lv, args)
+        except CudaFault as fault:
+            restart_after_fault(args, f"{lv.row.name}:{fault.label}", seed, fault)
         except Exception as error:  # noqa: BLE001 - the row reports it, the others go on
             add_note(lv.rec, f"ERROR {error_text(error)}")
             traceback.print_exc(limit=3, file=sys.stderr)
@@ -449,6 +471,23 @@ def run_gpu(rows: list[Row], args, out: Path) -> list[dict]:
     return records
 
 
+def restart_after_fault(args, where: str, seed: int, fault: Exception) -> NoReturn:
+    """A candidate faulted the GPU (``where`` = ROW:LABEL): this process's CUDA context is
+    gone, so the run starts again in a fresh process, with the same inputs, the rest of the
+    budget, and that candidate excluded (at most ``MAX_RESTARTS`` times)."""
+    from mugraph.optimize.precompile import shutdown
+
+    if args.restarts >= MAX_RESTARTS:
+        raise SystemExit(f"CUDA fault in {where} after {args.restarts} restarts: {fault}")
+    log(f"CUDA fault in {where}: {str(fault)[:200]}; starting again without it")
+    shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    argv = [*args.argv, "--exclude", where, "--restarts", str(args.restarts + 1),
+            "--seed", str(seed), "--budget", f"{max(60.0, args.budget - elapsed()):.0f}"]
+    os.execv(sys.executable, [sys.executable, "-m", "benchmarks.run", *argv])
+
+
 def _saver(lives: list[Live], meta: dict, out: Path):
     def save(stage: str) -> None:
         meta["stage"], meta["elapsed_s"] = stage, round(elapsed(), 1)
@@ -465,6 +504,7 @@ def gpu_meta(args, rates: dict) -> dict:
         "mode": "gpu", "date": time.strftime("%Y-%m-%d %H:%M"), "device": props.name,
         "torch": torch.__version__, "triton": triton.__version__,
         "cuda": torch.version.cuda, "driver": _driver_version(), "reps": args.reps,
+        "excluded_after_faults": list(args.exclude), "restarts": args.restarts,
         "method": "median of CUDA-event times, L2 flushed before each run (profile_callable)",
         "floor": "max(bytes / measured copy bandwidth, flops / measured fp16 matmul rate)",
         **rates,
@@ -594,7 +634,12 @@ def parse_args(argv=None, cuda: bool | None = None):
     parser.add_argument("--seed", type=int, default=None, help="input seed (default: fresh)")
     parser.add_argument("--out", type=Path, default=HERE, help="directory of results.json/png")
     parser.add_argument("--list", action="store_true", help="print the rows and exit")
+    parser.add_argument("--exclude", action="append", default=[], metavar="ROW:LABEL",
+                        help="a candidate not to run (one that faulted the GPU)")
+    parser.add_argument("--restarts", type=int, default=0, help=argparse.SUPPRESS)
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.argv = argv
     if not args.compile:
         args.autotune = False
     args.cuda = cuda

@@ -199,8 +199,11 @@ def test_runner_gpu_pipeline_with_fakes(tmp_path, monkeypatch):
         fn()
         return Measurement(time.perf_counter() - start, ())
 
+    from benchmarks.suite import tuning
+
     real_inputs = run.make_inputs
     monkeypatch.setattr(optimize, "profile_callable", fake_profile)
+    monkeypatch.setattr(tuning, "profile_callable", fake_profile)
     monkeypatch.setattr(run, "measure_rates", lambda reps: {
         "bandwidth": 3e12, "matmul_rate": 6.5e14, "tiny_kernel_us": 4.0})
     monkeypatch.setattr(run, "gpu_meta", lambda args, rates: {
@@ -231,3 +234,43 @@ def test_screen_drops_a_candidate_that_disagrees(monkeypatch):
                              1e-2, reps=2)
     assert screened[0].program is None and "MISMATCH" in screened[0].note
     assert screened[1].program is not None and screened[1].us == pytest.approx(1.0)
+
+
+def test_a_candidate_that_faults_the_gpu_restarts_the_run_without_it(tmp_path, monkeypatch):
+    """A CUDA fault ends the process's context: the runner execs itself again, excluding the
+    candidate, and the restarted run skips it."""
+    from benchmarks.suite import tuning
+    from benchmarks.suite.mugraphs import hand_written
+
+    graph = hand_written(ROWS["lora_b1"], small=True)
+
+    def faulting(program):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    with pytest.raises(tuning.CudaFault) as fault:
+        tuning.screen([("bad", graph)], [], faulting, 1e-2, reps=2)
+    assert fault.value.label == "bad"
+    screened = tuning.screen([("bad", graph)], [], faulting, 1e-2, reps=2,
+                             exclude=frozenset({"bad"}))
+    assert screened[0].program is None and screened[0].note == tuning.EXCLUDED_NOTE
+
+    calls = []
+
+    class Exec(Exception):
+        pass
+
+    def fake_execv(path, argv):
+        calls.append(argv)
+        raise Exec
+
+    monkeypatch.setattr(run.os, "execv", fake_execv)
+    args = run.parse_args(["lora_b1", "--budget", "300", "--exclude", "gqa_b1:x"], cuda=True)
+    with pytest.raises(Exec):
+        run.restart_after_fault(args, "lora_b1:bad", 7, fault.value)
+    again = run.parse_args(calls[0][3:], cuda=True)
+    assert again.exclude == ["gqa_b1:x", "lora_b1:bad"] and again.restarts == 1
+    assert again.seed == 7 and again.budget <= 300 and again.names == ["lora_b1"]
+    assert run.excluded_labels(again, "lora_b1") == {"bad"}
+    again.restarts = run.MAX_RESTARTS
+    with pytest.raises(SystemExit, match="after 3 restarts"):
+        run.restart_after_fault(again, "lora_b1:other", 7, fault.value)

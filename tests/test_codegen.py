@@ -710,3 +710,6 @@ def test_default_launch_uses_two_warps_for_a_wide_chained_dot():
     assert default_launch(block).num_warps == 2
     run_check(wide, scale=0.5)
     assert default_launch(build(32)[1]).num_warps == 4
+    with pytest.warns(UserWarning, match="num_warps=8 lowered to 2"):
+        program = compile_graph(wide, num_warps=8, check=False)
+    assert program.launch_configs[4].num_warps == 2

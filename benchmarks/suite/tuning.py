@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from mugraph.optimize import profile_callable
-from mugraph.runtime.compiled import LaunchConfig, compile_graph
+from mugraph.runtime.compiled import LaunchConfig, compile_graph, max_warps
 
 WARPS = (1, 2, 4, 8)
 STAGES = (2, 3, 4)
@@ -32,26 +32,53 @@ class Screened:
     note: str = ""
 
 
+# what CUDA reports when a kernel faults; the process's CUDA context is lost after it
+FAULT_MARKERS = ("illegal memory access", "unspecified launch failure", "misaligned address",
+                 "illegal instruction")
+EXCLUDED_NOTE = "excluded: faulted the GPU in an earlier attempt"
+
+
+class CudaFault(Exception):
+    """A candidate's kernel faulted: nothing more can run on the GPU in this process."""
+
+    def __init__(self, label: str, error: object) -> None:
+        super().__init__(f"{label}: {error}")
+        self.label = label
+
+
+def is_cuda_fault(error: object) -> bool:
+    text = str(error).lower()
+    return any(marker in text for marker in FAULT_MARKERS)
+
+
 def _short(error: BaseException) -> str:
     return f"{type(error).__name__}: {str(error).splitlines()[0][:100] if str(error) else ''}"
 
 
 def screen(candidates, inputs, check: Callable[[object], float], tolerance: float,
-           reps: int) -> list[Screened]:
+           reps: int, exclude: frozenset[str] = frozenset()) -> list[Screened]:
     """Each (label, graph) compiled (no reference check of its own: ``check`` compares its
-    output with PyTorch and returns the relative error), checked, and timed."""
+    output with PyTorch and returns the relative error), checked, and timed. Labels in
+    ``exclude`` are skipped; a candidate that faults the GPU raises :class:`CudaFault`."""
     out = []
     for label, graph in candidates:
+        if label in exclude:
+            out.append(Screened(label, None, note=EXCLUDED_NOTE))
+            continue
         try:
             program = compile_graph(graph, check=False)
             err = check(program)
         except Exception as error:  # noqa: BLE001 - a candidate that fails is dropped
+            if is_cuda_fault(error):
+                raise CudaFault(label, error) from error
             out.append(Screened(label, None, note=_short(error)))
             continue
         if not err < tolerance:
             out.append(Screened(label, None, note=f"MISMATCH rel err {err:.3g}"))
             continue
         m = profile_callable(lambda p=program: p(inputs=inputs), warmup=5, reps=reps)
+        if not m.ok and is_cuda_fault(m.error):
+            raise CudaFault(label, m.error)
         out.append(Screened(label, program, m.microseconds if m.ok else None,
                             "" if m.ok else f"timing failed: {m.error}"))
     return out
@@ -59,14 +86,15 @@ def screen(candidates, inputs, check: Callable[[object], float], tolerance: floa
 
 def launch_variants(program, op_index: int) -> list:
     """A few launch settings of one kernel besides its default: every warp count (16 too
-    for large tiles) at the default pipeline depth, and for a pipelined for-loop 2-4 stages
-    at the default warps. Programs, not yet compiled."""
+    for large tiles, none over ``max_warps``) at the default pipeline depth, and for a
+    pipelined for-loop 2-4 stages at the default warps. Programs, not yet compiled."""
     from mugraph.codegen.triton_gen import unrolled
 
     step = program.steps[op_index]
     base = step.launch_config
     largest = max((t.num_elements for op in step.block.ops for t in op.outputs), default=1)
     warps = WARPS + ((16,) if largest >= 16384 else ())
+    warps = tuple(w for w in warps if w <= max_warps(step.block))
     configs = [LaunchConfig(w, base.num_stages) for w in warps if w != base.num_warps]
     if step.block.forloop_range > 1 and not unrolled(step.block, step.options):
         configs += [LaunchConfig(base.num_warps, s) for s in STAGES if s != base.num_stages]

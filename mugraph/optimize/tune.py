@@ -89,15 +89,13 @@ def candidate_variants(block: BlockGraph) -> list[Variant]:
     """Every variant worth timing for a kernel made from ``block``.
 
     Without a for-loop the pipeline depth changes nothing (one stage); an unrolled loop is
-    not pipelined either. Sixteen warps are tried for very large tiles only; a kernel with a
-    wide chained dot keeps to two warps or fewer (see ``default_launch``: more were computed
-    wrongly, once with a fault that ends the CUDA context, which no check can recover from).
+    not pipelined either. Sixteen warps are tried for very large tiles only, and never more
+    than :func:`~mugraph.runtime.compiled.max_warps`.
     """
-    from mugraph.codegen.triton_gen import wide_chained_dots
+    from mugraph.runtime.compiled import max_warps
 
     warps = WARPS + ((16,) if _largest_tile(block) >= 16384 else ())
-    if wide_chained_dots(block):
-        warps = tuple(w for w in warps if w <= 2)
+    warps = tuple(w for w in warps if w <= max_warps(block))
     hoists = (True, False) if _has_invariant_loop_inputs(block) else (True,)
     if block.forloop_range <= 1:
         return [Variant(w, 1) for w in warps]

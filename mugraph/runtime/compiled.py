@@ -21,6 +21,7 @@ Programs are cached in-process by the graph's structural hash and the options.
 from __future__ import annotations
 
 import math
+import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -71,7 +72,7 @@ def default_launch(block: BlockGraph) -> LaunchConfig:
     """The block graph's own thread count (block_dim) as warps (at least 8 for very large
     tiles without matmuls); as many pipeline stages (up to 4) as fit the loop's tiles in
     shared memory, 1 without a for-loop or with an unrolled one."""
-    from mugraph.codegen.triton_gen import auto_unroll, wide_chained_dots
+    from mugraph.codegen.triton_gen import auto_unroll
 
     warps = max(1, math.prod(block.block_dim) // 32)
     warps = 1 << (warps.bit_length() - 1)  # a power of two
@@ -80,16 +81,24 @@ def default_launch(block: BlockGraph) -> LaunchConfig:
         # (not with a matmul: Triton 3.6 computed a pipelined M=128 tl.dot wrongly with 8
         # warps on an H100 while 4 were right; the tuner checks every variant it times)
         warps = max(warps, 8)
-    if wide_chained_dots(block):
-        # Triton 3.6 on an H100 computed a 64-row tl.dot of another dot's result wrongly (and
-        # once faulted) with 4 or 8 warps, rightly with 2 (benchmarks/RESULTS.md)
-        warps = min(warps, 2)
+    warps = min(warps, max_warps(block))
     if block.forloop_range <= 1 or auto_unroll(block):
         stages = 1
     else:
         per_stage = max(1, loop_tile_bytes(block))
         stages = max(2, min(4, SHARED_MEMORY_BUDGET // per_stage))
-    return LaunchConfig(num_warps=min(warps, 16), num_stages=stages)
+    return LaunchConfig(num_warps=warps, num_stages=stages)
+
+
+def max_warps(block: BlockGraph) -> int:
+    """The most warps a kernel made from ``block`` may launch with: 2 with a chained dot of
+    64 rows or more (Triton 3.6 on an H100 computed such a tl.dot of another dot's result
+    wrongly, and once faulted, with 4 or 8 warps, rightly with 2: benchmarks/RESULTS.md),
+    else 16. The default launch, the tuner and the benchmark runner all keep to it: a fault
+    ends the CUDA context, which no check can recover from."""
+    from mugraph.codegen.triton_gen import wide_chained_dots
+
+    return 2 if wide_chained_dots(block) else 16
 
 
 def kernel_name(op_index: int) -> str:
@@ -716,6 +725,7 @@ def compile_graph(
                 configs[i] = LaunchConfig(
                     num_warps or base.num_warps, num_stages or base.num_stages
                 )
+    configs = _within_max_warps(graph, configs)
     key = (
         graph.structural_hash(), options, _freeze(configs), _freeze(kernel_options), cuda_graph
     )
@@ -734,6 +744,23 @@ def compile_graph(
         _CHECKED.add((key, seed))
         _CHECKED.add(graph_key)
     return program
+
+
+def _within_max_warps(graph, configs: dict[int, LaunchConfig]) -> dict[int, LaunchConfig]:
+    """``configs`` with every requested warp count over :func:`max_warps` lowered to it,
+    with a warning naming the kernel."""
+    out = {}
+    for i, config in configs.items():
+        limit = max_warps(graph.ops[i].attr("graph"))
+        if config.num_warps > limit:
+            warnings.warn(
+                f"{kernel_label(i)}: num_warps={config.num_warps} lowered to {limit} "
+                "(a chained tl.dot of 64 rows or more; see mugraph.runtime.compiled.max_warps)",
+                stacklevel=3,
+            )
+            config = LaunchConfig(limit, config.num_stages)
+        out[i] = config
+    return out
 
 
 def clear_cache() -> None:
