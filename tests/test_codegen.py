@@ -236,6 +236,17 @@ def test_dot_of_dot_of_dot_falls_back_to_float32_operands():
     assert ".to(tl.float32)" in source and "tl.trans(tl.dot(" in source
 
 
+def test_dot_of_two_dot_results_uses_float32_operands():
+    def build(tb, t):  # (X @ W) @ (A @ B): both operands are dot results
+        x, w, a, b = t
+        return [(tb.matmul(tb.matmul(x, w), tb.matmul(a, b)), (1, -1, -1), -1)]
+
+    ins = [((16, 32), (-1, -1, -1), -1), ((32, 64), (-1, -1, -1), -1),
+           ((64, 16), (-1, -1, -1), -1), ((16, 64), (1, -1, -1), -1)]
+    source = run_check(one_kernel(ins, build), scale=0.25).source
+    assert "tl.trans(" not in source and ".to(tl.float16)" not in source.split("tl.store")[0]
+
+
 def test_block_matmul_bfloat16():
     def build(tb, t):
         return [(tb.forloop_accum(tb.matmul(t[0], t[1])), (1, -1, -1), -1)]

@@ -359,7 +359,9 @@ def _matmul_pair(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase, ra, rb) 
         # when the B operand was computed from another tl.dot's result; with that value as
         # the A operand (the flash-attention pattern), or in float32, they were right
         # (benchmarks/RESULTS.md, "A Triton 3.6 miscompilation")
-        inner = _transposed(em, rb, sec) if len(pad) == 2 else None
+        # (A^T becomes the B operand: only when A is not computed from a dot either)
+        transposable = len(pad) == 2 and not _derived_from_dot(em.block, ra)
+        inner = _transposed(em, rb, sec) if transposable else None
         if inner is not None:
             return _matmul_transposed(em, ref, sec, ra, inner)
         a = em.f32(em.zero_pads(em.get(ra, sec), sec), sec)
