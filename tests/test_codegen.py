@@ -698,10 +698,64 @@ def test_check_retries_when_a_kernel_intermediate_overflows():
     ins = [((16, 256), (-1, -1, -1), -1), ((256, 64), (-1, -1, -1), 1),
            ((64, 16), (-1, -1, -1), 0)]
     g = one_kernel(ins, build, grid=(1, 1, 1), loops=2)
+    program = compile_graph(g, check=False, stable_exp=False)  # exp(S) itself in float16
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        report = check_against_reference(g, compile_graph(g, check=False), device=DEVICE)
+        report = check_against_reference(g, program, device=DEVICE)
     assert max(report.values()) <= 1.0
+
+
+def _attention_kernel(head=64, rows=16, keys=256, loops=4, out_den=False):
+    """O = (sum_k exp(Q K_k) V_k) / (sum_k rowsum exp(Q K_k)): softmax without a max."""
+    def build(tb, t):
+        q, k, v = t
+        e = tb.exp(tb.matmul(q, k))
+        num, den = tb.forloop_accum(tb.matmul(e, v)), tb.forloop_accum(e, "sum")
+        outs = [(tb.div(num, den), (-1, -1, -1), -1)]
+        return outs + ([(den, (-1, -1, -1), -1)] if out_den else [])
+
+    ins = [((rows, head), (-1, -1, -1), -1), ((head, keys), (-1, -1, -1), 1),
+           ((keys, 16), (-1, -1, -1), 0)]
+    return one_kernel(ins, build, grid=(1, 1, 1), loops=loops)
+
+
+def test_stable_exp_computes_softmax_without_overflow():
+    from mugraph.codegen.check import random_inputs
+
+    g = _attention_kernel()
+    stable = compile_graph(g, check=False)
+    assert "tl.maximum(" in stable.source and "alpha" in stable.source
+    plain = compile_graph(g, check=False, stable_exp=False)
+    q, k, v = random_inputs(g, DEVICE, seed=5, scale=4.0)  # logits up to about 100
+    s = q.double() @ k.double()
+    want = torch.softmax(s, dim=-1) @ v.double()
+    got = stable(inputs=[q, k, v])[0].double()
+    assert torch.isfinite(got).all()
+    assert ((got - want).norm() / want.norm()).item() < 2e-3
+    assert not torch.isfinite(plain(inputs=[q, k, v])[0]).all()  # exp(S) overflowed float16
+    run_check(g)  # unit-scale inputs: the same as the reference semantics
+
+
+def test_stable_exp_plan_accepts_only_ratios_of_rescaled_accumulators():
+    from mugraph.codegen.stable_exp import stable_exp_plan
+
+    def block(g):
+        return next(op.attr("graph") for op in g.ops if op.kind is OpKind.CUSTOMIZED)
+
+    plan = stable_exp_plan(block(_attention_kernel()))
+    assert plan is not None and len(plan.accumulators) == 2
+    # the denominator is an output too: it is not scale-free, so exp stays as it is
+    assert stable_exp_plan(block(_attention_kernel(out_den=True))) is None
+
+    def build(tb, t):  # relu(exp(S)): the rules are syntactic, relu is not among them
+        q, k, v = t
+        e = tb.relu(tb.exp(tb.matmul(q, k)))
+        out = tb.div(tb.forloop_accum(tb.matmul(e, v)), tb.forloop_accum(e, "sum"))
+        return [(out, (-1, -1, -1), -1)]
+
+    ins = [((16, 64), (-1, -1, -1), -1), ((64, 256), (-1, -1, -1), 1),
+           ((256, 16), (-1, -1, -1), 0)]
+    assert stable_exp_plan(block(one_kernel(ins, build, grid=(1, 1, 1), loops=4))) is None
 
 
 def test_default_launch_uses_two_warps_for_a_wide_chained_dot():

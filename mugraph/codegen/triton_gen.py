@@ -40,12 +40,13 @@ from dataclasses import dataclass, replace
 from mugraph.codegen import tiles
 from mugraph.codegen.elementwise import formula, zero_preserving
 from mugraph.codegen.padding import padded_shapes, split_matmul_parts
+from mugraph.codegen.stable_exp import stable_exp_plan
 from mugraph.dtypes import DType
 from mugraph.errors import UnsupportedError
 from mugraph.ir import maps
 from mugraph.ir.graph import BlockGraph, Op
 from mugraph.ir.ops import AccumKind, Group, OpKind
-from mugraph.ir.phase import Phase
+from mugraph.ir.phase import Phase, block_phases
 from mugraph.ir.tensor import TensorRef, TensorType
 
 TRITON_MAX_NUMEL = 1 << 20  # Triton's hard limit on the elements of one tensor
@@ -70,6 +71,8 @@ class CodegenOptions:
         :func:`auto_unroll` decides.
     interpret: emit for Triton's CPU interpreter (no bf16 ``tl.dot``).
     index64: 64-bit address arithmetic (tensors spanning 2**31 elements or more).
+    stable_exp: subtract the running row maximum inside a softmax-shaped for-loop's exp
+        (:mod:`mugraph.codegen.stable_exp`): the same real function, without overflow.
     """
 
     max_tile_elements: int = 1 << 17
@@ -78,6 +81,7 @@ class CodegenOptions:
     unroll: bool | None = None
     interpret: bool = False
     index64: bool = False
+    stable_exp: bool = True
 
 
 AUTO_UNROLL_MAX = 32  # longest for-loop unrolled by default
@@ -88,7 +92,7 @@ def auto_unroll(block: BlockGraph) -> bool:
     combination of partial sums), whose iterations are one small load each."""
     if not 1 < block.forloop_range <= AUTO_UNROLL_MAX:
         return False
-    phases = _phases(block)
+    phases = block_phases(block)
     return not any(
         op.kind is OpKind.MATMUL and phase is LOOP
         for op, phase in zip(block.ops, phases, strict=True)
@@ -137,18 +141,6 @@ class Val:
         return self.dims != self.pad
 
 
-def _phases(block: BlockGraph) -> list[Phase]:
-    phases: list[Phase] = []
-    for op in block.ops:
-        if op.kind is OpKind.BLOCK_INPUT:
-            phases.append(PRE if op.attr("forloop_dim") < 0 else LOOP)
-        elif op.kind in Group.ACCUMULATOR:
-            phases.append(POST)
-        else:
-            phases.append(max((phases[r.op] for r in op.inputs), default=PRE))
-    return phases
-
-
 class KernelEmitter:
     """Builds the source of one kernel from a block graph, operator by operator."""
 
@@ -158,11 +150,14 @@ class KernelEmitter:
         self.label = label
         self.options = options
         self.pads = padded_shapes(block, options.dot_min_dim)
-        self.phases = _phases(block)
+        self.phases = block_phases(block)
         self.lines: dict[Phase, list[str]] = {PRE: [], LOOP: [], POST: []}
         self.memo: dict[tuple[TensorRef, Phase], Val] = {}
         self.derived_memo: dict[str, Val] = {}
-        self.transposed: dict[tuple[TensorRef, Phase], Val] = {}  # see _transposed_product
+        self.transposed: dict[tuple[TensorRef, Phase], Val | None] = {}  # see _transposed
+        self.stable = stable_exp_plan(block) if options.stable_exp else None
+        self.row_max: tuple[str, str] | None = None  # (running max, this iteration's rescale)
+        self.loop_tail: list[str] = []  # the last statements of every iteration
         self.names: set[str] = set()
         self.scratch_used = 0
         self.loop = block.forloop_range > 1
@@ -307,11 +302,30 @@ def _emit_input(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
 
 
 def _emit_elementwise(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
+    if em.stable is not None and ref.op == em.stable.exp_op:
+        return _emit_stable_exp(em, op, ref, sec)
     args = [em.f32(em.get(r, sec), sec) for r in op.inputs]
     pad = em.pad(ref)
     zp = zero_preserving(op.kind, op.attr_dict) and all(a.zero_pad and a.pad == pad for a in args)
     expr = formula(op.kind, [a.name for a in args], op.attr_dict)
     return em.assign(sec, f"b{ref.op}", expr, em.dims(ref), pad, zero_pad=zp)
+
+
+def _emit_stable_exp(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
+    """``exp(S - m_new)``, with ``m`` the running maximum of each row of S (padded lanes of the
+    last dim excluded) and ``alpha = exp(m_old - m_new)`` for the accumulators' rescale."""
+    x = em.f32(em.zero_pads(em.get(op.inputs[0], sec), sec), sec)
+    last = len(x.pad) - 1
+    m = em.fresh(f"m{ref.op}")
+    em.emit(PRE, f"{m} = tl.full({[*x.pad[:-1], 1]}, float('-inf'), tl.float32)")
+    mask = tiles.valid_mask(x.dims, x.pad, only=[last])
+    src = f"tl.where({mask}, {x.name}, float('-inf'))" if mask else x.name
+    new, alpha = em.fresh(f"m{ref.op}n"), em.fresh(f"alpha{ref.op}")
+    em.emit(sec, f"{new} = tl.maximum({m}, tl.expand_dims(tl.max({src}, axis={last}), {last}))")
+    em.emit(sec, f"{alpha} = tl.exp({m} - {new})")
+    em.loop_tail.append(f"{m} = {new}")
+    em.row_max = (m, alpha)
+    return em.assign(sec, f"b{ref.op}", f"tl.exp({x.name} - {new})", em.dims(ref), x.pad)
 
 
 def _bcast_pad(pads: list[tuple[int, ...]]) -> tuple[int, ...]:
@@ -697,7 +711,11 @@ def _emit_forloop_accum(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -
     acc = op.attr("acc")
     x = em.get(op.inputs[0], LOOP)
     name = _acc_init(em, ref, "0.0")
-    em.emit(LOOP, f"{name} += {_reduce_last(em, op, ref, em.f32(x, LOOP), acc, LOOP)}")
+    term = _reduce_last(em, op, ref, em.f32(x, LOOP), acc, LOOP)
+    if em.stable is not None and ref.op in em.stable.accumulators:
+        em.emit(LOOP, f"{name} = {name} * {em.row_max[1]} + {term}")
+    else:
+        em.emit(LOOP, f"{name} += {term}")
     dims, pad = em.dims(ref), em.pad(ref)
     zp = x.zero_pad or acc is not AccumKind.NONE
     count = float(x.dims[-1] * em.block.forloop_range)
@@ -809,9 +827,9 @@ def _body(em: KernelEmitter) -> list[str]:
         lines.append(f"{pad}for it in {loop}(0, {em.block.forloop_range}):")
         if em.options.index64:
             lines.append(f"{pad}    it_ = tl.full([], 0, tl.int64) + it")
-        lines += [pad * 2 + line for line in em.lines[LOOP]]
+        lines += [pad * 2 + line for line in em.lines[LOOP] + em.loop_tail]
     else:
-        lines += [pad + line for line in em.lines[LOOP]]
+        lines += [pad + line for line in em.lines[LOOP] + em.loop_tail]
     lines += [pad + line for line in em.lines[POST]]
     return lines
 

@@ -22,7 +22,7 @@ from mugraph.gpu import DEFAULT_GPU, GPUSpec
 from mugraph.ir import maps
 from mugraph.ir.graph import BlockGraph, Op, freeze_attrs
 from mugraph.ir.ops import AccumKind, Group, Level, OpKind, as_accum_kind
-from mugraph.ir.phase import Phase, combine_phases
+from mugraph.ir.phase import Phase, op_phase
 from mugraph.ir.shapes import ShapeContext, fmt, infer_output_types, normalize_dim
 from mugraph.ir.tensor import DTensor, STensor, Tensor, TensorRef, TensorType, contiguous_strides
 
@@ -431,11 +431,7 @@ class ThreadBlockGraph(GraphBuilder):
         return super()._push(op)
 
     def _phase_of(self, op: Op) -> Phase:
-        if op.kind is OpKind.BLOCK_INPUT:
-            return Phase.INVARIANT if op.attr("forloop_dim") < 0 else Phase.LOOP
-        if op.kind in Group.ACCUMULATOR:
-            return Phase.POST
-        return combine_phases(self._phases[r.op] for r in op.inputs)
+        return op_phase(op, (self._phases[r.op] for r in op.inputs))
 
     def phase(self, t: STensor) -> Phase:
         return self._phases[t.ref.op]

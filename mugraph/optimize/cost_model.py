@@ -36,7 +36,7 @@ from mugraph.dtypes import DType
 from mugraph.gpu import DEFAULT_GPU, GPUSpec
 from mugraph.ir.graph import BlockGraph, Op
 from mugraph.ir.ops import AccumKind, Group, OpKind
-from mugraph.ir.phase import Phase
+from mugraph.ir.phase import Phase, block_phases
 
 L2_BYTES = 50 * 1024**2  # H100 L2 capacity
 L2_BANDWIDTH_RATIO = 2.5  # L2 bandwidth / DRAM bandwidth
@@ -140,21 +140,9 @@ def _torch_op(graph, op: Op, label: str, gpu: GPUSpec) -> KernelCost:
 # ---- graph-defined operators -------------------------------------------------------------------
 
 
-def _phases(block: BlockGraph) -> list[Phase]:
-    phases: list[Phase] = []
-    for op in block.ops:
-        if op.kind is OpKind.BLOCK_INPUT:
-            phases.append(Phase.INVARIANT if op.attr("forloop_dim") < 0 else Phase.LOOP)
-        elif op.kind in Group.ACCUMULATOR:
-            phases.append(Phase.POST)
-        else:
-            phases.append(max((phases[r.op] for r in op.inputs), default=Phase.INVARIANT))
-    return phases
-
-
 def _block_flops(block: BlockGraph) -> tuple[float, float]:
     """(all flops, tensor-core flops) of one block over all its iterations."""
-    phases = _phases(block)
+    phases = block_phases(block)
     total = tc = 0.0
     for op, phase in zip(block.ops, phases, strict=True):
         if op.kind in Group.BOUNDARY:

@@ -704,7 +704,7 @@ def compile_graph(
     num_warps / num_stages: one launch configuration for every kernel (``launch`` sets them
     per kernel, keyed by the customized operator's position in ``graph.ops``).
     codegen: fields of :class:`~mugraph.codegen.triton_gen.CodegenOptions`
-    (max_tile_elements, dot_min_dim, hoist_invariants, unroll).
+    (max_tile_elements, dot_min_dim, hoist_invariants, unroll, stable_exp).
     cuda_graph: replay each input set's launches as one CUDA graph (None: on for CUDA).
     check: run :func:`mugraph.codegen.check.check_against_reference` before returning
     (None, the default: once per graph in this process — the first program compiled from a
@@ -713,7 +713,9 @@ def compile_graph(
     program by the tuner). False skips the check; True checks every new program.
     """
     graph.check()
-    unknown = set(codegen) - {"max_tile_elements", "dot_min_dim", "hoist_invariants", "unroll"}
+    unknown = set(codegen) - {
+        "max_tile_elements", "dot_min_dim", "hoist_invariants", "unroll", "stable_exp"
+    }
     if unknown:
         raise UnsupportedError(f"compile_graph: unknown options {sorted(unknown)}")
     options = CodegenOptions(interpret=interpreter_active(), **codegen)
