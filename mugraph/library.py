@@ -234,6 +234,29 @@ def attention_flashdecoding(s: Sizes, dtype: DType = float16) -> KernelGraph:
     return g
 
 
+def attention_flash(s: Sizes, dtype: DType = float16) -> KernelGraph:
+    """One kernel, FlashAttention-shaped (what the search finds at small sizes): a block takes
+    ``h_tile`` heads, a ``s_parts``-th of the query rows and a ``d_parts``-th of V's head dim,
+    loops over the whole KV sequence in chunks of ``n_tile`` keeping sums of exp(QK)V and
+    exp(QK), and divides after the loop. The code generator runs that exp with the running
+    row maximum subtracted (mugraph.codegen.stable_exp), so it does not overflow."""
+    if s["h_kv"] != s["h"]:
+        raise ValueError("attention_flash expects one KV head per query head")
+    g = new_kernel_graph()
+    q, k, v = _attention_inputs(g, s, dtype)
+    grid = (s["h"] // s["h_tile"], s.get("s_parts", 1), s.get("d_parts", 1))
+    tb = new_threadblock_graph(grid, (128, 1, 1), s["n"] // s["n_tile"])
+    tq = tb.new_input(q, (0, 1, -1), forloop_dim=-1)
+    tk = tb.new_input(k, (0, -1, -1), forloop_dim=2)
+    tv = tb.new_input(v, (0, -1, 2), forloop_dim=1)
+    e = tb.exp(tb.matmul(tq, tk))
+    out = tb.div(tb.forloop_accum(tb.matmul(e, tv)), tb.forloop_accum(e, "sum"))
+    tb.new_output(out, (0, 1, 2))
+    (o,) = g.customized([q, k, v], tb)
+    g.mark_output(o)
+    return g
+
+
 def attention_mirage_gqa(s: Sizes, dtype: DType = float16) -> KernelGraph:
     """Paper Fig 4c: a block takes one KV head with its ``group`` query heads and reshapes the
     queries [1, group, s, d] to [1, group*s, d], so QK is a matrix-matrix product (tensor
@@ -326,6 +349,16 @@ WORKLOADS: dict[str, Workload] = {
                 "h_tile2": 1,
                 "s_parts": 8,
             },
+        ),
+        Workload(
+            "attention_flash",
+            "softmax(Q @ K) @ V in one kernel over the whole KV sequence (FlashAttention)",
+            attention_naive,
+            attention_flash,
+            small={"h": 2, "h_kv": 2, "s": 32, "d": 16, "n": 128, "n_tile": 32, "h_tile": 1,
+                   "s_parts": 2, "d_parts": 2},
+            suite={"h": 2, "h_kv": 2, "s": 256, "d": 64, "n": 4096, "n_tile": 64, "h_tile": 1,
+                   "s_parts": 8, "d_parts": 4},
         ),
         Workload(
             "attention_mirage_gqa",

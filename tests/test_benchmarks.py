@@ -180,10 +180,11 @@ def test_runner_cpu_mode_writes_results(tmp_path, capsys):
     assert by_row["gqa_llama70b_decode_b1"]["status"] == "ok"
     assert by_row["gqa_llama70b_decode_b1"]["rel_err"] < 1e-2
     assert by_row["lora_b1"]["mugraph_est_us"] < by_row["lora_b1"]["naive_est_us"]
-    # the naive QK-norm program overflows float16 (unit-rms Q, K and no max subtraction):
-    # caught by the runner's comparison or by mugraph.compile's own reference check
-    status = by_row["qknorm_gqa_b1"]["status"]
-    assert "MISMATCH" in status or "CodegenMismatchError" in status
+    # QK-norm logits reach the head dim: the split-KV form's partial sums of exp overflow
+    # float16, so the row runs the one-kernel form, whose exp subtracts the running row max
+    qknorm = by_row["qknorm_gqa_b1"]
+    assert qknorm["status"] == "ok" and qknorm["rel_err"] < 1e-2
+    assert qknorm["variant"].startswith("flash")
     assert "cost model" in capsys.readouterr().out
 
 

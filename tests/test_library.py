@@ -47,9 +47,10 @@ TORCH_PROGRAMS = {
     "lora": lora,
     "adapter_mlp": adapter_mlp,
     "attention_flashdecoding": attention,
+    "attention_flash": attention,
     "attention_mirage_gqa": attention,
 }
-ATTENTION = {"attention_flashdecoding", "attention_mirage_gqa"}
+ATTENTION = {"attention_flashdecoding", "attention_flash", "attention_mirage_gqa"}
 
 
 def _cases():
@@ -126,5 +127,6 @@ def test_optimized_is_a_single_custom_kernel_where_promised():
         "lora": 1,
         "adapter_mlp": 2,
         "attention_flashdecoding": 2,
+        "attention_flash": 1,
         "attention_mirage_gqa": 2,
     }

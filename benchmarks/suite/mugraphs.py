@@ -6,7 +6,9 @@ Hand-written μGraphs are built by the library at the row's sizes and tile choic
 row reads an input through strides (K as a transposed view) the graph's inputs are given the
 same strides (the generated kernels take strides as arguments). For QK-norm attention the
 library has no μGraph of the whole program: the norms run as pre-defined (PyTorch) kernel
-operators in front of the library's split-KV attention kernels, and the source says so.
+operators in front of the library's attention kernels, and the source says so. Attention rows
+also screen the library's one-kernel (flash) form; QK-norm rows start with it, because their
+logits reach the head dim and the split-KV form's partial sums of exp overflow float16.
 """
 
 from __future__ import annotations
@@ -121,13 +123,16 @@ def _splice_after_norms(attention: KernelGraph, program: KernelGraph) -> KernelG
     return rebuild_kernel_graph(ops, [remap(r) for r in attention.outputs])
 
 
-def hand_written(row: Row, tiles=None, small: bool = False) -> KernelGraph:
-    """The library's μGraph for the row at its (or its small) sizes; raises when the library
-    cannot build it at these sizes (a tile that does not divide, shared memory)."""
+def hand_written(row: Row, tiles=None, small: bool = False,
+                 library: str | None = None) -> KernelGraph:
+    """The library's μGraph for the row at its (or its small) sizes (``library``: another
+    workload of the library than the row family's); raises when the library cannot build it
+    at these sizes (a tile that does not divide, shared memory)."""
     family = row.family
-    if family.library is None:
+    library = library or family.library
+    if library is None:
         raise LookupError(f"mugraph.library has no μGraph for {family.name}")
-    workload = WORKLOADS[family.library]
+    workload = WORKLOADS[library]
     tiles = tiles if tiles is not None else (row.small_tiles if small else row.tiles)
     graph = workload.optimized(_library_sizes(row, tiles, small))
     program = row.program(small=small)
@@ -145,11 +150,17 @@ def _tile_label(tiles: dict) -> str:
 
 
 def hand_written_choice(row: Row, small: bool = False) -> Choice:
+    flash = _flash_candidates(row, small) if row.attention else []
     try:
         graph = hand_written(row, small=small)
     except Exception as error:  # noqa: BLE001 - the row reports why it has no μGraph
-        return Choice("none", None, f"library {row.family.library}: "
-                      f"{type(error).__name__}: {str(error).splitlines()[0][:160]}")
+        why = (f"library {row.family.library}: "
+               f"{type(error).__name__}: {str(error).splitlines()[0][:160]}")
+        if not flash:
+            return Choice("none", None, why)
+        label, graph = flash[0]
+        return Choice("hand-written", graph, f"mugraph.library {FLASH_LIBRARY} ({why})", label,
+                      tuple(flash))
     note = f"mugraph.library {row.family.library}"
     if row.family.name == "qknorm_attention":
         note += " kernels after the norms as pre-defined (PyTorch) operators"
@@ -161,7 +172,39 @@ def hand_written_choice(row: Row, small: bool = False) -> Choice:
                 candidates.append((_tile_label(variant), hand_written(row, variant)))
             except Exception:  # noqa: BLE001, S112 - a tiling that does not fit is skipped
                 continue
-    return Choice("hand-written", graph, note, _tile_label(tiles), tuple(candidates))
+    if flash and row.family.name == "qknorm_attention":
+        # logits reach d after the norms: the split-KV form's partial sums of exp overflow
+        # float16, the one-kernel form's exp runs with the running row max subtracted
+        note += "; one-kernel (flash) form first: split-KV partial sums overflow float16"
+        label, graph = flash[0]
+        return Choice("hand-written", graph, note, label, tuple(flash + candidates))
+    return Choice("hand-written", graph, note, _tile_label(tiles), tuple(candidates + flash))
+
+
+FLASH_LIBRARY = "attention_flash"
+
+
+def flash_tilings(sizes: dict, small: bool = False) -> list[dict]:
+    """Tilings of the library's one-kernel attention: 32 (or 16, or all) query rows per
+    block, V's head dim whole or split in 2 or 4 (more blocks, Q @ K recomputed)."""
+    rows, d = sizes["s"], sizes["d"]
+    row_tile = next((r for r in (32, 16) if rows % r == 0), rows if rows <= 64 else None)
+    if row_tile is None:
+        return []
+    n_tile = 32 if small else 64
+    return [{"n_tile": n_tile, "h_tile": 1, "s_parts": rows // row_tile, "d_parts": p}
+            for p in (1, 2, 4) if d % p == 0 and d // p >= 16]
+
+
+def _flash_candidates(row: Row, small: bool) -> list[tuple[str, KernelGraph]]:
+    out = []
+    for tiles in flash_tilings(row.small if small else row.sizes, small):
+        try:
+            graph = hand_written(row, tiles, small, library=FLASH_LIBRARY)
+        except Exception:  # noqa: BLE001, S112 - a tiling that does not fit is skipped
+            continue
+        out.append((f"flash,{_tile_label(tiles)}", graph))
+    return out
 
 
 def choose(row: Row, source: str = "auto", directory: Path | None = None) -> Choice:
