@@ -56,20 +56,11 @@ def stable_exp_plan(block: BlockGraph) -> StableExp | None:
     rows = block.ops[exp_op].outputs[0].dims[:-1]
     if not rows:
         return None
-    users = _users(block)
+    users = block.uses()
     accumulators = _accumulators_reached(block, users, exp_op, rows)
     if not accumulators or not _only_divided(block, users, accumulators):
         return None
     return StableExp(exp_op, frozenset(accumulators))
-
-
-def _users(block: BlockGraph) -> dict[int, list[tuple[int, int]]]:
-    """For each operator, (consumer position, operand position) of every use."""
-    users: dict[int, list[tuple[int, int]]] = {}
-    for i, op in enumerate(block.ops):
-        for k, r in enumerate(op.inputs):
-            users.setdefault(r.op, []).append((i, k))
-    return users
 
 
 def _accumulators_reached(block, users, exp_op: int, rows) -> set[int] | None:

@@ -304,11 +304,16 @@ def _emit_input(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
 def _emit_elementwise(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
     if em.stable is not None and ref.op == em.stable.exp_op:
         return _emit_stable_exp(em, op, ref, sec)
-    args = [em.f32(em.get(r, sec), sec) for r in op.inputs]
-    pad = em.pad(ref)
+    args = [em.get(r, sec) for r in op.inputs]
+    return _elementwise(em, op, sec, f"b{ref.op}", args, em.dims(ref), em.pad(ref))
+
+
+def _elementwise(em: KernelEmitter, op: Op, sec: Phase, name: str, args, dims, pad) -> Val:
+    """One elementwise operator on the register tiles ``args`` (float32 from here on)."""
+    args = [em.f32(a, sec) for a in args]
     zp = zero_preserving(op.kind, op.attr_dict) and all(a.zero_pad and a.pad == pad for a in args)
     expr = formula(op.kind, [a.name for a in args], op.attr_dict)
-    return em.assign(sec, f"b{ref.op}", expr, em.dims(ref), pad, zero_pad=zp)
+    return em.assign(sec, name, expr, dims, pad, zero_pad=zp)
 
 
 def _emit_stable_exp(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
@@ -451,13 +456,13 @@ def _transposed(em: KernelEmitter, ref: TensorRef, sec: Phase) -> Val | None:
         val = None
     elif not _derived_from_dot(em.block, ref):
         x = em.get(ref, psec)
-        val = em.derived(x, "T", f"tl.trans({x.name})", native=x.native, zero_pad=x.zero_pad)
-        val = replace(val, dims=dims, pad=pad)
+        val = em.assign(x.sec, f"{x.name}T", f"tl.trans({x.name})", dims, pad,
+                        native=x.native, zero_pad=x.zero_pad)
     elif op.kind is OpKind.MATMUL:
         val = _transposed_product(em, op, ref, psec)
     elif op.kind in Group.ELEMENTWISE and all(len(em.pad(r)) == 2 for r in op.inputs):
         args = [_transposed(em, r, psec) for r in op.inputs]
-        val = None if None in args else _transposed_elementwise(em, op, ref, psec, args)
+        val = None if None in args else _elementwise(em, op, psec, f"b{ref.op}T", args, dims, pad)
     else:
         val = None
     em.transposed[key] = val

@@ -72,6 +72,14 @@ class BlockGraph:
     def tensor_type(self, ref: TensorRef) -> TensorType:
         return self.ops[ref.op].outputs[ref.index]
 
+    def uses(self) -> dict[int, list[tuple[int, int]]]:
+        """For each operator position, (consumer position, operand position) of every use."""
+        found: dict[int, list[tuple[int, int]]] = {}
+        for i, op in enumerate(self.ops):
+            for k, r in enumerate(op.inputs):
+                found.setdefault(r.op, []).append((i, k))
+        return found
+
     def structural_hash(self) -> str:
         from mugraph.ir.hashing import block_graph_hash
 

@@ -251,16 +251,12 @@ _NOT_IN_REGISTERS = frozenset({OpKind.BLOCK_OUTPUT, OpKind.CONCAT, OpKind.RESHAP
 
 def _dot_only_inputs(block: BlockGraph) -> set[int]:
     """Positions of the block inputs whose every consumer is a matmul lowered to tl.dot."""
-    consumers: dict[int, list[Op]] = {}
-    for op in block.ops:
-        for r in op.inputs:
-            consumers.setdefault(r.op, []).append(op)
-    found = set()
-    for i, op in enumerate(block.ops):
-        users = consumers.get(i, [])
-        if op.kind is OpKind.BLOCK_INPUT and users and all(_is_dot(block, u) for u in users):
-            found.add(i)
-    return found
+    uses = block.uses()
+    return {
+        i for i, op in enumerate(block.ops)
+        if op.kind is OpKind.BLOCK_INPUT and uses.get(i)
+        and all(_is_dot(block, block.ops[c]) for c, _ in uses[i])
+    }
 
 
 def _is_dot(block: BlockGraph, op: Op) -> bool:

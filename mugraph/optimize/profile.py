@@ -56,9 +56,7 @@ def profile_callable(
     if not torch.cuda.is_available():
         return Measurement(float("inf"), error="no CUDA device to profile on")
     try:
-        for _ in range(max(1, warmup)):
-            fn()
-        torch.cuda.synchronize()
+        _warm_up(fn, warmup)
         flush = _flush_buffer(device) if flush_l2 else None
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
@@ -86,9 +84,7 @@ def profile_loop(fn: Callable[[], Any], *, warmup: int = 10, reps: int = 200) ->
     if not torch.cuda.is_available():
         return Measurement(float("inf"), error="no CUDA device to profile on")
     try:
-        for _ in range(max(1, warmup)):
-            fn()
-        torch.cuda.synchronize()
+        _warm_up(fn, warmup)
         start = time.perf_counter()
         for _ in range(reps):
             fn()
@@ -124,3 +120,12 @@ def profile_program(
     return profile_callable(
         lambda: program(inputs=args), warmup=warmup, reps=reps, flush_l2=flush_l2
     )
+
+
+def _warm_up(fn: Callable[[], Any], warmup: int) -> None:
+    """Call ``fn`` ``warmup`` times (at least once: compilation, caches) and wait for it."""
+    import torch
+
+    for _ in range(max(1, warmup)):
+        fn()
+    torch.cuda.synchronize()
