@@ -547,8 +547,8 @@ def test_mismatch_is_reported_with_kernel_name(monkeypatch):
     step = next(iter(prog.steps.values()))
     real = step.launch
 
-    def broken(inputs, outputs, scratch):
-        real(inputs, outputs, scratch)
+    def broken(inputs, outputs, scratch, sides=()):
+        real(inputs, outputs, scratch, sides)
         outputs[0].mul_(1.5)
 
     monkeypatch.setattr(step, "launch", broken)

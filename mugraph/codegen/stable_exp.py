@@ -21,6 +21,21 @@ real function, and the μGraph (what the verifier proved) is unchanged.
   the rows of ``S``;
 - after the loop each such accumulator is used only by ``div`` whose numerator and denominator
   are both such accumulators.
+
+**Across kernels** (split-KV attention: FlashDecoding, the paper's Fig 4b/4c forms). A first
+kernel may instead *store* such accumulators (through reshapes) as partial sums that a later
+kernel combines. Then each partial carries its row maximum with it: the producer stores the
+rescaled partial and, beside it, a float32 *scale tensor* of the same shape holding, for every
+element, the log of the factor it was scaled by (``m_final`` of its block and row); the
+partial itself is stored in float32. A consumer kernel that only sums such partials over its
+for-loop (``forloop_accum`` none or sum) and divides those sums by one another keeps, beside
+every accumulator, an elementwise running maximum ``R`` of the scales it has seen and merges
+each iteration's terms as ``acc * exp(R_old - R_new) + x * exp(s - R_new)`` (the log-sum-exp
+merge); a ratio of two such accumulators is ``a / b * exp(R_a - R_b)``. Every value then equals
+the μGraph's exactly in real arithmetic, whatever the layout of the partials, and no exp of a
+raw logit is ever formed. :func:`softmax_carry_plan` finds the producer/consumer pairs of a
+kernel graph for which every rule holds; any other use of a partial (a program output, a
+PyTorch operator, a consumer of another shape) leaves that producer's exp as it is.
 """
 
 from __future__ import annotations
@@ -38,15 +53,19 @@ RESCALED_ACCUMULATORS = frozenset({AccumKind.NONE, AccumKind.SUM})
 
 @dataclass(frozen=True)
 class StableExp:
-    """The exp whose argument gets its running row maximum subtracted, and the accumulators
-    rescaled each iteration by ``exp(m_old - m_new)``."""
+    """The exp whose argument gets its running row maximum subtracted, the accumulators
+    rescaled each iteration by ``exp(m_old - m_new)``, and the block outputs (positions among
+    the block graph's outputs) that store such an accumulator, rescaled, for a later kernel
+    (each with a scale tensor beside it)."""
 
     exp_op: int
     accumulators: frozenset[int]
+    carried_outputs: frozenset[int] = frozenset()
 
 
-def stable_exp_plan(block: BlockGraph) -> StableExp | None:
-    """The plan for ``block``, or None when its exp does not have the shape above."""
+def stable_exp_plan(block: BlockGraph, carry: bool = False) -> StableExp | None:
+    """The plan for ``block``, or None when its exp does not have the shape above. With
+    ``carry``, accumulators may also be stored (through reshapes) as block outputs."""
     phases = block_phases(block)
     exps = [i for i, op in enumerate(block.ops)
             if op.kind is OpKind.EXP and phases[i] is Phase.LOOP]
@@ -58,9 +77,12 @@ def stable_exp_plan(block: BlockGraph) -> StableExp | None:
         return None
     users = block.uses()
     accumulators = _accumulators_reached(block, users, exp_op, rows)
-    if not accumulators or not _only_divided(block, users, accumulators):
+    if not accumulators:
         return None
-    return StableExp(exp_op, frozenset(accumulators))
+    carried = _uses_after_loop(block, users, accumulators, carry)
+    if carried is None:
+        return None
+    return StableExp(exp_op, frozenset(accumulators), frozenset(carried))
 
 
 def _accumulators_reached(block, users, exp_op: int, rows) -> set[int] | None:
@@ -95,12 +117,139 @@ def _passes_scale(block, op: Op, operand: int, scaled: set[int], rows) -> bool:
     return True
 
 
-def _only_divided(block, users, accumulators: set[int]) -> bool:
+def _uses_after_loop(block, users, accumulators: set[int], carry: bool) -> set[int] | None:
+    """The block-output positions that store a rescaled accumulator, or None when some use
+    of an accumulator is neither a ratio of two of them nor (with ``carry``) a store."""
+    outputs = {i: j for j, i in enumerate(
+        i for i, op in enumerate(block.ops) if op.kind is OpKind.BLOCK_OUTPUT)}
+    carried: set[int] = set()
+    for acc in accumulators:
+        todo = [acc]
+        while todo:
+            producer = todo.pop()
+            for consumer, _ in users.get(producer, []):
+                op = block.ops[consumer]
+                if op.kind is OpKind.DIV and producer == acc:
+                    if any(r.op not in accumulators for r in op.inputs):
+                        return None
+                elif carry and op.kind is OpKind.RESHAPE:
+                    todo.append(consumer)
+                elif carry and op.kind is OpKind.BLOCK_OUTPUT:
+                    carried.add(outputs[consumer])
+                else:
+                    return None
+    return carried
+
+
+# ---- across kernels -------------------------------------------------------------------------
+
+# accumulators a consumer kernel may run over rescaled partials (elementwise, or summing the
+# last dim: then each iteration's terms are first brought to their own row maximum)
+MERGED_ACCUMULATORS = frozenset({AccumKind.NONE, AccumKind.SUM})
+
+
+@dataclass(frozen=True)
+class ScaledInputs:
+    """A consumer kernel's side of the carry: its block inputs (by kernel-input index) that
+    arrive rescaled with a scale tensor, and the accumulators merging them."""
+
+    inputs: frozenset[int]
+    accumulators: frozenset[int]
+
+
+def scaled_input_plan(block: BlockGraph, inputs: frozenset[int]) -> ScaledInputs | None:
+    """How ``block`` consumes the rescaled kernel inputs ``inputs``, or None when it does
+    anything with them but sum them over its for-loop and divide those sums by one another."""
+    if stable_exp_plan(block) is not None:
+        return None  # one rescaling scheme per kernel
+    users = block.uses()
+    accumulators: set[int] = set()
+    for i, op in enumerate(block.ops):
+        if op.kind is not OpKind.BLOCK_INPUT or op.attr("index") not in inputs:
+            continue
+        if op.attr("forloop_dim") < 0 and block.forloop_range > 1:
+            return None  # the same partial added in every iteration
+        for consumer, _ in users.get(i, []):
+            acc = block.ops[consumer]
+            if acc.kind is not OpKind.FORLOOP_ACCUM or acc.attr("acc") not in MERGED_ACCUMULATORS:
+                return None
+            accumulators.add(consumer)
+    if not accumulators:
+        return None
     for acc in accumulators:
         for consumer, _ in users.get(acc, []):
             op = block.ops[consumer]
-            if op.kind is not OpKind.DIV:
-                return False
-            if any(r.op not in accumulators for r in op.inputs):
-                return False
-    return True
+            if op.kind is not OpKind.DIV or any(r.op not in accumulators for r in op.inputs):
+                return None
+    return ScaledInputs(frozenset(inputs), frozenset(accumulators))
+
+
+@dataclass(frozen=True)
+class KernelCarry:
+    """What one custom kernel does in the carry: outputs it stores rescaled (block-output
+    positions) and inputs it receives rescaled (kernel-input positions)."""
+
+    carried_outputs: frozenset[int] = frozenset()
+    scaled_inputs: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True)
+class CarryPlan:
+    """The kernels of a graph that take part in the carry, and the kernel-level tensors
+    ((op, index) positions) stored as rescaled float32 partials with a scale tensor."""
+
+    kernels: dict[int, KernelCarry]
+    partials: frozenset[tuple[int, int]]
+
+    def of(self, op_index: int) -> KernelCarry:
+        return self.kernels.get(op_index, KernelCarry())
+
+
+NO_CARRY = CarryPlan({}, frozenset())
+
+
+def softmax_carry_plan(graph) -> CarryPlan:
+    """The producer/consumer kernel pairs of ``graph`` whose softmax partial sums travel with
+    their row maxima (see the module docstring); an empty plan when there are none."""
+    blocks = {i: op.attr("graph") for i, op in enumerate(graph.ops)
+              if op.kind is OpKind.CUSTOMIZED}
+    producers = {}
+    for i, block in blocks.items():
+        plan = stable_exp_plan(block, carry=True)
+        if plan is not None and plan.carried_outputs:
+            producers[i] = plan.carried_outputs
+    uses = _kernel_uses(graph)
+    program_outputs = {(r.op, r.index) for r in graph.outputs}
+    while producers:
+        wanted: dict[int, set[int]] = {}  # consumer -> its rescaled kernel inputs
+        bad = set()
+        for i, outputs in producers.items():
+            for j in outputs:
+                if (i, j) in program_outputs:
+                    bad.add(i)
+                for consumer, position in uses.get((i, j), []):
+                    if consumer not in blocks or consumer in producers:
+                        bad.add(i)
+                    wanted.setdefault(consumer, set()).add(position)
+        for consumer, positions in wanted.items():
+            if consumer in blocks and consumer not in producers:
+                if scaled_input_plan(blocks[consumer], frozenset(positions)) is None:
+                    bad |= {r.op for k, r in enumerate(graph.ops[consumer].inputs)
+                            if k in positions}
+        if not bad:
+            kernels = {i: KernelCarry(carried_outputs=frozenset(js)) for i, js in producers.items()}
+            for consumer, positions in wanted.items():
+                kernels[consumer] = KernelCarry(scaled_inputs=frozenset(positions))
+            partials = frozenset((i, j) for i, js in producers.items() for j in js)
+            return CarryPlan(kernels, partials)
+        producers = {i: js for i, js in producers.items() if i not in bad}
+    return NO_CARRY
+
+
+def _kernel_uses(graph) -> dict[tuple[int, int], list[tuple[int, int]]]:
+    """For each kernel-level tensor (op, index): (consumer op, input position) of its uses."""
+    found: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for i, op in enumerate(graph.ops):
+        for k, r in enumerate(op.inputs):
+            found.setdefault((r.op, r.index), []).append((i, k))
+    return found

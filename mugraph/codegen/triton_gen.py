@@ -39,8 +39,8 @@ from dataclasses import dataclass, replace
 
 from mugraph.codegen import tiles
 from mugraph.codegen.elementwise import formula, zero_preserving
-from mugraph.codegen.padding import padded_shapes, split_matmul_parts
-from mugraph.codegen.stable_exp import stable_exp_plan
+from mugraph.codegen.padding import next_pow2, padded_shapes, split_matmul_parts
+from mugraph.codegen.stable_exp import KernelCarry, scaled_input_plan, stable_exp_plan
 from mugraph.dtypes import DType
 from mugraph.errors import UnsupportedError
 from mugraph.ir import maps
@@ -73,6 +73,11 @@ class CodegenOptions:
     index64: 64-bit address arithmetic (tensors spanning 2**31 elements or more).
     stable_exp: subtract the running row maximum inside a softmax-shaped for-loop's exp
         (:mod:`mugraph.codegen.stable_exp`): the same real function, without overflow.
+    defer_reductions: an accumulator that reduces its tile's last dim (sum, mean, rms) adds
+        whole tiles in the loop and reduces once after it, when the tile has at most
+        ``DEFER_MAX_ELEMENTS`` elements: no cross-thread reduction (and its barrier) per
+        iteration. (On an H100, RMSNorm+Linear at suite sizes: 35.8 µs with the reduction in
+        the loop, 28.1 µs without any; benchmarks/probe_variants.py.)
     """
 
     max_tile_elements: int = 1 << 17
@@ -82,6 +87,10 @@ class CodegenOptions:
     interpret: bool = False
     index64: bool = False
     stable_exp: bool = True
+    defer_reductions: bool = True
+
+
+DEFER_MAX_ELEMENTS = 4096  # largest per-iteration tile an accumulator keeps whole
 
 
 AUTO_UNROLL_MAX = 32  # longest for-loop unrolled by default
@@ -115,6 +124,11 @@ class KernelSource:
     output_ranks: tuple[int, ...]
     scratch_per_block: int  # float32 elements of block-private scratch (0: no scratch arg)
     label: str  # how error messages name the kernel
+    # the softmax carry (mugraph.codegen.stable_exp): kernel inputs that arrive as rescaled
+    # partials, each followed by its scale tensor among the arguments, and block outputs
+    # stored rescaled, each with a scale tensor (arguments after the outputs, in this order)
+    scaled_inputs: tuple[int, ...] = ()
+    carried_outputs: tuple[int, ...] = ()
 
     @property
     def num_blocks(self) -> int:
@@ -144,7 +158,9 @@ class Val:
 class KernelEmitter:
     """Builds the source of one kernel from a block graph, operator by operator."""
 
-    def __init__(self, block: BlockGraph, name: str, label: str, options: CodegenOptions) -> None:
+    def __init__(self, block: BlockGraph, name: str, label: str, options: CodegenOptions,
+                 carry: KernelCarry | None = None) -> None:
+        carry = carry or KernelCarry()
         self.block = block
         self.name = name
         self.label = label
@@ -155,7 +171,16 @@ class KernelEmitter:
         self.memo: dict[tuple[TensorRef, Phase], Val] = {}
         self.derived_memo: dict[str, Val] = {}
         self.transposed: dict[tuple[TensorRef, Phase], Val | None] = {}  # see _transposed
-        self.stable = stable_exp_plan(block) if options.stable_exp else None
+        self.carry = carry
+        self.stable = (stable_exp_plan(block, carry=bool(carry.carried_outputs))
+                       if options.stable_exp else None)
+        if carry.carried_outputs and (self.stable is None
+                                      or self.stable.carried_outputs != carry.carried_outputs):
+            raise UnsupportedError(f"{label}: the softmax carry plan does not fit this kernel")
+        self.scaled = scaled_input_plan(block, carry.scaled_inputs) if carry.scaled_inputs else None
+        if carry.scaled_inputs and self.scaled is None:
+            raise UnsupportedError(f"{label}: the softmax carry plan does not fit this kernel")
+        self.scales: dict[int, Val] = {}  # op position -> the log-scale tile of its value
         self.row_max: tuple[str, str] | None = None  # (running max, this iteration's rescale)
         self.loop_tail: list[str] = []  # the last statements of every iteration
         self.names: set[str] = set()
@@ -297,6 +322,13 @@ Emitter = Callable[[KernelEmitter, Op, TensorRef, Phase], Val]
 def _emit_input(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
     pad = em.pad(ref)
     expr = em.load_input(op, pad)
+    if em.scaled is not None and op.attr("index") in em.scaled.inputs:
+        # a rescaled partial (stored in float32) and, at the same offsets, its log-scales
+        scale = em.load_input(op, pad).replace(f"in{op.attr('index')}_ptr",
+                                               f"sin{op.attr('index')}_ptr", 1)
+        em.scales[ref.op] = em.assign(sec, f"s{ref.op}", scale, em.dims(ref), pad, zero_pad=True)
+        return em.assign(sec, f"b{ref.op}", expr, em.dims(ref), pad, native="tl.float32",
+                         zero_pad=True)
     native = TL_DTYPE[em.dtype(ref)]
     return em.assign(sec, f"b{ref.op}", expr, em.dims(ref), pad, native=native, zero_pad=True)
 
@@ -305,6 +337,12 @@ def _emit_elementwise(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> 
     if em.stable is not None and ref.op == em.stable.exp_op:
         return _emit_stable_exp(em, op, ref, sec)
     args = [em.get(r, sec) for r in op.inputs]
+    if op.kind is OpKind.DIV and all(r.op in em.scales for r in op.inputs):
+        # a / b of merged partial sums: each is its true value times exp(-R), so the ratio
+        # is corrected by exp(R_a - R_b) (1 where both carry the same scales)
+        (a, b), (ra, rb) = args, (em.scales[r.op] for r in op.inputs)
+        expr = f"({a.name} / {b.name}) * tl.exp({ra.name} - {rb.name})"
+        return em.assign(sec, f"b{ref.op}", expr, em.dims(ref), em.pad(ref))
     return _elementwise(em, op, sec, f"b{ref.op}", args, em.dims(ref), em.pad(ref))
 
 
@@ -414,21 +452,35 @@ def _derived_from_dot(block: BlockGraph, ref: TensorRef) -> bool:
     return False
 
 
+CHAINED_DOT_NARROW_K = 16  # padded inner dim of a chained tl.dot that needs two warps
+
+
 def wide_chained_dots(block: BlockGraph) -> list[int]:
-    """Matmuls emitted as a ``tl.dot`` of at least 64 rows whose operand is computed from
-    another ``tl.dot``'s result (see :func:`mugraph.runtime.compiled.default_launch`)."""
+    """Matmuls emitted as a ``tl.dot`` of at least 64 rows and an inner dim of at most 16
+    whose operand is computed from another ``tl.dot``'s result (see
+    :func:`mugraph.runtime.compiled.default_launch`). On an H100 with Triton 3.6 such a dot
+    (LoRA's (X @ A) @ B with rank 16, 64 rows) faulted with 4 warps, while attention's
+    exp(Q K) @ V with inner dims 32 and 64 and 32, 64 or 128 rows was right with 2, 4 and 8
+    (benchmarks/probe_variants.py, part ``chain``)."""
     found = []
     for i, op in enumerate(block.ops):
-        if op.kind is not OpKind.MATMUL or not lowers_to_dot(block, *op.inputs[:2]):
+        if op.kind is not OpKind.MATMUL:
             continue
-        ra, rb = op.inputs[:2]
-        transposed = _derived_from_dot(block, rb)  # emitted as (B^T A^T)^T: N rows
-        if not (transposed or _derived_from_dot(block, ra)):
-            continue
-        dims = op.outputs[0].dims
-        if (dims[-1] if transposed else dims[-2]) >= 64:
+        pairs = split_matmul_parts(block, op.inputs[0], op.inputs[1]) or [op.inputs[:2]]
+        if any(_narrow_chained_dot(block, ra, rb) for ra, rb in pairs):
             found.append(i)
     return found
+
+
+def _narrow_chained_dot(block: BlockGraph, ra: TensorRef, rb: TensorRef) -> bool:
+    if not lowers_to_dot(block, ra, rb):
+        return False
+    transposed = _derived_from_dot(block, rb)  # emitted as (B^T A^T)^T: N rows
+    if not (transposed or _derived_from_dot(block, ra)):
+        return False
+    a, b = block.tensor_type(ra).dims, block.tensor_type(rb).dims
+    rows = b[-1] if transposed else a[-2]
+    return rows >= 64 and next_pow2(a[-1]) <= CHAINED_DOT_NARROW_K
 
 
 def _matmul_transposed(em: KernelEmitter, ref: TensorRef, sec: Phase, ra, inner: Val) -> Val:
@@ -715,20 +767,81 @@ def _acc_init(em: KernelEmitter, ref: TensorRef, fill: str) -> str:
 def _emit_forloop_accum(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
     acc = op.attr("acc")
     x = em.get(op.inputs[0], LOOP)
-    name = _acc_init(em, ref, "0.0")
-    term = _reduce_last(em, op, ref, em.f32(x, LOOP), acc, LOOP)
-    if em.stable is not None and ref.op in em.stable.accumulators:
-        em.emit(LOOP, f"{name} = {name} * {em.row_max[1]} + {term}")
+    if em.scaled is not None and ref.op in em.scaled.accumulators:
+        return _merged_accum(em, op, ref, acc, x)
+    if _defers_reduction(em, acc, x):
+        name, total = _deferred_accum(em, op, ref, acc, x)
     else:
-        em.emit(LOOP, f"{name} += {term}")
+        name = total = _acc_init(em, ref, "0.0")
+        term = _reduce_last(em, op, ref, em.f32(x, LOOP), acc, LOOP)
+        _accumulate(em, ref, name, term)
     dims, pad = em.dims(ref), em.pad(ref)
     zp = x.zero_pad or acc is not AccumKind.NONE
     count = float(x.dims[-1] * em.block.forloop_range)
     if acc is AccumKind.MEAN:
-        return em.assign(POST, f"b{ref.op}", f"{name} / {count}", dims, pad, zero_pad=zp)
+        return em.assign(POST, f"b{ref.op}", f"{total} / {count}", dims, pad, zero_pad=zp)
     if acc is AccumKind.RMS:
-        return em.assign(POST, f"b{ref.op}", f"tl.sqrt({name} / {count})", dims, pad, zero_pad=zp)
-    return Val(name, dims, pad, zero_pad=zp, sec=POST)
+        return em.assign(POST, f"b{ref.op}", f"tl.sqrt({total} / {count})", dims, pad, zero_pad=zp)
+    return Val(total, dims, pad, zero_pad=zp, sec=POST)
+
+
+def _accumulate(em: KernelEmitter, ref: TensorRef, name: str, term: str) -> None:
+    """``name += term`` in the loop, or, for an accumulator of the stable exp's rows, the
+    online-softmax update ``name = name * alpha + term``."""
+    if em.stable is not None and ref.op in em.stable.accumulators:
+        em.emit(LOOP, f"{name} = {name} * {em.row_max[1]} + {term}")
+    else:
+        em.emit(LOOP, f"{name} += {term}")
+
+
+REDUCING_ACCUMULATORS = frozenset({AccumKind.SUM, AccumKind.MEAN, AccumKind.RMS})
+
+
+def _defers_reduction(em: KernelEmitter, acc: AccumKind, x: Val) -> bool:
+    return (em.options.defer_reductions and acc in REDUCING_ACCUMULATORS and em.loop
+            and math.prod(x.pad) <= DEFER_MAX_ELEMENTS)
+
+
+def _deferred_accum(em: KernelEmitter, op: Op, ref: TensorRef, acc: AccumKind, x: Val):
+    """Whole tiles added in the loop (squares for rms), the last dim reduced once after it:
+    (the accumulator's name, the name of its reduced value)."""
+    x = em.f32(em.zero_pads(x, LOOP), LOOP)
+    name = em.fresh(f"acc{ref.op}")
+    em.emit(PRE, f"{name} = tl.zeros({list(x.pad)}, tl.float32)")
+    _accumulate(em, ref, name, f"{x.name} * {x.name}" if acc is AccumKind.RMS else x.name)
+    last = len(x.pad) - 1
+    total = em.fresh(f"acc{ref.op}r")
+    em.emit(POST, f"{total} = tl.expand_dims(tl.sum({name}, axis={last}), {last})")
+    return name, total
+
+
+def _merged_accum(em: KernelEmitter, op: Op, ref: TensorRef, acc: AccumKind, x: Val) -> Val:
+    """A sum of rescaled partials with the log-sum-exp merge: ``R`` is the running maximum
+    of the scales seen (elementwise), the accumulator holds its true value times exp(-R)."""
+    x = em.f32(em.zero_pads(x, LOOP), LOOP)
+    s = em.scales[op.inputs[0].op]
+    dims, pad = em.dims(ref), em.pad(ref)
+    name = _acc_init(em, ref, "0.0")
+    r = em.fresh(f"r{ref.op}")
+    em.emit(PRE, f"{r} = tl.full({list(pad)}, float('-inf'), tl.float32)")
+    if acc is AccumKind.SUM:  # this iteration's terms brought to their own row maximum first
+        last = len(x.pad) - 1
+        mask = tiles.valid_mask(x.dims, x.pad, only=[last])
+        src = f"tl.where({mask}, {s.name}, float('-inf'))" if mask else s.name
+        top = em.fresh(f"m{ref.op}")
+        em.emit(LOOP, f"{top} = tl.expand_dims(tl.max({src}, axis={last}), {last})")
+        term = em.fresh(f"t{ref.op}")
+        em.emit(LOOP, f"{term} = tl.expand_dims(tl.sum({x.name} * tl.exp({s.name} - {top}), "
+                      f"axis={last}), {last})")
+        s_name, term_name = top, term
+    else:
+        s_name, term_name = s.name, x.name
+    new = em.fresh(f"r{ref.op}n")
+    em.emit(LOOP, f"{new} = tl.maximum({r}, {s_name})")
+    em.emit(LOOP, f"{name} = {name} * tl.exp({r} - {new}) + {term_name} * tl.exp({s_name} - {new})")
+    em.loop_tail.append(f"{r} = {new}")
+    em.scales[ref.op] = Val(r, dims, pad, sec=POST)
+    return Val(name, dims, pad, zero_pad=True, sec=POST)
 
 
 def _emit_forloop_accum_max(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
@@ -789,10 +902,28 @@ def _emit_store(em: KernelEmitter, op: Op, j: int) -> None:
     strides = [f"out{j}_s{d}" for d in range(len(val.dims))]
     offs = tiles.offsets(val.pad, strides, base, None, em.options.index64)
     value = f"{val.name}.to(out{j}_ptr.dtype.element_ty)"
-    em.emit(sec, _store_text(f"out{j}_ptr + {offs}", value, tiles.valid_mask(val.dims, val.pad)))
+    mask = tiles.valid_mask(val.dims, val.pad)
+    em.emit(sec, _store_text(f"out{j}_ptr + {offs}", value, mask))
+    if j in em.carry.carried_outputs:
+        em.emit(sec, _store_text(f"sout{j}_ptr + {offs}", _scale_tile(em, ref, sec), mask))
 
 
-def _signature(block: BlockGraph, scratch: bool) -> list[str]:
+def _scale_tile(em: KernelEmitter, ref: TensorRef, sec: Phase) -> str:
+    """The log-scale of each element of a stored rescaled accumulator (reached from ``ref``
+    back through reshapes): the final running row maximum, broadcast over the accumulator's
+    tile and reshaped as the value was."""
+    chain = []
+    while em.block.ops[ref.op].kind is OpKind.RESHAPE:
+        chain.append(ref)
+        ref = em.block.ops[ref.op].inputs[0]
+    acc = em.get(ref, sec)
+    expr = f"tl.broadcast_to({em.row_max[0]}, {list(acc.pad)})"
+    for step in reversed(chain):
+        expr = f"tl.reshape({expr}, {list(em.pad(step))})"
+    return expr
+
+
+def _signature(block: BlockGraph, scratch: bool, carry: KernelCarry) -> list[str]:
     args = []
     for op in block.input_ops:
         i = op.attr("index")
@@ -801,6 +932,8 @@ def _signature(block: BlockGraph, scratch: bool) -> list[str]:
     for j, op in enumerate(block.output_ops):
         args.append(f"out{j}_ptr")
         args += [f"out{j}_s{d}" for d in range(len(block.tensor_type(op.inputs[0]).dims))]
+    args += [f"sin{i}_ptr" for i in sorted(carry.scaled_inputs)]  # strides: their values'
+    args += [f"sout{j}_ptr" for j in sorted(carry.carried_outputs)]
     if scratch:
         args.append("scratch_ptr")
     return args
@@ -848,13 +981,19 @@ def _check_grid(block: BlockGraph, label: str) -> None:
 
 
 def generate_kernel(
-    block: BlockGraph, name: str, label: str | None = None, options: CodegenOptions | None = None
+    block: BlockGraph,
+    name: str,
+    label: str | None = None,
+    options: CodegenOptions | None = None,
+    carry: KernelCarry | None = None,
 ) -> KernelSource:
-    """The Triton source of one graph-defined kernel operator."""
+    """The Triton source of one graph-defined kernel operator (``carry``: its part in the
+    kernel graph's softmax carry, :func:`mugraph.codegen.stable_exp.softmax_carry_plan`)."""
     options = options or CodegenOptions()
+    carry = carry or KernelCarry()
     label = label or f"kernel {name}"
     _check_grid(block, label)
-    em = KernelEmitter(block, name, label, options)
+    em = KernelEmitter(block, name, label, options, carry)
     for j, op in enumerate(block.output_ops):
         _emit_store(em, op, j)
     header = [
@@ -863,7 +1002,7 @@ def generate_kernel(
         "",
         "",
         "@triton.jit",
-        f"def {name}({', '.join(_signature(block, em.scratch_used > 0))}):",
+        f"def {name}({', '.join(_signature(block, em.scratch_used > 0, carry))}):",
         f"    # {label}: grid={block.grid_dim} forloop_range={block.forloop_range}",
     ]
     source = "\n".join(header + _body(em)) + "\n"
@@ -875,4 +1014,6 @@ def generate_kernel(
         output_ranks=tuple(len(block.tensor_type(op.inputs[0]).dims) for op in block.output_ops),
         scratch_per_block=em.scratch_used,
         label=label,
+        scaled_inputs=tuple(sorted(carry.scaled_inputs)),
+        carried_outputs=tuple(sorted(carry.carried_outputs)),
     )

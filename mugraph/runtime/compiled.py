@@ -29,8 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from mugraph.codegen.loader import interpreter_active, load_kernel
+from mugraph.codegen.stable_exp import NO_CARRY, KernelCarry, softmax_carry_plan
 from mugraph.codegen.torch_ops import run_torch_op
 from mugraph.codegen.triton_gen import CodegenOptions, KernelSource, generate_kernel
+from mugraph.dtypes import DType
 from mugraph.errors import GraphInputError, UnsupportedError
 from mugraph.ir.graph import BlockGraph, Op
 from mugraph.ir.ops import OpKind
@@ -92,10 +94,11 @@ def default_launch(block: BlockGraph) -> LaunchConfig:
 
 def max_warps(block: BlockGraph) -> int:
     """The most warps a kernel made from ``block`` may launch with: 2 with a chained dot of
-    64 rows or more (Triton 3.6 on an H100 computed such a tl.dot of another dot's result
-    wrongly, and once faulted, with 4 or 8 warps, rightly with 2: benchmarks/RESULTS.md),
-    else 16. The default launch, the tuner and the benchmark runner all keep to it: a fault
-    ends the CUDA context, which no check can recover from."""
+    64 rows or more over an inner dim of 16 (Triton 3.6 on an H100 computed such a tl.dot of
+    another dot's result wrongly, and faulted, with 4 or 8 warps, rightly with 2:
+    benchmarks/RESULTS.md; wider inner dims, as in attention, were right), else 16. The
+    default launch, the tuner and the benchmark runner all keep to it: a fault ends the CUDA
+    context, which no check can recover from."""
     from mugraph.codegen.triton_gen import wide_chained_dots
 
     return 2 if wide_chained_dots(block) else 16
@@ -182,8 +185,10 @@ def _jit_launcher(step: KernelStep, index64: bool):
 class KernelStep:
     """One graph-defined operator: its generated kernel(s) and launch configuration."""
 
-    def __init__(self, graph, op_index: int, options: CodegenOptions, launch: LaunchConfig) -> None:
+    def __init__(self, graph, op_index: int, options: CodegenOptions, launch: LaunchConfig,
+                 carry: KernelCarry | None = None) -> None:
         self.op_index = op_index
+        self.carry = carry or KernelCarry()
         self.op: Op = graph.ops[op_index]
         self.block: BlockGraph = self.op.attr("graph")
         self.options = options
@@ -197,7 +202,7 @@ class KernelStep:
         if index64 not in self._sources:
             options = replace(self.options, index64=index64)
             self._sources[index64] = generate_kernel(
-                self.block, kernel_name(self.op_index), self.label, options
+                self.block, kernel_name(self.op_index), self.label, options, self.carry
             )
         return self._sources[index64]
 
@@ -211,22 +216,28 @@ class KernelStep:
             self._kernels[index64] = load_kernel(src.name, src.source)
         return self._kernels[index64]
 
-    def arguments(self, inputs: list[Any], outputs: list[Any], scratch: Any) -> tuple[list, bool]:
-        """The kernel's argument list for these tensors, and whether it needs 64-bit indices."""
-        tensors = [*inputs, *outputs] + ([scratch] if scratch is not None else [])
+    def arguments(
+        self, inputs: list[Any], outputs: list[Any], scratch: Any, sides: Sequence[Any] = ()
+    ) -> tuple[list, bool]:
+        """The kernel's argument list for these tensors (``sides``: the scale tensors of the
+        softmax carry, laid out as their values), and whether it needs 64-bit indices."""
+        tensors = [*inputs, *outputs, *sides] + ([scratch] if scratch is not None else [])
         index64 = any(_span(t) > _INT32_SPAN for t in tensors)
         args: list[Any] = []
         for t in [*inputs, *outputs]:
             args.append(t)
             args.extend(int(s) for s in t.stride())
+        args.extend(sides)
         if scratch is not None:
             args.append(scratch)
         return args, index64
 
-    def launch(self, inputs: list[Any], outputs: list[Any], scratch: Any) -> Any:
+    def launch(
+        self, inputs: list[Any], outputs: list[Any], scratch: Any, sides: Sequence[Any] = ()
+    ) -> Any:
         """Launch through Triton's JIT; returns Triton's compiled kernel (None when
         interpreted). A launch out of shared memory is retried with fewer pipeline stages."""
-        args, index64 = self.arguments(inputs, outputs, scratch)
+        args, index64 = self.arguments(inputs, outputs, scratch, sides)
         kernel = self.kernel(index64)
         grid = self.block.grid_dim
         while True:
@@ -244,6 +255,7 @@ class _DeviceState:
     device: Any
     buffers: dict[tuple[int, int], Any] = field(default_factory=dict)
     scratch: dict[int, Any] = field(default_factory=dict)
+    scales: dict[tuple[int, int], Any] = field(default_factory=dict)  # softmax carry
 
 
 class CompiledProgram:
@@ -268,12 +280,14 @@ class CompiledProgram:
         self.kernel_options = dict(kernel_options or {})
         self.cuda_graph = cuda_graph
         launch = dict(launch or {})
+        stable = self.options.stable_exp and all(o.stable_exp for o in self.kernel_options.values())
+        self.carry = softmax_carry_plan(graph) if stable else NO_CARRY
         self.steps: dict[int, KernelStep] = {}
         for i, op in enumerate(graph.ops):
             if op.kind is OpKind.CUSTOMIZED:
                 config = launch.get(i) or default_launch(op.attr("graph"))
                 opts = self.kernel_options.get(i, self.options)
-                self.steps[i] = KernelStep(graph, i, opts, config)
+                self.steps[i] = KernelStep(graph, i, opts, config, self.carry.of(i))
         self._devices: dict[str, _DeviceState] = {}
         self._plans: dict[tuple, _Plan] = {}  # every device's plans, by input pointers
         self.plan_note = ""  # how the fast path went (or why there is none)
@@ -395,6 +409,19 @@ class CompiledProgram:
                 values.append([run_torch_op(op, args)])
         return values
 
+    def true_value(self, values: list[list[Any]], ref) -> Any:
+        """Kernel-level tensor ``ref`` of :meth:`run_values` as the μGraph defines it: the
+        partials of the softmax carry are stored rescaled (float32, with a scale tensor) and
+        are multiplied back here, in float64."""
+        t = values[ref.op][ref.index]
+        key = (ref.op, ref.index)
+        if key not in self.carry.partials:
+            return t
+        import torch
+
+        scale = self._devices[str(t.device)].scales[key]
+        return t.double() * torch.exp(scale.double())
+
     def _build_plan(self) -> None:
         """What each call needs, computed once: the op list, expected inputs, buffers."""
         graph = self.graph
@@ -455,9 +482,10 @@ class CompiledProgram:
         i = step.op_index
         outs = [self._output_buffer(i, j, t, state) for j, t in enumerate(step.op.outputs)]
         scratch = self._scratch(step, state)
-        compiled = step.launch(args, outs, scratch)
+        sides = self._scale_buffers(step, state)
+        compiled = step.launch(args, outs, scratch, sides)
         if trace is not None:
-            trace.append((step, list(args), outs, scratch, compiled))
+            trace.append((step, list(args), outs, scratch, sides, compiled))
         return outs
 
     def _output_buffer(self, i: int, j: int, t: TensorType, state: _DeviceState) -> Any:
@@ -466,8 +494,25 @@ class CompiledProgram:
             return _empty(t, state.device)  # graph outputs are fresh every call
         buf = state.buffers.get(key)
         if buf is None:
-            buf = state.buffers[key] = _empty(t, state.device)
+            # partials of the softmax carry are stored in float32 (float16 could overflow)
+            want = replace(t, dtype=DType.float32) if key in self.carry.partials else t
+            buf = state.buffers[key] = _empty(want, state.device)
         return buf
+
+    def _scale_buffers(self, step: KernelStep, state: _DeviceState) -> list[Any]:
+        """The scale tensors of the softmax carry the kernel reads (its rescaled inputs') and
+        writes (its rescaled outputs'), in argument order: float32, laid out as the values."""
+        keys = [(r.op, r.index) for k, r in enumerate(step.op.inputs)
+                if k in step.carry.scaled_inputs]
+        keys += [(step.op_index, j) for j in sorted(step.carry.carried_outputs)]
+        sides = []
+        for key in keys:
+            buf = state.scales.get(key)
+            if buf is None:
+                t = replace(self.graph.ops[key[0]].outputs[key[1]], dtype=DType.float32)
+                buf = state.scales[key] = _empty(t, state.device)
+            sides.append(buf)
+        return sides
 
     def _scratch(self, step: KernelStep, state: _DeviceState) -> Any:
         per_block = step.source.scratch_per_block
@@ -552,8 +597,8 @@ class _Plan:
                 raise _NoPlan("an output is not 16-byte aligned")
         plan.outputs = [fresh_index[id(values[r.op][r.index])] for r in program._outputs]
         input_index = {id(x): k for k, x in enumerate(inputs)}
-        for step, ins, outs, scratch, compiled in trace:
-            args, index64 = step.arguments(ins, outs, scratch)
+        for step, ins, outs, scratch, sides, compiled in trace:
+            args, index64 = step.arguments(ins, outs, scratch, sides)
             try:
                 launch, direct = _direct_launcher(compiled, step.block.grid_dim), True
             except _NoPlan as why:
@@ -704,7 +749,7 @@ def compile_graph(
     num_warps / num_stages: one launch configuration for every kernel (``launch`` sets them
     per kernel, keyed by the customized operator's position in ``graph.ops``).
     codegen: fields of :class:`~mugraph.codegen.triton_gen.CodegenOptions`
-    (max_tile_elements, dot_min_dim, hoist_invariants, unroll, stable_exp).
+    (max_tile_elements, dot_min_dim, hoist_invariants, unroll, stable_exp, defer_reductions).
     cuda_graph: replay each input set's launches as one CUDA graph (None: on for CUDA).
     check: run :func:`mugraph.codegen.check.check_against_reference` before returning
     (None, the default: once per graph in this process — the first program compiled from a
@@ -714,7 +759,8 @@ def compile_graph(
     """
     graph.check()
     unknown = set(codegen) - {
-        "max_tile_elements", "dot_min_dim", "hoist_invariants", "unroll", "stable_exp"
+        "max_tile_elements", "dot_min_dim", "hoist_invariants", "unroll", "stable_exp",
+        "defer_reductions",
     }
     if unknown:
         raise UnsupportedError(f"compile_graph: unknown options {sorted(unknown)}")
@@ -757,7 +803,8 @@ def _within_max_warps(graph, configs: dict[int, LaunchConfig]) -> dict[int, Laun
         if config.num_warps > limit:
             warnings.warn(
                 f"{kernel_label(i)}: num_warps={config.num_warps} lowered to {limit} "
-                "(a chained tl.dot of 64 rows or more; see mugraph.runtime.compiled.max_warps)",
+                "(a chained tl.dot of 64 rows or more with an inner dim of 16; see "
+                "mugraph.runtime.compiled.max_warps)",
                 stacklevel=3,
             )
             config = LaunchConfig(limit, config.num_stages)
