@@ -27,6 +27,8 @@ import triton.language as tl
 from mugraph.optimize import profile_callable
 
 RESULTS: list[dict] = []
+# the CUDA-core and two-kernel split-K families (first run: never faster than ``dot``)
+FAMILIES_OLD = False
 
 
 def log(line: str) -> None:
@@ -47,6 +49,40 @@ def _dot_kernel(x_ptr, w_ptr, o_ptr, M, N, K, MP: tl.constexpr, BK: tl.constexpr
             w = tl.load(w_ptr + (k0 + rk)[:, None] * N + rn[None, :], eviction_policy="evict_first")
         else:
             w = tl.load(w_ptr + (k0 + rk)[:, None] * N + rn[None, :])
+        acc += tl.dot(x, w)
+    tl.store(o_ptr + rm[:, None] * N + rn[None, :], acc.to(tl.float16), mask=rm[:, None] < M)
+
+
+@triton.jit
+def _swap_kernel(x_ptr, w_ptr, o_ptr, M, N, K, MP: tl.constexpr, BK: tl.constexpr,
+                 BN: tl.constexpr):
+    """out^T = W^T x^T: the weight tile is the dot's A operand (BN rows: wgmma-sized)."""
+    pid = tl.program_id(0)
+    rm = tl.arange(0, MP)
+    rn = pid * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros([BN, MP], dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        x = tl.load(x_ptr + rm[:, None] * K + (k0 + rk)[None, :], mask=rm[:, None] < M, other=0.0)
+        w = tl.load(w_ptr + (k0 + rk)[:, None] * N + rn[None, :])
+        acc += tl.dot(tl.trans(w), tl.trans(x))
+    tl.store(o_ptr + rm[None, :] * N + rn[:, None], acc.to(tl.float16), mask=rm[None, :] < M)
+
+
+@triton.jit
+def _desc_kernel(x_ptr, w_ptr, o_ptr, M, N, K, MP: tl.constexpr, BK: tl.constexpr,
+                 BN: tl.constexpr):
+    """The weight tile through a tensor descriptor (TMA on Hopper)."""
+    pid = tl.program_id(0)
+    w_desc = tl.make_tensor_descriptor(w_ptr, shape=[K, N], strides=[N, 1],
+                                       block_shape=[BK, BN])
+    rm = tl.arange(0, MP)
+    rk = tl.arange(0, BK)
+    rn = pid * BN + tl.arange(0, BN)
+    acc = tl.zeros([MP, BN], dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        x = tl.load(x_ptr + rm[:, None] * K + (k0 + rk)[None, :], mask=rm[:, None] < M, other=0.0)
+        w = w_desc.load([k0, pid * BN])
         acc += tl.dot(x, w)
     tl.store(o_ptr + rm[:, None] * N + rn[None, :], acc.to(tl.float16), mask=rm[:, None] < M)
 
@@ -103,6 +139,22 @@ def _launch_dot(x, w, out, bn, bk, wp, st, ev):
     return out
 
 
+def _launch_swap(x, w, out, bn, bk, wp, st):
+    m, k = x.shape
+    n = w.shape[1]
+    mp = max(16, triton.next_power_of_2(m))
+    _swap_kernel[(n // bn,)](x, w, out, m, n, k, mp, bk, bn, num_warps=wp, num_stages=st)
+    return out
+
+
+def _launch_desc(x, w, out, bn, bk, wp, st):
+    m, k = x.shape
+    n = w.shape[1]
+    mp = max(16, triton.next_power_of_2(m))
+    _desc_kernel[(n // bn,)](x, w, out, m, n, k, mp, bk, bn, num_warps=wp, num_stages=st)
+    return out
+
+
 def _launch_fma(x, w, out, bn, bk, wp):
     m, k = x.shape
     n = w.shape[1]
@@ -123,23 +175,29 @@ def _launch_splitk(x, w, part, out, bn, bk, sp, wp, st):
 def _gemv_variants(m, k, n, x, w):
     """(family, params, callable) for every variant that fits the shape."""
     out = torch.empty(m, n, device="cuda", dtype=torch.float16)
-    for bn, bk, wp, st, ev in itertools.product((64, 128), (128, 256), (4, 8), (4, 6), (0, 1)):
-        if n % bn or k % bk or (bn == 128 and bk == 256 and st == 6):
+    for bn, bk, wp, st in itertools.product((32, 64, 128), (128, 256), (4, 8), (3, 5)):
+        if n % bn or k % bk or bn * bk * st > 128 * 256 * 4:
             continue
-        yield ("dot", dict(bn=bn, bk=bk, warps=wp, stages=st, evict=ev),
-               functools.partial(_launch_dot, x, w, out, bn, bk, wp, st, ev))
-    if m <= 8 and m == triton.next_power_of_2(m):
+        if wp == 4:
+            yield ("dot", dict(bn=bn, bk=bk, warps=wp, stages=st),
+                   functools.partial(_launch_dot, x, w, out, bn, bk, wp, st, 0))
+        yield ("swap", dict(bn=bn, bk=bk, warps=wp, stages=st),
+               functools.partial(_launch_swap, x, w, out, bn, bk, wp, st))
+        if wp == 4 and hasattr(tl, "make_tensor_descriptor"):
+            yield ("desc", dict(bn=bn, bk=bk, warps=wp, stages=st),
+                   functools.partial(_launch_desc, x, w, out, bn, bk, wp, st))
+    if FAMILIES_OLD:
         for bn, bk, wp in itertools.product((64, 128), (32, 64), (4, 8)):
             if n % bn or k % bk:
                 continue
             yield ("fma", dict(bn=bn, bk=bk, warps=wp),
                    functools.partial(_launch_fma, x, w, out, bn, bk, wp))
-    for bn, bk, sp, wp, st in itertools.product((64, 128), (128,), (2, 4, 8), (4,), (3, 5)):
-        if n % bn or k % (bk * sp):
-            continue
-        part = torch.empty(sp, m, n, device="cuda", dtype=torch.float32)
-        yield ("splitk", dict(bn=bn, bk=bk, split=sp, warps=wp, stages=st),
-               functools.partial(_launch_splitk, x, w, part, out, bn, bk, sp, wp, st))
+        for bn, bk, sp, wp, st in itertools.product((64, 128), (128,), (2, 4, 8), (4,), (3, 5)):
+            if n % bn or k % (bk * sp):
+                continue
+            part = torch.empty(sp, m, n, device="cuda", dtype=torch.float32)
+            yield ("splitk", dict(bn=bn, bk=bk, split=sp, warps=wp, stages=st),
+                   functools.partial(_launch_splitk, x, w, part, out, bn, bk, sp, wp, st))
 
 
 def gemv(shapes, bandwidth: float) -> None:
@@ -257,7 +315,7 @@ def _launch_generated(kernel, grid, x, w, out, warps, stages):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=".")
-    parser.add_argument("--parts", default="rms,gemv,chain")
+    parser.add_argument("--parts", default="gemv")
     args = parser.parse_args()
     src = torch.empty(256 * 1024**2 // 2, device="cuda", dtype=torch.float16)
     dst = torch.empty_like(src)
@@ -266,6 +324,9 @@ def main() -> None:
     bandwidth = 2 * src.numel() * 2 / seconds
     del src, dst
     print(f"copy bandwidth {bandwidth / 1e12:.2f} TB/s; triton {triton.__version__}")
+    if hasattr(triton, "set_allocator"):  # scratch for device-side tensor descriptors
+        triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8,
+                                                                     device="cuda"))
     parts = args.parts.split(",")
     try:
         if "rms" in parts:

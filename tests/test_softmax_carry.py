@@ -55,8 +55,11 @@ def test_split_kv_forms_carry_their_row_maxima(name):
     plan = softmax_carry_plan(graph)
     first, second = sorted(_kernels(graph))
     assert plan.of(first).carried_outputs == {0, 1}  # numerators and denominators
-    assert plan.of(second).scaled_inputs == {0, 1}
+    assert set(plan.of(second).input_widths) == {0, 1}
     assert plan.partials == {(first, 0), (first, 1)}
+    # one scale per row of every producer block: the partial's last dim over its tile width
+    num = graph.ops[first].outputs[0].dims
+    assert plan.scale_dims(graph, (first, 0)) == (*num[:-1], num[-1] // plan.widths[first, 0])
     source = compile_graph(graph, check=False).source
     assert "sout0_ptr" in source and "sin1_ptr" in source and "tl.exp(r" in source
 
@@ -158,8 +161,11 @@ def test_block_level_rules():
     assert stable_exp_plan(first) is None  # stored accumulators: no carry, no plan
     plan = stable_exp_plan(first, carry=True)
     assert plan is not None and plan.carried_outputs == {0, 1}
-    assert scaled_input_plan(second, frozenset({0, 1})) is not None
-    assert scaled_input_plan(first, frozenset({0})) is None  # exp of a partial: not a sum
+    assert scaled_input_plan(second, {0: 16, 1: 1}) is not None
+    assert scaled_input_plan(second, {0: 32, 1: 1}) is not None  # half a block per tile
+    assert scaled_input_plan(first, {0: 16}) is None  # exp of a partial: not a sum
+    # a consumer tile of 16 columns over producer blocks 8 wide would straddle two blocks
+    assert scaled_input_plan(second, {0: 8, 1: 1}) is None
 
 
 # ---- accumulators that reduce after the loop ----------------------------------------------

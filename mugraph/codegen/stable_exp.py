@@ -25,15 +25,17 @@ real function, and the μGraph (what the verifier proved) is unchanged.
 **Across kernels** (split-KV attention: FlashDecoding, the paper's Fig 4b/4c forms). A first
 kernel may instead *store* such accumulators (through reshapes) as partial sums that a later
 kernel combines. Then each partial carries its row maximum with it: the producer stores the
-rescaled partial and, beside it, a float32 *scale tensor* of the same shape holding, for every
-element, the log of the factor it was scaled by (``m_final`` of its block and row); the
-partial itself is stored in float32. A consumer kernel that only sums such partials over its
-for-loop (``forloop_accum`` none or sum) and divides those sums by one another keeps, beside
-every accumulator, an elementwise running maximum ``R`` of the scales it has seen and merges
-each iteration's terms as ``acc * exp(R_old - R_new) + x * exp(s - R_new)`` (the log-sum-exp
-merge); a ratio of two such accumulators is ``a / b * exp(R_a - R_b)``. Every value then equals
-the μGraph's exactly in real arithmetic, whatever the layout of the partials, and no exp of a
-raw logit is ever formed. :func:`softmax_carry_plan` finds the producer/consumer pairs of a
+rescaled partial (in float32) and, beside it, a float32 *scale tensor*: the partial's shape
+with its last dim divided by the width ``w`` of one block's tile along it, holding for every
+row of every block the log of the factor its values were scaled by (``m_final``); element
+``[..., i]`` of the partial has scale ``[..., i // w]``. A consumer kernel that only sums such
+partials over its for-loop (``forloop_accum`` none or sum), reading tiles that never straddle
+two producer blocks (its tile width divides ``w``), and divides those sums by one another keeps
+beside every accumulator a running maximum ``R`` of the scales it has seen, per row, and
+merges each iteration's terms as ``acc * exp(R_old - R_new) + x * exp(s - R_new)`` (the
+log-sum-exp merge); a ratio of two such accumulators is ``a / b * exp(R_a - R_b)``. Every
+value then equals the μGraph's exactly in real arithmetic and no exp of a raw logit is ever
+formed. :func:`softmax_carry_plan` finds the producer/consumer pairs of a
 kernel graph for which every rule holds; any other use of a partial (a program output, a
 PyTorch operator, a consumer of another shape) leaves that producer's exp as it is.
 """
@@ -132,13 +134,18 @@ def _uses_after_loop(block, users, accumulators: set[int], carry: bool) -> set[i
                 if op.kind is OpKind.DIV and producer == acc:
                     if any(r.op not in accumulators for r in op.inputs):
                         return None
-                elif carry and op.kind is OpKind.RESHAPE:
+                elif carry and op.kind is OpKind.RESHAPE and _keeps_last_dim(block, op):
                     todo.append(consumer)
                 elif carry and op.kind is OpKind.BLOCK_OUTPUT:
                     carried.add(outputs[consumer])
                 else:
                     return None
     return carried
+
+
+def _keeps_last_dim(block: BlockGraph, op: Op) -> bool:
+    """A reshape that only regroups the rows of a tile (its row maxima reshape with it)."""
+    return block.tensor_type(op.inputs[0]).dims[-1] == op.outputs[0].dims[-1]
 
 
 # ---- across kernels -------------------------------------------------------------------------
@@ -150,25 +157,33 @@ MERGED_ACCUMULATORS = frozenset({AccumKind.NONE, AccumKind.SUM})
 
 @dataclass(frozen=True)
 class ScaledInputs:
-    """A consumer kernel's side of the carry: its block inputs (by kernel-input index) that
-    arrive rescaled with a scale tensor, and the accumulators merging them."""
+    """A consumer kernel's side of the carry: its block inputs (kernel-input index -> the
+    width of one producer block's tile along the last dim) that arrive rescaled with a scale
+    tensor, and the accumulators merging them."""
 
-    inputs: frozenset[int]
+    widths: dict[int, int]
     accumulators: frozenset[int]
 
+    @property
+    def inputs(self) -> frozenset[int]:
+        return frozenset(self.widths)
 
-def scaled_input_plan(block: BlockGraph, inputs: frozenset[int]) -> ScaledInputs | None:
-    """How ``block`` consumes the rescaled kernel inputs ``inputs``, or None when it does
-    anything with them but sum them over its for-loop and divide those sums by one another."""
+
+def scaled_input_plan(block: BlockGraph, widths: dict[int, int]) -> ScaledInputs | None:
+    """How ``block`` consumes the rescaled kernel inputs ``widths`` (index -> producer block
+    width), or None when it does anything with them but sum them over its for-loop (in tiles
+    within one producer block) and divide those sums by one another."""
     if stable_exp_plan(block) is not None:
         return None  # one rescaling scheme per kernel
     users = block.uses()
     accumulators: set[int] = set()
     for i, op in enumerate(block.ops):
-        if op.kind is not OpKind.BLOCK_INPUT or op.attr("index") not in inputs:
+        if op.kind is not OpKind.BLOCK_INPUT or op.attr("index") not in widths:
             continue
         if op.attr("forloop_dim") < 0 and block.forloop_range > 1:
             return None  # the same partial added in every iteration
+        if widths[op.attr("index")] % op.outputs[0].dims[-1]:
+            return None  # a tile would straddle two producer blocks: scales vary along it
         for consumer, _ in users.get(i, []):
             acc = block.ops[consumer]
             if acc.kind is not OpKind.FORLOOP_ACCUM or acc.attr("acc") not in MERGED_ACCUMULATORS:
@@ -181,31 +196,45 @@ def scaled_input_plan(block: BlockGraph, inputs: frozenset[int]) -> ScaledInputs
             op = block.ops[consumer]
             if op.kind is not OpKind.DIV or any(r.op not in accumulators for r in op.inputs):
                 return None
-    return ScaledInputs(frozenset(inputs), frozenset(accumulators))
+    return ScaledInputs(dict(widths), frozenset(accumulators))
 
 
 @dataclass(frozen=True)
 class KernelCarry:
-    """What one custom kernel does in the carry: outputs it stores rescaled (block-output
-    positions) and inputs it receives rescaled (kernel-input positions)."""
+    """What one custom kernel does in the carry: block outputs it stores rescaled (positions)
+    and kernel inputs it receives rescaled, as (position, producer block width) pairs."""
 
     carried_outputs: frozenset[int] = frozenset()
-    scaled_inputs: frozenset[int] = frozenset()
+    scaled_inputs: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def input_widths(self) -> dict[int, int]:
+        return dict(self.scaled_inputs)
 
 
 @dataclass(frozen=True)
 class CarryPlan:
     """The kernels of a graph that take part in the carry, and the kernel-level tensors
-    ((op, index) positions) stored as rescaled float32 partials with a scale tensor."""
+    ((op, index) positions) stored as rescaled float32 partials with a scale tensor, each
+    with the width of one producer block's tile along its last dim."""
 
     kernels: dict[int, KernelCarry]
-    partials: frozenset[tuple[int, int]]
+    widths: dict[tuple[int, int], int]
+
+    @property
+    def partials(self) -> frozenset[tuple[int, int]]:
+        return frozenset(self.widths)
 
     def of(self, op_index: int) -> KernelCarry:
         return self.kernels.get(op_index, KernelCarry())
 
+    def scale_dims(self, graph, key: tuple[int, int]) -> tuple[int, ...]:
+        """The dims of the scale tensor of partial ``key``: its last dim per producer block."""
+        dims = graph.ops[key[0]].outputs[key[1]].dims
+        return (*dims[:-1], dims[-1] // self.widths[key])
 
-NO_CARRY = CarryPlan({}, frozenset())
+
+NO_CARRY = CarryPlan({}, {})
 
 
 def softmax_carry_plan(graph) -> CarryPlan:
@@ -213,35 +242,38 @@ def softmax_carry_plan(graph) -> CarryPlan:
     their row maxima (see the module docstring); an empty plan when there are none."""
     blocks = {i: op.attr("graph") for i, op in enumerate(graph.ops)
               if op.kind is OpKind.CUSTOMIZED}
-    producers = {}
+    producers: dict[int, dict[int, int]] = {}  # op -> {block output j: its tile width}
     for i, block in blocks.items():
         plan = stable_exp_plan(block, carry=True)
         if plan is not None and plan.carried_outputs:
-            producers[i] = plan.carried_outputs
+            outs = block.output_ops
+            producers[i] = {j: block.tensor_type(outs[j].inputs[0]).dims[-1]
+                            for j in plan.carried_outputs}
     uses = _kernel_uses(graph)
     program_outputs = {(r.op, r.index) for r in graph.outputs}
     while producers:
-        wanted: dict[int, set[int]] = {}  # consumer -> its rescaled kernel inputs
+        wanted: dict[int, dict[int, int]] = {}  # consumer -> {kernel input k: width}
         bad = set()
         for i, outputs in producers.items():
-            for j in outputs:
+            for j, width in outputs.items():
                 if (i, j) in program_outputs:
                     bad.add(i)
                 for consumer, position in uses.get((i, j), []):
                     if consumer not in blocks or consumer in producers:
                         bad.add(i)
-                    wanted.setdefault(consumer, set()).add(position)
+                    wanted.setdefault(consumer, {})[position] = width
         for consumer, positions in wanted.items():
             if consumer in blocks and consumer not in producers:
-                if scaled_input_plan(blocks[consumer], frozenset(positions)) is None:
+                if scaled_input_plan(blocks[consumer], positions) is None:
                     bad |= {r.op for k, r in enumerate(graph.ops[consumer].inputs)
                             if k in positions}
         if not bad:
-            kernels = {i: KernelCarry(carried_outputs=frozenset(js)) for i, js in producers.items()}
+            kernels = {i: KernelCarry(carried_outputs=frozenset(js))
+                       for i, js in producers.items()}
             for consumer, positions in wanted.items():
-                kernels[consumer] = KernelCarry(scaled_inputs=frozenset(positions))
-            partials = frozenset((i, j) for i, js in producers.items() for j in js)
-            return CarryPlan(kernels, partials)
+                kernels[consumer] = KernelCarry(scaled_inputs=tuple(sorted(positions.items())))
+            widths = {(i, j): w for i, js in producers.items() for j, w in js.items()}
+            return CarryPlan(kernels, widths)
         producers = {i: js for i, js in producers.items() if i not in bad}
     return NO_CARRY
 

@@ -177,7 +177,8 @@ class KernelEmitter:
         if carry.carried_outputs and (self.stable is None
                                       or self.stable.carried_outputs != carry.carried_outputs):
             raise UnsupportedError(f"{label}: the softmax carry plan does not fit this kernel")
-        self.scaled = scaled_input_plan(block, carry.scaled_inputs) if carry.scaled_inputs else None
+        self.scaled = (scaled_input_plan(block, carry.input_widths) if carry.scaled_inputs
+                       else None)
         if carry.scaled_inputs and self.scaled is None:
             raise UnsupportedError(f"{label}: the softmax carry plan does not fit this kernel")
         self.scales: dict[int, Val] = {}  # op position -> the log-scale tile of its value
@@ -323,14 +324,36 @@ def _emit_input(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
     pad = em.pad(ref)
     expr = em.load_input(op, pad)
     if em.scaled is not None and op.attr("index") in em.scaled.inputs:
-        # a rescaled partial (stored in float32) and, at the same offsets, its log-scales
-        scale = em.load_input(op, pad).replace(f"in{op.attr('index')}_ptr",
-                                               f"sin{op.attr('index')}_ptr", 1)
-        em.scales[ref.op] = em.assign(sec, f"s{ref.op}", scale, em.dims(ref), pad, zero_pad=True)
+        # a rescaled partial (stored in float32) and the log-scales of its rows
+        em.scales[ref.op] = _load_scales(em, op, ref, sec)
         return em.assign(sec, f"b{ref.op}", expr, em.dims(ref), pad, native="tl.float32",
                          zero_pad=True)
     native = TL_DTYPE[em.dtype(ref)]
     return em.assign(sec, f"b{ref.op}", expr, em.dims(ref), pad, native=native, zero_pad=True)
+
+
+def _load_scales(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
+    """The scales of a rescaled input's tile, one per row: element ``[..., i]`` of the
+    partial has scale ``[..., i // w]`` (``w``: the producer's block width), and the tile
+    lies within one producer block (its width divides ``w``)."""
+    i = op.attr("index")
+    width = em.scaled.widths[i]
+    dtensor: TensorType = op.attr("dtensor")
+    dims, pad = em.dims(ref), em.pad(ref)
+    imap, fdim = op.attr("imap"), op.attr("forloop_dim")
+    rows, row_pad = (*dims[:-1], 1), (*pad[:-1], 1)
+    last = len(dims) - 1
+    if dims[-1] == width:  # a whole producer block per tile: offsets in units of blocks
+        base = em.base_terms((*dtensor.dims[:-1], dtensor.dims[-1] // width), rows, imap, fdim)
+    else:
+        base = em.base_terms(dtensor.dims, dims, imap, fdim)
+        if base[last]:
+            base[last] = [f"({' + '.join(base[last])}) // {width}"]
+    strides = [f"sin{i}_s{d}" for d in range(len(dims))]
+    offs = tiles.offsets(row_pad, strides, base, None, em.options.index64)
+    mask = tiles.valid_mask(rows, row_pad)
+    expr = f"tl.load(sin{i}_ptr + {offs}" + (f", mask={mask}, other=0.0)" if mask else ")")
+    return em.assign(sec, f"s{ref.op}", expr, rows, row_pad, zero_pad=True)
 
 
 def _emit_elementwise(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
@@ -769,7 +792,7 @@ def _emit_forloop_accum(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -
     x = em.get(op.inputs[0], LOOP)
     if em.scaled is not None and ref.op in em.scaled.accumulators:
         return _merged_accum(em, op, ref, acc, x)
-    if _defers_reduction(em, acc, x):
+    if _defers_reduction(em, acc, x) and not _rescaled(em, ref):
         name, total = _deferred_accum(em, op, ref, acc, x)
     else:
         name = total = _acc_init(em, ref, "0.0")
@@ -785,10 +808,16 @@ def _emit_forloop_accum(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -
     return Val(total, dims, pad, zero_pad=zp, sec=POST)
 
 
+def _rescaled(em: KernelEmitter, ref: TensorRef) -> bool:
+    """Whether an accumulator is rescaled by the stable exp every iteration (its reduction
+    then stays in the loop: on an H100 a whole-tile accumulator made attention slower)."""
+    return em.stable is not None and ref.op in em.stable.accumulators
+
+
 def _accumulate(em: KernelEmitter, ref: TensorRef, name: str, term: str) -> None:
     """``name += term`` in the loop, or, for an accumulator of the stable exp's rows, the
     online-softmax update ``name = name * alpha + term``."""
-    if em.stable is not None and ref.op in em.stable.accumulators:
+    if _rescaled(em, ref):
         em.emit(LOOP, f"{name} = {name} * {em.row_max[1]} + {term}")
     else:
         em.emit(LOOP, f"{name} += {term}")
@@ -817,30 +846,20 @@ def _deferred_accum(em: KernelEmitter, op: Op, ref: TensorRef, acc: AccumKind, x
 
 def _merged_accum(em: KernelEmitter, op: Op, ref: TensorRef, acc: AccumKind, x: Val) -> Val:
     """A sum of rescaled partials with the log-sum-exp merge: ``R`` is the running maximum
-    of the scales seen (elementwise), the accumulator holds its true value times exp(-R)."""
+    of the row scales seen, the accumulator holds its true value times exp(-R)."""
     x = em.f32(em.zero_pads(x, LOOP), LOOP)
     s = em.scales[op.inputs[0].op]
     dims, pad = em.dims(ref), em.pad(ref)
     name = _acc_init(em, ref, "0.0")
+    row_pad = (*pad[:-1], 1)
     r = em.fresh(f"r{ref.op}")
-    em.emit(PRE, f"{r} = tl.full({list(pad)}, float('-inf'), tl.float32)")
-    if acc is AccumKind.SUM:  # this iteration's terms brought to their own row maximum first
-        last = len(x.pad) - 1
-        mask = tiles.valid_mask(x.dims, x.pad, only=[last])
-        src = f"tl.where({mask}, {s.name}, float('-inf'))" if mask else s.name
-        top = em.fresh(f"m{ref.op}")
-        em.emit(LOOP, f"{top} = tl.expand_dims(tl.max({src}, axis={last}), {last})")
-        term = em.fresh(f"t{ref.op}")
-        em.emit(LOOP, f"{term} = tl.expand_dims(tl.sum({x.name} * tl.exp({s.name} - {top}), "
-                      f"axis={last}), {last})")
-        s_name, term_name = top, term
-    else:
-        s_name, term_name = s.name, x.name
+    em.emit(PRE, f"{r} = tl.full({list(row_pad)}, float('-inf'), tl.float32)")
+    term = _reduce_last(em, op, ref, x, acc, LOOP)  # the row scale is constant along it
     new = em.fresh(f"r{ref.op}n")
-    em.emit(LOOP, f"{new} = tl.maximum({r}, {s_name})")
-    em.emit(LOOP, f"{name} = {name} * tl.exp({r} - {new}) + {term_name} * tl.exp({s_name} - {new})")
+    em.emit(LOOP, f"{new} = tl.maximum({r}, {s.name})")
+    em.emit(LOOP, f"{name} = {name} * tl.exp({r} - {new}) + ({term}) * tl.exp({s.name} - {new})")
     em.loop_tail.append(f"{r} = {new}")
-    em.scales[ref.op] = Val(r, dims, pad, sec=POST)
+    em.scales[ref.op] = Val(r, (*dims[:-1], 1), row_pad, sec=POST)
     return Val(name, dims, pad, zero_pad=True, sec=POST)
 
 
@@ -905,22 +924,28 @@ def _emit_store(em: KernelEmitter, op: Op, j: int) -> None:
     mask = tiles.valid_mask(val.dims, val.pad)
     em.emit(sec, _store_text(f"out{j}_ptr + {offs}", value, mask))
     if j in em.carry.carried_outputs:
-        em.emit(sec, _store_text(f"sout{j}_ptr + {offs}", _scale_tile(em, ref, sec), mask))
+        _store_scales(em, op, j, ref, sec, out_dims, val)
 
 
-def _scale_tile(em: KernelEmitter, ref: TensorRef, sec: Phase) -> str:
-    """The log-scale of each element of a stored rescaled accumulator (reached from ``ref``
-    back through reshapes): the final running row maximum, broadcast over the accumulator's
-    tile and reshaped as the value was."""
+def _store_scales(em: KernelEmitter, op: Op, j: int, ref: TensorRef, sec: Phase, out_dims,
+                  val: Val) -> None:
+    """Store the row maxima of a rescaled accumulator (reached from ``ref`` back through
+    reshapes that keep the last dim) into the scale tensor of output ``j``: one value per row
+    of this block, at index ``[..., block's offset // width]``."""
     chain = []
     while em.block.ops[ref.op].kind is OpKind.RESHAPE:
         chain.append(ref)
         ref = em.block.ops[ref.op].inputs[0]
-    acc = em.get(ref, sec)
-    expr = f"tl.broadcast_to({em.row_max[0]}, {list(acc.pad)})"
+    expr = em.row_max[0]  # the final running row maximum: the accumulator's rows, then 1
     for step in reversed(chain):
-        expr = f"tl.reshape({expr}, {list(em.pad(step))})"
-    return expr
+        expr = f"tl.reshape({expr}, {[*em.pad(step)[:-1], 1]})"
+    width = val.dims[-1]
+    rows, row_pad = (*val.dims[:-1], 1), (*val.pad[:-1], 1)
+    scale_dims = (*out_dims[:-1], out_dims[-1] // width)
+    base = em.base_terms(scale_dims, rows, op.attr("omap"), op.attr("forloop_dim"))
+    strides = [f"sout{j}_s{d}" for d in range(len(rows))]
+    offs = tiles.offsets(row_pad, strides, base, None, em.options.index64)
+    em.emit(sec, _store_text(f"sout{j}_ptr + {offs}", expr, tiles.valid_mask(rows, row_pad)))
 
 
 def _signature(block: BlockGraph, scratch: bool, carry: KernelCarry) -> list[str]:
@@ -932,8 +957,13 @@ def _signature(block: BlockGraph, scratch: bool, carry: KernelCarry) -> list[str
     for j, op in enumerate(block.output_ops):
         args.append(f"out{j}_ptr")
         args += [f"out{j}_s{d}" for d in range(len(block.tensor_type(op.inputs[0]).dims))]
-    args += [f"sin{i}_ptr" for i in sorted(carry.scaled_inputs)]  # strides: their values'
-    args += [f"sout{j}_ptr" for j in sorted(carry.carried_outputs)]
+    ranks = {op.attr("index"): len(op.outputs[0].dims) for op in block.input_ops}
+    for i in sorted(carry.input_widths):
+        args += [f"sin{i}_ptr"] + [f"sin{i}_s{d}" for d in range(ranks[i])]
+    outs = block.output_ops
+    for j in sorted(carry.carried_outputs):
+        rank = len(block.tensor_type(outs[j].inputs[0]).dims)
+        args += [f"sout{j}_ptr"] + [f"sout{j}_s{d}" for d in range(rank)]
     if scratch:
         args.append("scratch_ptr")
     return args
@@ -1014,6 +1044,6 @@ def generate_kernel(
         output_ranks=tuple(len(block.tensor_type(op.inputs[0]).dims) for op in block.output_ops),
         scratch_per_block=em.scratch_used,
         label=label,
-        scaled_inputs=tuple(sorted(carry.scaled_inputs)),
+        scaled_inputs=tuple(sorted(carry.input_widths)),
         carried_outputs=tuple(sorted(carry.carried_outputs)),
     )

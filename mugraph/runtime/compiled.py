@@ -36,7 +36,7 @@ from mugraph.dtypes import DType
 from mugraph.errors import GraphInputError, UnsupportedError
 from mugraph.ir.graph import BlockGraph, Op
 from mugraph.ir.ops import OpKind
-from mugraph.ir.tensor import TensorType
+from mugraph.ir.tensor import TensorType, contiguous_strides
 from mugraph.runtime.call import check_inputs
 
 _INT32_SPAN = 2**31 - 1
@@ -220,14 +220,13 @@ class KernelStep:
         self, inputs: list[Any], outputs: list[Any], scratch: Any, sides: Sequence[Any] = ()
     ) -> tuple[list, bool]:
         """The kernel's argument list for these tensors (``sides``: the scale tensors of the
-        softmax carry, laid out as their values), and whether it needs 64-bit indices."""
+        softmax carry), and whether it needs 64-bit indices."""
         tensors = [*inputs, *outputs, *sides] + ([scratch] if scratch is not None else [])
         index64 = any(_span(t) > _INT32_SPAN for t in tensors)
         args: list[Any] = []
-        for t in [*inputs, *outputs]:
+        for t in [*inputs, *outputs, *sides]:
             args.append(t)
             args.extend(int(s) for s in t.stride())
-        args.extend(sides)
         if scratch is not None:
             args.append(scratch)
         return args, index64
@@ -419,8 +418,9 @@ class CompiledProgram:
             return t
         import torch
 
-        scale = self._devices[str(t.device)].scales[key]
-        return t.double() * torch.exp(scale.double())
+        scale = self._devices[str(t.device)].scales[key].double()
+        width = self.carry.widths[key]  # element [..., i] has scale [..., i // width]
+        return t.double() * torch.exp(scale.repeat_interleave(width, dim=-1))
 
     def _build_plan(self) -> None:
         """What each call needs, computed once: the op list, expected inputs, buffers."""
@@ -501,15 +501,16 @@ class CompiledProgram:
 
     def _scale_buffers(self, step: KernelStep, state: _DeviceState) -> list[Any]:
         """The scale tensors of the softmax carry the kernel reads (its rescaled inputs') and
-        writes (its rescaled outputs'), in argument order: float32, laid out as the values."""
-        keys = [(r.op, r.index) for k, r in enumerate(step.op.inputs)
-                if k in step.carry.scaled_inputs]
+        writes (its rescaled outputs'), in argument order (float32, contiguous)."""
+        widths = step.carry.input_widths
+        keys = [(r.op, r.index) for k, r in enumerate(step.op.inputs) if k in widths]
         keys += [(step.op_index, j) for j in sorted(step.carry.carried_outputs)]
         sides = []
         for key in keys:
             buf = state.scales.get(key)
             if buf is None:
-                t = replace(self.graph.ops[key[0]].outputs[key[1]], dtype=DType.float32)
+                dims = self.carry.scale_dims(self.graph, key)
+                t = TensorType(dims, DType.float32, contiguous_strides(dims))
                 buf = state.scales[key] = _empty(t, state.device)
             sides.append(buf)
         return sides
