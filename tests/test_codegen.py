@@ -527,6 +527,30 @@ def test_generated_source_structure(tmp_path):
     assert paths[0].read_text() == prog.kernels[0].source
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU runs the kernels")
+def test_compile_without_a_gpu_or_the_interpreter_exports_source(tmp_path, monkeypatch):
+    """Exporting Triton source needs no GPU; running it on CPU tensors says what to set."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    g = _rmsnorm_linear()
+    prog = mugraph.compile(g)  # the default check cannot run here: it is not an error
+    assert prog.source.count("@triton.jit") == 1 and not prog.options.interpret
+    assert [p.name for p in prog.save_codes(tmp_path)] == ["mg_k2.py"]
+    assert [k.name for k in prog.kernels] == ["mg_k2"] and prog.launch_configs
+    x, w = torch.randn(8, 64).half(), torch.randn(64, 32).half()
+    with pytest.raises(GraphInputError, match=r"got tensors on cpu\. To run the kernels on CPU "
+                       r"tensors, use Triton's interpreter: set TRITON_INTERPRET=1 .* before "
+                       r"Python imports triton"):
+        prog(inputs=[x, w])
+    with pytest.raises(UnsupportedError, match=r"check=True.*needs a CUDA GPU or Triton's "
+                       r"interpreter.*TRITON_INTERPRET=1"):
+        mugraph.compile(g, check=True)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # set later: this program stays source only
+    with pytest.raises(GraphInputError, match=r"made without Triton's interpreter.*compile it "
+                       r"again"):
+        prog(inputs=[x, w])
+    assert mugraph.compile(g) is not prog  # compiled again: for the interpreter
+
+
 def test_compile_cache_check_and_inputs():
     g = _rmsnorm_linear()
     prog = compile_graph(g, check=True)
