@@ -31,12 +31,16 @@ def program():
 """
 
 
-def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None,
+def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str | None] | None = None,
             timeout: float = 120) -> subprocess.CompletedProcess:
     """``python -m mugraph.cli ARGS`` in a fresh process."""
     environ = dict(os.environ)
     environ["PYTHONPATH"] = str(ROOT) + os.pathsep + environ.get("PYTHONPATH", "")
-    environ.update(env or {})
+    for name, value in (env or {}).items():  # None: unset
+        if value is None:
+            environ.pop(name, None)
+        else:
+            environ[name] = value
     return subprocess.run(
         [sys.executable, "-m", "mugraph.cli", *args], cwd=cwd or ROOT, env=environ,
         capture_output=True, text=True, timeout=timeout,
@@ -131,8 +135,10 @@ def test_version_and_missing_command(capsys):
 def test_optimize_writes_the_best_graph(tmp_path):
     program = write(tmp_path / "tiny_rms.py", TINY_PROGRAM)
     out = tmp_path / "out"
+    # without TRITON_INTERPRET (and here without a GPU): the Triton source is written all the same
     done = run_cli("optimize", str(program), "--time-limit", "20", "--max-custom-kernels", "1",
-                   "--workers", "2", "--out", str(out), cwd=tmp_path)
+                   "--workers", "2", "--out", str(out), cwd=tmp_path,
+                   env={"TRITON_INTERPRET": None})
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     stdout = done.stdout
@@ -154,6 +160,7 @@ def test_optimize_writes_the_best_graph(tmp_path):
     assert all({"hash", "cost_seconds", "verification"} <= set(c) for c in search["candidates"])
     kernels = list((out / "kernels").glob("*.py"))
     assert kernels and "@triton.jit" in kernels[0].read_text()
+    assert not (out / "kernels" / "ERROR.txt").exists()
     ET.fromstring((out / "best.svg").read_text())
     assert "<svg" in (out / "best.html").read_text()
 
@@ -210,6 +217,49 @@ def test_optimize_errors_are_one_line(capsys, tmp_path, source, fragments):
     code, out, err = call(capsys, "optimize", str(path), "--no-progress")
     assert code == 2
     assert_one_error_line(err, *fragments)
+
+
+def test_kernels_are_written_without_a_gpu_or_the_interpreter(tmp_path, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    w = WORKLOADS["rmsnorm_linear"]
+    note = cli._write_kernels(tmp_path / "kernels", w.optimized(w.small))
+    assert note == "kernels/ (1 file)"
+    (kernel,) = (tmp_path / "kernels").iterdir()
+    assert kernel.suffix == ".py" and "@triton.jit" in kernel.read_text()
+
+
+@pytest.fixture
+def no_search(monkeypatch):
+    """The search must not start: it fails the test if it does."""
+    def fail(*args, **kwargs):
+        raise AssertionError("the search ran")
+
+    monkeypatch.setattr(cli, "_run_search", fail)
+
+
+@pytest.mark.parametrize("where, fragment", [
+    ("a_file", "is a file, not a folder"),
+    ("a_file/sub", "is not writable (Not a directory)"),
+])
+def test_an_unwritable_out_fails_before_the_search(capsys, tmp_path, no_search, where,
+                                                  fragment):
+    program = write(tmp_path / "p.py", TINY_PROGRAM)
+    (tmp_path / "a_file").write_text("not a folder")
+    out = tmp_path / where
+    code, stdout, err = call(capsys, "optimize", str(program), "--out", str(out),
+                             "--no-progress", "--time-limit", "30")
+    assert code == 2
+    assert_one_error_line(err, f"--out {out} {fragment}", "nothing was searched")
+    assert "search:" not in stdout
+
+
+def test_a_writable_out_is_probed_without_a_trace(tmp_path):
+    out = tmp_path / "new" / "deeper"
+    cli.check_writable_folder(out, "--out")
+    assert list(tmp_path.iterdir()) == []  # the folders the probe made are gone
+    out.mkdir(parents=True)
+    cli.check_writable_folder(out, "--out")
+    assert list(out.iterdir()) == []
 
 
 def test_debug_reraises(capsys, tmp_path):
@@ -330,10 +380,6 @@ def test_verify_errors(capsys, graphs, tmp_path):
     code, _, err = call(capsys, "verify", str(graphs["rms"]), str(bad))
     assert code == 2
     assert_one_error_line(err, "not JSON")
-    code, _, err = call(capsys, "verify", str(graphs["rms"]), str(graphs["rms_naive"]),
-                        "--delta", "2")
-    assert code == 2
-    assert_one_error_line(err, "delta")
 
 
 def test_verify_exit_codes_in_a_fresh_process(graphs):
@@ -361,6 +407,23 @@ def test_cache_ls_and_clear(capsys, tmp_path, monkeypatch, graphs):
     assert code == 0 and "removed 1 entry" in out
     code, out, _ = call(capsys, "cache", "ls", "--dir", str(folder))
     assert "is empty" in out
+
+
+@pytest.mark.parametrize("action", ["ls", "clear"])
+def test_cache_on_a_regular_file_is_an_error(capsys, tmp_path, action):
+    path = tmp_path / "notes.txt"
+    path.write_text("not a cache")
+    code, out, err = call(capsys, "cache", action, "--dir", str(path))
+    assert code == 2 and "empty" not in out
+    assert_one_error_line(err, "the result cache path is not a folder", str(path))
+    assert path.read_text() == "not a cache"
+
+
+def test_cache_ls_says_why_an_entry_is_invalid(capsys, tmp_path):
+    (tmp_path / "0123.json").write_text('{"hello": "world"}')
+    code, out, _ = call(capsys, "cache", "ls", "--dir", str(tmp_path))
+    assert code == 0
+    assert "invalid: foreign file: not a mugraph cache entry" in out
 
 
 def test_cache_entries_as_objects(capsys, monkeypatch):
