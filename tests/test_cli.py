@@ -465,3 +465,19 @@ def test_bundled_examples_define_programs(name):
     assert isinstance(graph, mugraph.KernelGraph)
     graph.check()
     assert isinstance(options, dict)
+
+
+def test_readme_set_up_commands_and_cpu_notes():
+    """The README's test command is the one CI runs; it says how to run kernels on the CPU and
+    does not promise that a plain pip keeps PyTorch's CPU build."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
+    blocks = readme.split("```bash\n")[1:3]
+    commands = [block.split("\n```")[0].strip() for block in blocks]
+    assert commands[1] == ci
+    assert commands[0].startswith("pip install torch==2.13.0 && pip install -e . && mugraph "
+                                  "optimize examples/programs/rmsnorm_linear.py")
+    assert (ROOT / "examples" / "programs" / "rmsnorm_linear.py").is_file()
+    assert "keeps PyTorch's CPU build" not in readme
+    assert "TRITON_INTERPRET=1 python" in " ".join(readme.split())
+    assert "before Python imports triton" in " ".join(readme.split())
