@@ -257,7 +257,6 @@ class ResultCache:
         """The entry's μGraph, re-verified against ``program`` (the program when unimproved)."""
         if not entry.get("improved"):
             return program
-        from mugraph.errors import MugraphError
         from mugraph.ir.serialize import from_json
         from mugraph.search.verify import verify
 
@@ -267,8 +266,9 @@ class ResultCache:
             if memo in self._verified:
                 return best
             check = verify(best, program, max_rounds=self.verify_rounds)
-        except (MugraphError, KeyError, TypeError, ValueError) as error:
-            raise CacheEntryError(f"the stored μGraph does not load or verify ({error})") from None
+        except Exception as error:  # noqa: BLE001 - whatever fails, the entry is not trusted
+            reason = f"{type(error).__name__}: {error}"
+            raise CacheEntryError(f"the stored μGraph does not load or verify ({reason})") from None
         if not check.passed:
             raise CacheEntryError(f"the stored μGraph fails re-verification ({check})")
         best.verification = check

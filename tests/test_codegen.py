@@ -7,6 +7,7 @@ Every graph is compiled, run on random inputs and compared with the reference se
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import warnings
 
@@ -785,3 +786,23 @@ def test_default_launch_uses_two_warps_for_a_wide_chained_dot():
     with pytest.warns(UserWarning, match="num_warps=8 lowered to 2"):
         program = compile_graph(wide, num_warps=8, check=False)
     assert program.launch_configs[4].num_warps == 2
+
+
+def test_a_damaged_cached_kernel_file_is_reported_and_written_again(tmp_path, monkeypatch):
+    from mugraph.codegen import loader
+
+    monkeypatch.setenv("MUGRAPH_CACHE_DIR", str(tmp_path))
+    source = compile_graph(_rmsnorm_linear(), check=False, cache=False).kernels[0].source
+    source += f"# {tmp_path.name}\n"  # a text no earlier test loaded
+    path = loader.cache_dir() / f"mg_k2_{loader.source_digest(source)}.py"
+    path.write_bytes(b"\xff\xfe garbage, not the kernel")
+    with pytest.warns(UserWarning, match=rf"cached kernel source {re.escape(str(path))} is "
+                      r"damaged \(it cannot be read"):
+        kernel = loader.load_kernel("mg_k2", source)
+    assert path.read_text() == source and kernel is not None
+    path.write_text(source.replace("tl.sqrt", "tl.exp"))  # valid text, but not this kernel's
+    monkeypatch.setattr(loader, "_MODULES", {})
+    with pytest.warns(UserWarning, match="does not match its name's digest"):
+        loader.load_kernel("mg_k2", source)
+    assert path.read_text() == source
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary files left
