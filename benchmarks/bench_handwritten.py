@@ -1,6 +1,6 @@
 """Time each hand-written μGraph of ``mugraph.library`` beside PyTorch eager and torch.compile.
 
-On a GPU, for every workload at its suite shapes (``shared/benchmarks.md``, b=1) and the
+On a GPU, for every workload at its suite shapes (``benchmarks/SUITE.md``, b=1) and the
 library's extra shape sets: the median time with the L2 cache flushed between runs (CUDA
 events) of PyTorch eager (the naive program), ``torch.compile`` of it (default mode) and the
 μGraph, compiled and tuned (``mugraph.optimize.optimize_graphs``: the library's tile sizes and

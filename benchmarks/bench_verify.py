@@ -1,7 +1,7 @@
 """Time the probabilistic equivalence verifier on every library μGraph (CPU only).
 
 For each workload of ``mugraph.library`` at its ``small`` and ``suite`` sizes, and at the
-group-A shapes of ``shared/benchmarks.md`` that the library implements (gqa / mha / mqa with
+group-A shapes of ``benchmarks/SUITE.md`` that the library implements (gqa / mha / mqa with
 the FlashDecoding μGraph, rmsnorm_linear, gated_mlp and lora, at both batch factors): the best
 of a few runs of one verification round's parts, in milliseconds, under the same settings as
 ``verify`` (:func:`~mugraph.semantics.field_arith.parallel_evaluation`, zero Z_q components for
@@ -47,7 +47,7 @@ def _attention(h: int, s: int) -> dict[str, int]:
             "s_parts": 4 if s % 4 == 0 and s >= 64 else 1}
 
 
-# Group A of shared/benchmarks.md, as library sizes: (row, workload, sizes).
+# Group A of benchmarks/SUITE.md, as library sizes: (row, workload, sizes).
 GROUP_A: list[tuple[str, str, dict[str, int]]] = [
     ("gqa b1", "attention_flashdecoding", _attention(2, 256)),
     ("gqa b8", "attention_flashdecoding", _attention(16, 256)),

@@ -1,4 +1,4 @@
-"""Run the benchmark suite (``shared/benchmarks.md``): every row's baselines and mugraph's
+"""Run the benchmark suite (``benchmarks/SUITE.md``): every row's baselines and mugraph's
 μGraph, side by side, in one process.
 
     python -m benchmarks.run [NAMES...|--all] [--group A|B] [--reps N] [--budget S]

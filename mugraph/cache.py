@@ -24,6 +24,7 @@ short by its budget is only reused by requests with the same or a smaller budget
 from __future__ import annotations
 
 import enum
+import errno
 import hashlib
 import json
 import os
@@ -37,6 +38,7 @@ from typing import Any
 ENTRY_FORMAT = 1
 _SUFFIX = ".json"
 _UNKEYED_FIELDS = ("time_limit", "workers", "extra")
+TEMP_FILE_GRACE_SECONDS = 600  # clear() leaves younger temporary files to their writers
 
 
 class CacheEntryError(Exception):
@@ -232,30 +234,29 @@ class ResultCache:
                 return None
             graph = self._graph_of(entry, program, path)
         except CacheEntryError as error:
-            warnings.warn(f"mugraph cache: ignoring {path.name}: {error}", stacklevel=2)
+            warnings.warn(
+                f"mugraph cache: ignoring the entry {path}: {error}; it is treated as a miss "
+                "(a new search result replaces it)",
+                stacklevel=2,
+            )
             return None
         graph.cache_entry = _metadata(entry, path)
         return graph
 
     def _read(self, path: Path, key: dict) -> dict:
         """Parse and check one entry file; raise CacheEntryError when it is not usable."""
-        try:
-            entry = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise CacheEntryError(f"unreadable or truncated ({error})") from None
-        if not isinstance(entry, dict) or entry.get("format") != ENTRY_FORMAT:
-            raise CacheEntryError("not a mugraph cache entry of this format")
-        if entry.get("checksum") != _checksum(entry):
-            raise CacheEntryError("checksum mismatch (the file is corrupted)")
+        entry = _load_entry(path)
         if entry.get("key") != key:
-            raise CacheEntryError(f"stale entry: its key {entry.get('key')} is not {key}")
+            raise CacheEntryError(
+                f"stale or foreign entry: its key {entry.get('key')} is not the key it is "
+                f"stored under, {key}"
+            )
         return entry
 
     def _graph_of(self, entry: dict, program, path: Path):
         """The entry's μGraph, re-verified against ``program`` (the program when unimproved)."""
         if not entry.get("improved"):
             return program
-        from mugraph.errors import MugraphError
         from mugraph.ir.serialize import from_json
         from mugraph.search.verify import verify
 
@@ -265,8 +266,9 @@ class ResultCache:
             if memo in self._verified:
                 return best
             check = verify(best, program, max_rounds=self.verify_rounds)
-        except (MugraphError, KeyError, TypeError, ValueError) as error:
-            raise CacheEntryError(f"the stored μGraph does not load or verify ({error})") from None
+        except Exception as error:  # noqa: BLE001 - whatever fails, the entry is not trusted
+            reason = f"{type(error).__name__}: {error}"
+            raise CacheEntryError(f"the stored μGraph does not load or verify ({reason})") from None
         if not check.passed:
             raise CacheEntryError(f"the stored μGraph fails re-verification ({check})")
         best.verification = check
@@ -306,29 +308,99 @@ class ResultCache:
 
     # ---- housekeeping ------------------------------------------------------------------------
 
+    def _check_folder(self) -> bool:
+        """Whether the cache folder exists; raises NotADirectoryError when its path is
+        something else (a regular file)."""
+        if self.path.exists() and not self.path.is_dir():
+            raise NotADirectoryError(
+                errno.ENOTDIR, "the result cache path is not a folder", str(self.path)
+            )
+        return self.path.is_dir()
+
     def entries(self) -> list[dict]:
         """One dict per entry file: key, path, size, created, program hash, validity."""
-        if not self.path.is_dir():
+        if not self._check_folder():
             return []
         out = []
         for path in self._entry_files():
-            out.append(_describe(path))
+            info = _describe(path)
+            if info is not None:  # None: removed meanwhile (another process's clear)
+                out.append(info)
         return out
 
     def _entry_files(self) -> list[Path]:
         return sorted(p for p in self.path.glob(f"*{_SUFFIX}") if not p.name.startswith("."))
 
     def clear(self) -> int:
-        """Remove every entry (and stray temporary files); return how many entries went."""
-        if not self.path.is_dir():
+        """Remove every entry (and temporary files left by writers that died; a younger one
+        belongs to a write in progress); return how many entries went."""
+        if not self._check_folder():
             return 0
         removed = 0
         for path in self._entry_files():
             path.unlink(missing_ok=True)
             removed += 1
+        stale = time.time() - TEMP_FILE_GRACE_SECONDS
         for path in self.path.glob(".tmp-*"):
-            path.unlink(missing_ok=True)
+            try:
+                if path.stat().st_mtime < stale:  # younger ones: a write in progress
+                    path.unlink(missing_ok=True)
+            except FileNotFoundError:
+                pass
         return removed
+
+
+# field -> (types it may have, what it is): the schema of an entry of ENTRY_FORMAT
+_SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
+    "format": ((int,), "the entry format"),
+    "key": ((dict,), "an object"),
+    "program_hash": ((str,), "a string"),
+    "created": ((int, float), "a number"),
+    "improved": ((bool,), "true or false"),
+    "best": ((str, type(None)), "a μGraph document (a string) or null"),
+    "verification": ((dict, type(None)), "an object or null"),
+    "search": ((dict,), "an object"),
+    "checksum": ((str,), "a string"),
+}
+_SEARCH_SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
+    "timed_out": ((bool,), "true or false"),
+    "time_limit": ((int, float, type(None)), "a number or null"),
+}
+
+
+def _load_entry(path: Path) -> dict:
+    """The entry in ``path``, checked for being whole (parses), ours (format), intact
+    (checksum) and well-formed (schema); raises CacheEntryError saying which check failed."""
+    try:
+        entry = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CacheEntryError(f"unreadable or truncated ({error})") from None
+    if not isinstance(entry, dict) or entry.get("format") != ENTRY_FORMAT:
+        raise CacheEntryError(
+            f"foreign file: not a mugraph cache entry of format {ENTRY_FORMAT}"
+        )
+    if entry.get("checksum") != _checksum(entry):
+        raise CacheEntryError("checksum mismatch (the file is corrupted)")
+    _check_schema(entry, _SCHEMA, "")
+    _check_schema(entry["search"], _SEARCH_SCHEMA, "search.", required=False)
+    if entry["improved"] != (entry["best"] is not None):
+        raise CacheEntryError("schema: 'improved' and 'best' disagree")
+    if entry["program_hash"] != entry["key"].get("program"):
+        raise CacheEntryError("schema: 'program_hash' is not the key's program hash")
+    return entry
+
+
+def _check_schema(data: dict, schema: dict, prefix: str, required: bool = True) -> None:
+    for name, (types, what) in schema.items():
+        if name not in data:
+            if required:
+                raise CacheEntryError(f"schema: the field '{prefix}{name}' is missing")
+            continue
+        value = data[name]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            raise CacheEntryError(
+                f"schema: the field '{prefix}{name}' must be {what}, got {value!r:.60}"
+            )
 
 
 def _budget_too_small(entry: dict, config) -> bool:
@@ -349,23 +421,28 @@ def _metadata(entry: dict, path: Path) -> dict:
     }
 
 
-def _describe(path: Path) -> dict:
+def _describe(path: Path) -> dict | None:
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return None
     info: dict[str, Any] = {
         "key": path.stem,
         "path": str(path),
-        "size": path.stat().st_size,
+        "size": size,
         "created": None,
         "program": None,
         "valid": False,
     }
     try:
-        entry = json.loads(path.read_text(encoding="utf-8"))
-        valid = isinstance(entry, dict) and entry.get("checksum") == _checksum(entry)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        entry = _load_entry(path)
+    except CacheEntryError as error:
+        info["problem"] = str(error)
         return info
-    if not valid:
+    key = entry["key"]
+    if path.stem != key_hash(key):
+        info["problem"] = "foreign entry: stored under the name of another key"
         return info
-    key = entry.get("key") or {}
     info.update(
         created=entry.get("created"),
         program=entry.get("program_hash"),

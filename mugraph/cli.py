@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -234,6 +235,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     program, suggested = load_program(args.program)
     name = Path(args.program).stem
     out = Path(args.out) if args.out else Path("mugraph_out") / name
+    check_writable_folder(out, "--out" if args.out else "the output folder")
     say = _printer(sys.stdout)
     say(f"mugraph: optimizing {name} ({args.program})")
     say(str(program))
@@ -259,6 +261,33 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     files = _write_outputs(out, program, best, result, report, name)
     say(f"wrote {out}/: " + ", ".join(files))
     return EXIT_OK
+
+
+def check_writable_folder(folder: Path, what: str) -> None:
+    """Raise CliError unless ``folder`` can be created (if missing) and written to: tried for
+    real with a probe file, before a search whose results would have nowhere to go. Folders
+    the probe creates are removed again."""
+    if folder.exists() and not folder.is_dir():
+        raise CliError(f"{what} {folder} is a file, not a folder; nothing was searched")
+    created: list[Path] = []
+    missing = folder
+    while not missing.exists() and missing.parent != missing:
+        created.append(missing)
+        missing = missing.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder, prefix=".mugraph-probe-"):
+            pass
+    except OSError as error:
+        reason = error.strerror or str(error)
+        raise CliError(f"{what} {folder} is not writable ({reason}); nothing was searched") \
+            from None
+    finally:
+        for path in created:  # deepest first
+            try:
+                path.rmdir()
+            except OSError:
+                break
 
 
 def _printer(stream: TextIO) -> Callable[[str], None]:
@@ -411,8 +440,8 @@ def _write_kernels(folder: Path, graph) -> str:
     if folder.exists():
         for old in folder.glob("*.py"):
             old.unlink()
-    try:
-        paths = mugraph.compile(graph).save_codes(folder)
+    try:  # the source only: checking the kernels needs a GPU (or the interpreter) and time
+        paths = mugraph.compile(graph, check=False).save_codes(folder)
     except Exception as error:  # noqa: BLE001 - the search result stays useful without them
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "ERROR.txt").write_text(f"code generation failed: {error}\n", encoding="utf-8")
@@ -563,7 +592,8 @@ def _cache_row(entry: Any, size: int) -> str:
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(created)) if created else "?"
     program = str(_field(entry, "program") or _field(entry, "program_hash") or "?")
     valid = _field(entry, "valid", True)
-    status = "invalid" if valid is False else (
+    problem = _field(entry, "problem")
+    status = (f"invalid: {problem}" if problem else "invalid") if valid is False else (
         "improved" if _field(entry, "improved") else "unimproved"
         if _field(entry, "improved") is not None else "ok")
     arch = _field(entry, "arch")
@@ -584,18 +614,30 @@ def _size(count: int) -> str:
 # ---- the parser --------------------------------------------------------------------------
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
-    return value
+def _number_type(convert: Callable[[str], Any], what: str, accept: Callable[[Any], bool]):
+    """An argparse ``type`` that converts with ``convert`` and says what the option takes
+    (``what``) when the text does not convert or the value is not accepted."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except (ValueError, OverflowError):
+            value = None
+        if value is None or not accept(value):
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return value
+
+    return parse
 
 
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
-    return value
+_positive_int = _number_type(int, "a positive integer", lambda v: v >= 1)
+_seconds = _number_type(
+    float, "a positive number of seconds (e.g. 60 or 2.5)", lambda v: 0 < v < float("inf")
+)
+_probability = _number_type(
+    float, "a probability between 0 and 1 (exclusive, e.g. 1e-9)", lambda v: 0 < v < 1
+)
+_seed = _number_type(int, "an integer seed", lambda v: True)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -629,7 +671,7 @@ def _add_optimize(sub, common) -> None:
         "(best.json, pictures, generated Triton kernels) with the search statistics.",
     )
     p.add_argument("program", metavar="PROGRAM.py", help="Python file defining program()")
-    p.add_argument("--time-limit", type=_positive_float, default=None, metavar="SECONDS",
+    p.add_argument("--time-limit", type=_seconds, default=None, metavar="SECONDS",
                    help=f"search time budget in seconds (default: {DEFAULT_TIME_LIMIT:g})")
     p.add_argument("--workers", type=_positive_int, default=None, metavar="N",
                    help="worker processes (default: all cores)")
@@ -665,11 +707,11 @@ def _add_verify(sub, common) -> None:
     )
     p.add_argument("a", metavar="A.json")
     p.add_argument("b", metavar="B.json")
-    p.add_argument("--delta", type=float, default=1e-9,
+    p.add_argument("--delta", type=_probability, default=1e-9,
                    help="target false-pass probability (default: 1e-9)")
     p.add_argument("--max-rounds", type=_positive_int, default=64, metavar="N",
                    help="most test rounds (default: 64)")
-    p.add_argument("--seed", type=int, default=None, help="random seed")
+    p.add_argument("--seed", type=_seed, default=None, help="random seed (an integer)")
     p.set_defaults(func=cmd_verify)
 
 

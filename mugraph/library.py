@@ -3,7 +3,7 @@
 They are test cases for every later step (the verifier must accept them, the search should
 find them or better, code generation must compile them) and upper bounds for the benchmarks.
 Each :class:`Workload` builds both graphs from a dict of sizes; ``small`` sizes run in
-milliseconds on the CPU, ``suite`` sizes are those of ``shared/benchmarks.md`` at b=1.
+milliseconds on the CPU, ``suite`` sizes are those of ``benchmarks/SUITE.md`` at b=1.
 """
 
 from __future__ import annotations

@@ -32,14 +32,35 @@ from benchmarks.suite.tensors import graph_counts, make_inputs, rel_error  # noq
 from mugraph.codegen.loader import interpreter_active  # noqa: E402
 
 ROW_NAMES = list(ROWS)
-SUITE_WORKLOADS = {  # shared/benchmarks.md: workload -> (group, batch factors)
-    "gqa": ("A", (1, 8)), "mha": ("A", (1, 8)), "mqa": ("A", (1, 8)),
-    "qknorm_gqa": ("A", (1, 8)), "rmsnorm_linear": ("A", (1, 8)), "gated_mlp": ("A", (1, 4)),
-    "lora": ("A", (1, 4)), "gqa_llama70b_decode": ("B", (1, 8)),
-    "gqa_llama70b_spec": ("B", (1, 8)), "mqa_falcon7b_decode": ("B", (1, 8)),
-    "lora_llama7b": ("B", (1, 16)), "gated_mlp_llama3_8b": ("B", (1, 16)),
-    "rmsnorm_linear_llama3_8b": ("B", (1, 16)), "mlp_adapter": ("B", (8, 64)),
-}
+ROOT = Path(__file__).resolve().parents[1]
+SUITE_DOC = ROOT / "benchmarks" / "SUITE.md"
+
+
+def suite_workloads() -> dict[str, tuple[str, tuple[int, ...]]]:
+    """benchmarks/SUITE.md's tables: workload -> (group, batch factors)."""
+    found: dict[str, tuple[str, tuple[int, ...]]] = {}
+    group = None
+    for line in SUITE_DOC.read_text().splitlines():
+        if line.startswith("## Group "):
+            group = line.split()[2].rstrip(":")
+        elif group and line.startswith("| ") and not line.startswith(("| name", "| ---")):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            found[cells[0]] = (group, tuple(int(b) for b in cells[-1].split(",")))
+        elif line.startswith("## "):
+            group = None
+    return found
+
+
+SUITE_WORKLOADS = suite_workloads()
+
+
+def test_the_suite_is_defined_in_the_repository():
+    assert len(SUITE_WORKLOADS) == 14
+    for path in [ROOT / "README.md", *ROOT.glob("benchmarks/**/*.py"),
+                 *ROOT.glob("benchmarks/*.md"), *ROOT.glob("mugraph/**/*.py")]:
+        assert "shared/benchmarks.md" not in path.read_text(encoding="utf-8"), path
+    assert "benchmarks/SUITE.md" in (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    assert "benchmarks/SUITE.md" in (ROOT / "benchmarks" / "run.py").read_text()
 
 
 def test_the_table_has_every_workload_at_both_batch_factors():

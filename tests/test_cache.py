@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -149,8 +150,75 @@ def test_a_stale_entry_is_ignored_with_a_warning(cache):
     entry["key"]["version"] = "0.0.1"  # written by another version, under this key's name
     entry["checksum"] = cache_mod._checksum(entry)
     path.write_text(json.dumps(entry))
-    with pytest.warns(UserWarning, match="stale"):
+    with pytest.warns(UserWarning, match="stale or foreign entry"):
         assert cache.get(program, config, arch="cpu") is None
+
+
+def rewrite(path, change):
+    """Change an entry's fields with ``change(entry)`` and give it a matching checksum: an
+    entry that is intact but wrong in what it says."""
+    entry = json.loads(path.read_text())
+    change(entry)
+    entry["checksum"] = cache_mod._checksum(entry)
+    path.write_text(json.dumps(entry))
+
+
+def expect_ignored(cache, program, config, path, problem):
+    """``get`` treats the entry as a miss, with one warning naming the file and the problem."""
+    with pytest.warns(UserWarning) as caught:
+        assert cache.get(program, config, arch="cpu") is None
+    (warning,) = [w for w in caught if "mugraph cache" in str(w.message)]
+    text = str(warning.message)
+    assert f"ignoring the entry {path}: " in text and problem in text, text
+    return text
+
+
+def test_a_foreign_file_under_an_entry_name_is_ignored(cache):
+    program, config, path = store(cache, best=fused())
+    path.write_text(json.dumps({"format": 1, "hello": "world"}))
+    expect_ignored(cache, program, config, path, "checksum mismatch")
+    path.write_text(json.dumps(["a", "list"]))
+    expect_ignored(cache, program, config, path, "foreign file: not a mugraph cache entry")
+    path.write_bytes(b"\xff\xfe\x00garbage")
+    expect_ignored(cache, program, config, path, "unreadable or truncated")
+
+
+def test_the_entry_of_another_program_is_ignored(cache):
+    other = naive(mugraph.float32)
+    _, _, other_path = store(cache, program=other, best=None)
+    program, config, path = store(cache, best=fused())
+    path.write_bytes(other_path.read_bytes())  # intact, but another key's entry
+    expect_ignored(cache, program, config, path, "stale or foreign entry")
+    assert {e["valid"] for e in cache.entries()} == {True, False}
+
+
+@pytest.mark.parametrize("change, problem", [
+    (lambda e: e.update(search=[1, 2]), "the field 'search' must be an object"),
+    (lambda e: e["search"].update(timed_out="no"), "the field 'search.timed_out' must be true"),
+    (lambda e: e.update(improved="yes"), "the field 'improved' must be true or false"),
+    (lambda e: e.update(best=5), "the field 'best' must be a μGraph document"),
+    (lambda e: e.pop("created"), "the field 'created' is missing"),
+    (lambda e: e.update(best=None), "'improved' and 'best' disagree"),
+    (lambda e: e.update(program_hash="0" * 32), "'program_hash' is not the key's program hash"),
+    (lambda e: e.update(best="{not a graph"), "the stored μGraph does not load or verify"),
+])
+def test_an_intact_entry_of_the_wrong_shape_is_ignored(cache, change, problem):
+    program, config, path = store(cache, best=fused())
+    rewrite(path, change)
+    expect_ignored(cache, program, config, path, problem)
+    (listed,) = cache.entries()  # ls reads what an entry says, it does not load its μGraph
+    assert listed["valid"] is ("μGraph does not load" in problem)
+    assert listed["valid"] or problem in listed["problem"]
+
+
+def test_an_ignored_entry_is_replaced_by_the_next_result(cache):
+    program, config, path = store(cache, best=fused())
+    text = path.read_text()
+    path.write_text(text[: len(text) // 3])
+    expect_ignored(cache, program, config, path, "truncated")
+    store(cache, program=program, best=fused())  # what a caller does after the miss
+    assert cache.get(program, config, arch="cpu") == fused()
+    assert [e["valid"] for e in cache.entries()] == [True]
 
 
 def test_a_wrong_graph_on_disk_fails_reverification(cache):
@@ -213,3 +281,82 @@ def test_a_second_process_hits_the_cache_quickly(cache):
                          env=env, timeout=120, check=True).stdout.split()
     assert out[0] == "True"
     assert float(out[1]) < 1.0
+
+
+# ---- concurrent processes on one cache ------------------------------------------------------
+
+WORKER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    import mugraph
+    from mugraph.cache import ResultCache
+    from mugraph.library import WORKLOADS
+    from mugraph.search.config import SearchConfig
+
+    folder, role, rounds, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
+    w = WORKLOADS["rmsnorm_linear"]
+    program = w.naive(w.small, mugraph.float16)
+    best = w.optimized(w.small, mugraph.float16)
+    cache = ResultCache(folder)
+    config = SearchConfig(time_limit=5.0)
+    while not go.exists():  # start together
+        time.sleep(0.005)
+    for i in range(rounds):
+        if role == "write":
+            cache.put(program, config, best if i % 2 else None, None, arch="cpu")
+        elif role == "clear":
+            cache.clear()
+        else:
+            cache.entries()
+    print("done", role)
+    """
+)
+
+
+def start_workers(folder: Path, roles: list[str], rounds: int, go: Path) -> list:
+    env = {**os.environ, "PYTHONPATH": str(Path(mugraph.__file__).parents[1])}
+    return [
+        subprocess.Popen([sys.executable, "-c", WORKER, str(folder), role, str(rounds), str(go)],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for role in roles
+    ]
+
+
+def finish(workers) -> None:
+    for worker in workers:
+        out, err = worker.communicate(timeout=120)
+        assert worker.returncode == 0 and out.startswith("done"), err
+
+
+def test_concurrent_writers_of_one_key_leave_one_valid_entry(cache, tmp_path):
+    """Three processes write the same key over and over while this one reads it: every read
+    is a whole entry (or a miss before the first write), never a warning; one entry is left."""
+    go = tmp_path / "go"
+    workers = start_workers(cache.path, ["write"] * 3, 60, go)
+    program, config = naive(), SearchConfig(time_limit=5.0)
+    go.touch()
+    reads = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a warning here is a half-written entry seen
+        while any(w.poll() is None for w in workers):
+            got = cache.get(program, config, arch="cpu")
+            assert got is None or got is program or got == fused()
+            reads += 1
+    finish(workers)
+    assert reads > 0
+    names = sorted(p.name for p in cache.path.iterdir())
+    assert len(names) == 1 and names[0].endswith(".json"), names  # no temporary files left
+    (entry,) = cache.entries()
+    assert entry["valid"] and cache.get(program, config, arch="cpu") is not None
+
+
+def test_writers_listers_and_clear_in_parallel_processes(cache, tmp_path):
+    """clear() and ls while others write: no process fails (clear leaves a write in progress
+    alone), and the cache is whole afterwards."""
+    go = tmp_path / "go"
+    workers = start_workers(cache.path, ["write", "write", "clear", "list"], 150, go)
+    go.touch()
+    finish(workers)
+    store(cache, best=fused())
+    assert [e["valid"] for e in cache.entries()] == [True]

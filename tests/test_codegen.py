@@ -7,6 +7,7 @@ Every graph is compiled, run on random inputs and compared with the reference se
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import warnings
 
@@ -527,6 +528,30 @@ def test_generated_source_structure(tmp_path):
     assert paths[0].read_text() == prog.kernels[0].source
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU runs the kernels")
+def test_compile_without_a_gpu_or_the_interpreter_exports_source(tmp_path, monkeypatch):
+    """Exporting Triton source needs no GPU; running it on CPU tensors says what to set."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    g = _rmsnorm_linear()
+    prog = mugraph.compile(g)  # the default check cannot run here: it is not an error
+    assert prog.source.count("@triton.jit") == 1 and not prog.options.interpret
+    assert [p.name for p in prog.save_codes(tmp_path)] == ["mg_k2.py"]
+    assert [k.name for k in prog.kernels] == ["mg_k2"] and prog.launch_configs
+    x, w = torch.randn(8, 64).half(), torch.randn(64, 32).half()
+    with pytest.raises(GraphInputError, match=r"got tensors on cpu\. To run the kernels on CPU "
+                       r"tensors, use Triton's interpreter: set TRITON_INTERPRET=1 .* before "
+                       r"Python imports triton"):
+        prog(inputs=[x, w])
+    with pytest.raises(UnsupportedError, match=r"check=True.*needs a CUDA GPU or Triton's "
+                       r"interpreter.*TRITON_INTERPRET=1"):
+        mugraph.compile(g, check=True)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # set later: this program stays source only
+    with pytest.raises(GraphInputError, match=r"made without Triton's interpreter.*compile it "
+                       r"again"):
+        prog(inputs=[x, w])
+    assert mugraph.compile(g) is not prog  # compiled again: for the interpreter
+
+
 def test_compile_cache_check_and_inputs():
     g = _rmsnorm_linear()
     prog = compile_graph(g, check=True)
@@ -561,25 +586,8 @@ def test_compare_nonfinite():
     assert not compare(np.array([1.0, np.inf]), np.array([1.0, 2.0]), 1e-2, 1e-2).ok
 
 
-# ---- unsupported cases -----------------------------------------------------------------------
-
-
-def test_tile_too_large_is_unsupported():
-    def build(tb, t):
-        return [(tb.exp(t[0]), (-1, -1, -1), -1)]
-
-    g = one_kernel([((128, 256), (-1, -1, -1), -1)], build, grid=(1, 1, 1))
-    with pytest.raises(UnsupportedError, match=r"mg_k1.*block_input b0.*max_tile_elements"):
-        compile_graph(g, max_tile_elements=1 << 12)
-
-
-def test_grid_over_cuda_limit_is_unsupported():
-    def build(tb, t):
-        return [(tb.exp(t[0]), (-1, 0, -1), -1)]
-
-    g = one_kernel([((70000, 2), (-1, 0, -1), -1)], build, grid=(1, 70000, 1))
-    with pytest.raises(UnsupportedError, match="grid"):
-        compile_graph(g)
+# ---- padding -----------------------------------------------------------------------------------
+# (graphs code generation cannot handle are in the corpus, tests/corpus: codegen_*)
 
 
 def test_padding_analysis_ties_dims():
@@ -778,3 +786,23 @@ def test_default_launch_uses_two_warps_for_a_wide_chained_dot():
     with pytest.warns(UserWarning, match="num_warps=8 lowered to 2"):
         program = compile_graph(wide, num_warps=8, check=False)
     assert program.launch_configs[4].num_warps == 2
+
+
+def test_a_damaged_cached_kernel_file_is_reported_and_written_again(tmp_path, monkeypatch):
+    from mugraph.codegen import loader
+
+    monkeypatch.setenv("MUGRAPH_CACHE_DIR", str(tmp_path))
+    source = compile_graph(_rmsnorm_linear(), check=False, cache=False).kernels[0].source
+    source += f"# {tmp_path.name}\n"  # a text no earlier test loaded
+    path = loader.cache_dir() / f"mg_k2_{loader.source_digest(source)}.py"
+    path.write_bytes(b"\xff\xfe garbage, not the kernel")
+    with pytest.warns(UserWarning, match=rf"cached kernel source {re.escape(str(path))} is "
+                      r"damaged \(it cannot be read"):
+        kernel = loader.load_kernel("mg_k2", source)
+    assert path.read_text() == source and kernel is not None
+    path.write_text(source.replace("tl.sqrt", "tl.exp"))  # valid text, but not this kernel's
+    monkeypatch.setattr(loader, "_MODULES", {})
+    with pytest.warns(UserWarning, match="does not match its name's digest"):
+        loader.load_kernel("mg_k2", source)
+    assert path.read_text() == source
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary files left

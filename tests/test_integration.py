@@ -360,6 +360,33 @@ def test_a_cache_hit_skips_the_search(search_calls, tmp_path):
     assert len(ResultCache(tmp_path / "results").entries()) == searched
 
 
+def test_a_corrupted_cache_entry_is_reported_and_searched_again(search_calls, tmp_path):
+    folder = tmp_path / "results"
+    options = {"time_limit": 1.0, "cache_dir": str(folder)}
+    model, x, y = SigmoidGate(), torch.randn(8, 16), torch.randn(8, 16)
+    run_compiled(model, x, y, **options)
+    searched = len(search_calls)
+    files = sorted(folder.glob("*.json"))
+    assert searched >= 1 and len(files) == searched
+    for path in files:  # flip one character in the middle of each entry
+        text = path.read_text()
+        middle = len(text) // 2
+        path.write_text(text[:middle] + ("0" if text[middle] != "0" else "1") + text[middle + 1:])
+
+    torch._dynamo.reset()
+    mgi.clear_reports()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got, want = run_compiled(model, x, y, **options)
+    assert_close(got, want)
+    reported = [str(w.message) for w in caught if "mugraph cache" in str(w.message)]
+    for path in files:
+        assert any(f"ignoring the entry {path}: " in m for m in reported), reported
+    assert len(search_calls) == 2 * searched  # searched again, not trusted
+    assert all(p.cache == "miss" for p in partitions())
+    assert [e["valid"] for e in ResultCache(folder).entries()] == [True] * searched
+
+
 def test_a_cached_mugraph_runs_and_matches_eager(search_calls):
     sizes = WORKLOADS["rmsnorm_linear"].small  # m=4, k=256, n=96
     naive = WORKLOADS["rmsnorm_linear"].naive(sizes, mugraph.float32)

@@ -1,4 +1,4 @@
-"""The benchmark suite of ``shared/benchmarks.md`` as code: every row (workload x batch
+"""The benchmark suite of ``benchmarks/SUITE.md`` as code: every row (workload x batch
 factor) with its naive mugraph program, its PyTorch function, input maker, byte and flop
 counts (:mod:`.rows`, :mod:`.programs`, :mod:`.tensors`), the μGraph mugraph runs for it
 (:mod:`.mugraphs`), the baselines (:mod:`.baselines`, GPU only) and the report

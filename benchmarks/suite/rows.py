@@ -1,4 +1,4 @@
-"""The rows of the suite (``shared/benchmarks.md``): every workload of groups A and B at both
+"""The rows of the suite (``benchmarks/SUITE.md``): every workload of groups A and B at both
 of its batch factors, with the sizes of its program, the tile sizes of the hand-written
 μGraph that stands in for it when the search found none, and small sizes for CPU checks.
 

@@ -51,8 +51,11 @@ def _pow(args: list[str], attrs: Mapping[str, Any]) -> str:
         return power if e > 0 else f"(1.0 / {power})"
     if e == 0.5:
         return f"tl.sqrt({x})"
-    # x**e = 2**(e·log2 x): NaN for x < 0 and a non-integer e, as NumPy gives.
-    return f"tl.exp2({lit(e)} * tl.log2({x}))"
+    # x**e = 2**(e·log2 x): NaN for x < 0 and a non-integer e, as NumPy gives; but
+    # (-inf)**e is +inf for e > 0 and 0 for e < 0 there, where log2 gives NaN
+    at_minus_inf = "float('inf')" if e > 0 else "0.0"
+    return (f"tl.where({x} == float('-inf'), {at_minus_inf}, "
+            f"tl.exp2({lit(e)} * tl.log2({x})))")
 
 
 def _gelu(args: list[str], attrs: Mapping[str, Any]) -> str:

@@ -14,6 +14,7 @@ import importlib.util
 import os
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -38,12 +39,27 @@ def source_digest(source: str) -> str:
 
 
 def _write_atomically(path: Path, text: str) -> None:
-    if path.exists() and path.read_text() == text:
-        return
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
+    """Write ``text`` to ``path`` unless it holds exactly that already. The file is named by
+    the digest of its text, so any other content is a damaged file: it is reported and
+    replaced. Writes go through a temporary file and os.replace, so concurrent writers of one
+    kernel leave one whole file."""
+    if path.exists():
+        try:
+            if path.read_text(encoding="utf-8") == text:
+                return
+            problem = "its content does not match its name's digest"
+        except (OSError, UnicodeDecodeError) as error:
+            problem = f"it cannot be read ({error})"
+        warnings.warn(f"mugraph: the cached kernel source {path} is damaged ({problem}); "
+                      "writing it again", stacklevel=3)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def load_kernel(name: str, source: str) -> Any:

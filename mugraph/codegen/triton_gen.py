@@ -155,6 +155,15 @@ class Val:
         return self.dims != self.pad
 
 
+# maximum that propagates NaN, as np.maximum / np.max do (Triton's default drops it)
+NAN_MAXIMUM = "propagate_nan=tl.PropagateNan.ALL"
+NAN_MAX = "_mg_max_nan"
+NAN_MAX_SOURCE = f"""@triton.jit
+def {NAN_MAX}(a, b):
+    return tl.maximum(a, b, {NAN_MAXIMUM})
+"""
+
+
 class KernelEmitter:
     """Builds the source of one kernel from a block graph, operator by operator."""
 
@@ -187,6 +196,13 @@ class KernelEmitter:
         self.names: set[str] = set()
         self.scratch_used = 0
         self.loop = block.forloop_range > 1
+        self.helpers: dict[str, str] = {}  # @triton.jit helpers the kernel calls, by name
+
+    def nan_max(self) -> str:
+        """The name of the combine function of a NaN-propagating max reduction (tl.max skips
+        NaN; np.max, the reference semantics, gives NaN)."""
+        self.helpers[NAN_MAX] = NAN_MAX_SOURCE
+        return NAN_MAX
 
     # ---- bookkeeping -------------------------------------------------------------------
 
@@ -631,7 +647,7 @@ def _emit_reduction_max(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -
     mask = tiles.valid_mask(x.dims, x.pad, only=[d])
     if mask:
         src = f"tl.where({mask}, {x.name}, float('-inf'))"
-    expr = f"tl.expand_dims(tl.max({src}, axis={d}), {d})"
+    expr = f"tl.expand_dims(tl.reduce({src}, {d}, {em.nan_max()}), {d})"
     return em.assign(sec, f"b{ref.op}", expr, em.dims(ref), em.pad(ref), zero_pad=x.zero_pad)
 
 
@@ -866,7 +882,7 @@ def _merged_accum(em: KernelEmitter, op: Op, ref: TensorRef, acc: AccumKind, x: 
 def _emit_forloop_accum_max(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
     x = em.f32(em.get(op.inputs[0], LOOP), LOOP)
     name = _acc_init(em, ref, "float('-inf')")
-    em.emit(LOOP, f"{name} = tl.maximum({name}, {x.name})")
+    em.emit(LOOP, f"{name} = tl.maximum({name}, {x.name}, {NAN_MAXIMUM})")
     return Val(name, em.dims(ref), em.pad(ref), zero_pad=x.zero_pad, sec=POST)
 
 
@@ -1031,6 +1047,7 @@ def generate_kernel(
         "import triton.language as tl",
         "",
         "",
+        *[line for helper in em.helpers.values() for line in (*helper.splitlines(), "", "")],
         "@triton.jit",
         f"def {name}({', '.join(_signature(block, em.scratch_used > 0, carry))}):",
         f"    # {label}: grid={block.grid_dim} forloop_range={block.forloop_range}",

@@ -12,6 +12,7 @@ from typing import Any
 
 from mugraph.dtypes import DType, as_dtype, float16
 from mugraph.errors import (
+    DTypeError,
     GraphStructureError,
     MugraphError,
     ShapeError,
@@ -213,7 +214,10 @@ class KernelGraph(GraphBuilder):
     def new_input(self, dims, strides=None, dtype: DType | str = float16) -> DTensor:
         dims = _dims("new_input", dims, self)
         try:
-            dtype = as_dtype(dtype)
+            try:
+                dtype = as_dtype(dtype)
+            except DTypeError as error:
+                raise DTypeError(f"new_input: {error}") from None
             strides = contiguous_strides(dims) if strides is None else tuple(strides)
             _check_strides("new_input", dims, strides)
         except MugraphError as error:

@@ -40,6 +40,11 @@ from mugraph.ir.tensor import TensorType, contiguous_strides
 from mugraph.runtime.call import check_inputs
 
 _INT32_SPAN = 2**31 - 1
+CPU_HOW_TO = (
+    "To run the kernels on CPU tensors, use Triton's interpreter: set TRITON_INTERPRET=1 in "
+    "the environment before Python imports triton (e.g. TRITON_INTERPRET=1 python script.py), "
+    "then compile"
+)
 SHARED_MEMORY_BUDGET = 192 * 1024  # bytes of pipelined tiles a kernel may keep in flight
 MAX_GRAPHS_PER_PLAN = 4  # CUDA graphs kept per input set (one per set of output pointers)
 MAX_PLANS = 8  # input sets with a fast path, per program
@@ -469,11 +474,18 @@ class CompiledProgram:
     def _check_device(self, device) -> None:
         if device.type == "cuda":
             return
-        if device.type == "cpu" and interpreter_active():
+        if device.type == "cpu" and interpreter_active() and self.options.interpret:
             return
+        if device.type == "cpu" and interpreter_active():
+            raise GraphInputError(
+                "this compiled program was made without Triton's interpreter, so it cannot run "
+                "on CPU tensors: compile it again now that TRITON_INTERPRET=1 is set (set it "
+                "before Python imports triton, e.g. TRITON_INTERPRET=1 python script.py)"
+            )
         raise GraphInputError(
-            f"compiled programs run on CUDA tensors (or on CPU tensors with TRITON_INTERPRET=1 "
-            f"set before compiling); got tensors on {device}"
+            f"compiled programs run on CUDA tensors; got tensors on {device}. {CPU_HOW_TO} "
+            "(the source and save_codes() need neither; graph(inputs=...) on CPU tensors "
+            "runs the reference semantics)"
         )
 
     def _run_kernel(
@@ -756,7 +768,9 @@ def compile_graph(
     (None, the default: once per graph in this process — the first program compiled from a
     graph is compared with the reference semantics on random inputs, and a mismatch raises
     CodegenMismatchError naming the kernel; launch variants of it are compared with that
-    program by the tuner). False skips the check; True checks every new program.
+    program by the tuner — when the kernels can run here: without a GPU or Triton's
+    interpreter the program is source only, and calling it says what to set). False skips
+    the check; True checks every new program (an error where the kernels cannot run).
     """
     graph.check()
     unknown = set(codegen) - {
@@ -785,7 +799,14 @@ def compile_graph(
             _PROGRAMS[key] = program
     graph_key = ("graph", key[0])
     if check is None:
-        check = graph_key not in _CHECKED
+        # the check runs the kernels: without a device for them (no GPU, no interpreter)
+        # the program is only source, and running it says what to set
+        check = graph_key not in _CHECKED and kernels_can_run()
+    elif check and not kernels_can_run():
+        raise UnsupportedError(
+            "compile_graph(check=True): the check runs the kernels, which needs a CUDA GPU or "
+            f"Triton's interpreter. {CPU_HOW_TO}"
+        )
     if check and (key, seed) not in _CHECKED:
         from mugraph.codegen.check import check_against_reference
 
@@ -793,6 +814,16 @@ def compile_graph(
         _CHECKED.add((key, seed))
         _CHECKED.add(graph_key)
     return program
+
+
+def kernels_can_run() -> bool:
+    """Whether generated kernels can run in this process: on a CUDA GPU, or on the CPU under
+    Triton's interpreter (``TRITON_INTERPRET=1``)."""
+    if interpreter_active():
+        return True
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _within_max_warps(graph, configs: dict[int, LaunchConfig]) -> dict[int, LaunchConfig]:

@@ -1,0 +1,3 @@
+"""Must be rejected by `mugraph optimize`: the file is not valid Python."""
+
+def program(:

@@ -1,0 +1,17 @@
+"""Must be rejected: a [4, 8] @ [8, 2] float32 graph called with float16 tensor."""
+
+import torch
+
+import mugraph
+
+
+def program():
+    g = mugraph.new_kernel_graph()
+    a = g.new_input((4, 8), dtype=mugraph.float32)
+    b = g.new_input((8, 2), dtype=mugraph.float32)
+    g.mark_output(g.matmul(a, b))
+    return g
+
+
+def inputs():
+    return [torch.zeros(4, 8, dtype=torch.float16), torch.zeros(8, 2)]

@@ -1,0 +1,15 @@
+"""Must be rejected: a [4, 8] @ [8, 2] float32 graph called with no inputs."""
+
+import mugraph
+
+
+def program():
+    g = mugraph.new_kernel_graph()
+    a = g.new_input((4, 8), dtype=mugraph.float32)
+    b = g.new_input((8, 2), dtype=mugraph.float32)
+    g.mark_output(g.matmul(a, b))
+    return g
+
+
+def inputs():
+    return None

@@ -1,0 +1,11 @@
+"""Must be rejected: an input of dtype torch.float64."""
+
+import torch
+
+import mugraph
+
+
+def program():
+    g = mugraph.new_kernel_graph()
+    g.new_input((4, 6), dtype=torch.float64)
+    return g

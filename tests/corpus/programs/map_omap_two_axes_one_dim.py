@@ -1,0 +1,12 @@
+"""Must be rejected: two grid axes mapped to dim 1 of the output."""
+
+import mugraph
+
+
+def program():
+    g = mugraph.new_kernel_graph()
+    a = g.new_input((4, 6))
+    tb = mugraph.new_threadblock_graph((2, 3))
+    t = tb.new_input(a, (0, 1, -1), -1)
+    tb.new_output(t, (1, 1, -1))
+    return g

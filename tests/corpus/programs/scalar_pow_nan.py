@@ -1,0 +1,10 @@
+"""Must be rejected: pow with a scalar that is not a finite number."""
+
+import mugraph
+
+
+def program():
+    g = mugraph.new_kernel_graph()
+    a = g.new_input((4, 6))
+    g.pow(a, float('nan'))
+    return g

@@ -1,0 +1,11 @@
+"""Must be rejected: div of [4, 6] and [4, 5]."""
+
+import mugraph
+
+
+def program():
+    g = mugraph.new_kernel_graph()
+    a = g.new_input((4, 6))
+    b = g.new_input((4, 5))
+    g.div(a, b)
+    return g

@@ -1,0 +1,18 @@
+"""Must be rejected: this graph's input for a block graph made from another graph's."""
+
+import mugraph
+
+
+def program():
+    g = mugraph.new_kernel_graph()
+    a = g.new_input((4, 8))
+    h = mugraph.new_kernel_graph()
+    b = h.new_input((4, 8))
+    g.customized([a], copy_block(b))
+    return g
+
+
+def copy_block(x):
+    tb = mugraph.new_threadblock_graph((1,))
+    tb.new_output(tb.new_input(x, (-1, -1, -1), -1), (-1, -1, -1))
+    return tb

@@ -1,0 +1,12 @@
+"""Must be rejected: tb.new_input(t, (-1, -1, -1), -1): the wrong kind of tensor."""
+
+import mugraph
+
+
+def program():
+    g = mugraph.new_kernel_graph()
+    a = g.new_input((4, 8))
+    tb = mugraph.new_threadblock_graph((1,))
+    t = tb.new_input(a, (-1, -1, -1), -1)
+    tb.new_input(t, (-1, -1, -1), -1)
+    return g
