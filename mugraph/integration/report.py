@@ -19,6 +19,8 @@ class PartitionReport:
     cache: str = "off"  # hit | miss | off
     search: dict = field(default_factory=dict)
     detail: str = ""
+    shape_class: str = ""  # the class whose representative was searched ("" for none)
+    tiling: dict = field(default_factory=dict)  # grid axes and for-loop of the tiled answer
 
     def line(self) -> str:
         stats = self.search
@@ -29,8 +31,9 @@ class PartitionReport:
                 f"{stats.get('verified', 0)} verified"
             )
         detail = f" — {self.detail}" if self.detail else ""
+        cls = f" [{self.shape_class}]" if self.shape_class else ""
         return (
-            f"{self.name}: {len(self.nodes)} fx nodes -> {len(self.ops)} mugraph ops "
+            f"{self.name}{cls}: {len(self.nodes)} fx nodes -> {len(self.ops)} mugraph ops "
             f"[{', '.join(self.ops)}]; {self.status}, runs on {self.runs_on} "
             f"(cache {self.cache}{found}){detail}"
         )

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch.fx import Graph, GraphModule
 
-from mugraph.integration.capture import CapturedProgram, ConstInput, apply_adapters
+from mugraph.integration.capture import CapturedProgram, ExternalInput, apply_adapters
 
 
 def fallback_module(captured: CapturedProgram) -> GraphModule:
@@ -49,6 +49,7 @@ class MugraphPartition(torch.nn.Module):
         self.best = best
         self.specs = list(captured.input_specs)
         self.output_index = list(captured.output_index)
+        self.output_shapes = list(captured.output_shapes)
         self.use_mugraph = use_mugraph
         self.report = report
         self._consts: dict[tuple, torch.Tensor] = {}
@@ -62,7 +63,12 @@ class MugraphPartition(torch.nn.Module):
         except Exception as error:  # noqa: BLE001 - never fail the model: PyTorch takes over
             self._give_up(error)
             return self.fallback(*raw)
-        return tuple(outs[i] for i in self.output_index)
+        return tuple(self._shaped(outs[i], k) for k, i in enumerate(self.output_index))
+
+    def _shaped(self, value, k: int):
+        shape = self.output_shapes[k] if self.output_shapes else None
+        value = torch.as_tensor(value)
+        return value if shape is None else value.reshape(shape)
 
     def _give_up(self, error: Exception) -> None:
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
@@ -80,17 +86,17 @@ class MugraphPartition(torch.nn.Module):
         device = next(v.device for v in raw if isinstance(v, torch.Tensor))
         inputs = []
         for spec in self.specs:
-            if isinstance(spec, ConstInput):
-                inputs.append(self._const(spec, device))
-            else:
+            if isinstance(spec, ExternalInput):
                 inputs.append(apply_adapters(raw[spec.source], spec.adapters))
+            else:
+                inputs.append(self._const(spec, device))
         return inputs
 
-    def _const(self, spec: ConstInput, device: torch.device) -> torch.Tensor:
+    def _const(self, spec, device: torch.device) -> torch.Tensor:
+        """A constant input (a scalar, a causal mask), made once per device."""
         key = (spec, str(device))
         if key not in self._consts:
-            shape = (1,) * spec.rank
-            self._consts[key] = torch.full(shape, spec.value, dtype=spec.dtype, device=device)
+            self._consts[key] = spec.tensor(device)
         return self._consts[key]
 
     def _run(self, raw: tuple) -> list[torch.Tensor]:

@@ -53,6 +53,9 @@ class ShapeClass:
     matches: Callable[[Counter], bool]
     preset: str
     extra_ops: int  # block operators beyond the program's compute operators
+    # block kinds of a second search when the first finds nothing (a reduced index too short
+    # to loop over must be reduced inside the block)
+    retry_kinds: frozenset = frozenset()
 
 
 def _kinds(program) -> Counter:
@@ -72,7 +75,7 @@ SHAPE_CLASSES: tuple[ShapeClass, ...] = (
         and c[OpKind.REDUCTION] == 1
         and _only(c, {OpKind.MATMUL, OpKind.EXP, OpKind.DIV, OpKind.REDUCTION, OpKind.MUL,
                       OpKind.MUL_SCALAR, OpKind.RESHAPE}),
-        "attention_block", 1,
+        "attention_block", 1, frozenset({OpKind.REDUCTION}),
     ),
     ShapeClass(
         "gated_mlp", "silu(X W1) * (X W3), optionally after an RMSNorm of X",
@@ -109,11 +112,17 @@ def classify(program) -> ShapeClass | None:
     return None
 
 
-def class_overrides(cls: ShapeClass, program) -> dict:
+def class_overrides(cls: ShapeClass, program, retry: bool = False) -> dict:
     """Search overrides for a representative of class ``cls``: its preset, and room for the
-    block operators the fused form needs."""
+    block operators the fused form needs (``retry``: with the class's retry kinds too)."""
     compute = sum(_kinds(program).values())
-    return {"preset": cls.preset, "max_block_ops": compute + cls.extra_ops}
+    overrides = {"preset": cls.preset, "max_block_ops": compute + cls.extra_ops}
+    if retry:
+        from mugraph.search.config import default_config
+
+        kinds = default_config(program, cls.preset).block_kinds or frozenset()
+        overrides["block_kinds"] = frozenset(kinds | cls.retry_kinds)
+    return overrides
 
 
 # ---- the representative ------------------------------------------------------------------------
