@@ -332,8 +332,25 @@ def _optimize_by_class(program, cls, options: BackendOptions, arch: str, part: P
     return _first_verified(tiler, program, config, part)
 
 
+# Tiled answers of this process, by program and class search: identical layers of a model
+# (and later specializations of the same shapes) are tiled and verified once.
+_TILED: dict[tuple, tuple[Any, dict, str]] = {}
+
+
 def _first_verified(tiler, program, config, part: PartitionReport):
     """The cheapest tiling that verifies (at reduced extents); the program when none does."""
+    from mugraph.cache import config_hash
+
+    key = (program.structural_hash(), tuple(program.input_types), config_hash(config))
+    if key not in _TILED:
+        best = _verified_tiling(tiler, program, config, part)
+        _TILED[key] = (None if best is program else best, dict(part.tiling), part.detail)
+    best, part.tiling, part.detail = _TILED[key]
+    part.status = "optimized" if best is not program else "unimproved"
+    return best if best is not None else program
+
+
+def _verified_tiling(tiler, program, config, part: PartitionReport):
     from mugraph.search.verify import verify
 
     tilings = tiler.tilings()

@@ -269,7 +269,8 @@ def _build(program, kernel: _Kernel, axes: list[tuple[str, int]], loop: tuple[st
         elif op.kind is OpKind.BLOCK_OUTPUT:
             labels = out_labels[next(outs)]
             omap = tuple([_dim_of(labels, a) for a, _ in axes] + [-1] * (3 - len(axes)))
-            tb.new_output(args[0], omap, op.attr("forloop_dim"))
+            fdim = _dim_of(labels, loop[0]) if loop and op.attr("forloop_dim") >= 0 else -1
+            tb.new_output(args[0], omap, fdim)
             handles.append([])
         else:
             attrs = op.attr_dict
@@ -296,11 +297,19 @@ class Tiler:
 
     def __init__(self, best_small, small_program, program) -> None:
         self.kernel = _single_kernel(best_small)
-        if any(o.attr("forloop_dim") >= 0 for o in self.kernel.block.output_ops):
-            raise NotInstantiable("an output concatenated over for-loop iterations")
         self.program = program
         self.in_labels, self.out_labels = lab.program_labels(program)
         self.loop_atom = _loop_atom(small_program, self.kernel)
+        out_atoms = {lab.outer_atom(x) for labels in self.out_labels for x in labels}
+        concatenated = any(o.attr("forloop_dim") >= 0 for o in self.kernel.block.output_ops)
+        if concatenated and self.loop_atom not in out_atoms:
+            raise NotInstantiable("an output concatenated over a loop that is not its index")
+        if concatenated:
+            # a loop over an output index (each iteration writes its own rows) is a grid split
+            # of that index: the real kernel splits it over its grid instead
+            if any(o.kind in Group.ACCUMULATOR for o in self.kernel.block.ops):
+                raise NotInstantiable("accumulators in a loop over an output index")
+            self.loop_atom = None
 
     def tilings(self, cost: Callable | None = None) -> list[Tiling]:
         """Every tiling that fits the GPU (at most MAX_TILINGS), cheapest first by ``cost``
