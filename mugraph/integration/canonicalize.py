@@ -355,9 +355,13 @@ def drop_noop_indexing(gm: GraphModule) -> int:
     return count
 
 
-def canonicalize(gm: GraphModule) -> dict[str, int]:
-    """Apply every rule (the graph's nodes must carry propagated shapes); counts per rule."""
-    counts = {"noop_index": drop_noop_indexing(gm)}
-    counts["rms_norm"] = canonicalize_rms_norm(gm)
-    counts["fold_norm_weight"] = fold_norm_weights(gm)
+def canonicalize(gm: GraphModule, propagate=None) -> dict[str, int]:
+    """Apply every rule (the graph's nodes must carry propagated shapes; ``propagate()``
+    propagates them again after a rule changed the graph); counts per rule."""
+    counts = {}
+    for name, rule in (("noop_index", drop_noop_indexing), ("rms_norm", canonicalize_rms_norm),
+                       ("fold_norm_weight", fold_norm_weights)):
+        counts[name] = rule(gm)
+        if counts[name] and propagate is not None:
+            propagate()
     return counts

@@ -42,6 +42,7 @@ from __future__ import annotations
 import itertools
 import operator
 import re
+import time
 import warnings
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -182,7 +183,9 @@ class MugraphCompiledGraph:
 
     def specialize(self, args: list) -> GraphModule:
         """Partition, search and rewrite ``gm`` for the concrete inputs ``args``."""
+        started = time.perf_counter()
         module, report = specialize(self.gm, args, self.options)
+        report.seconds = time.perf_counter() - started
         record(report)
         if self.options.verbose:
             print(report.format())
@@ -236,8 +239,7 @@ def _prepare(gm: GraphModule, args: list) -> GraphModule | str:
     if mutation is not None:
         return f"it writes tensors in place ({mutation.name}: {target_name(mutation)})"
     passes.propagate_shapes(work, args)
-    if any(canonicalize(work).values()):
-        passes.propagate_shapes(work, args)
+    canonicalize(work, lambda: passes.propagate_shapes(work, args))
     return work
 
 

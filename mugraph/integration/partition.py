@@ -165,9 +165,7 @@ class Partitioner:
             for sibling in list(source.users) if isinstance(source, Node) else []:
                 if sibling is not anchor and op_name(sibling) == op_name(anchor):
                     members = self._extend(members, sibling)
-            if (isinstance(source, Node) and op_name(source) in NORMS and self._free(source)
-                    and all(u in members for u in source.users)):
-                members = self._extend(members, source)
+            members = self._absorb_producers(members, source)
         grown = True
         while grown:
             grown = False
@@ -181,6 +179,24 @@ class Partitioner:
                     if extended is not members:
                         members, grown = extended, True
         self._assign_new(members)
+
+    def _absorb_producers(self, members: list[Node], node) -> list[Node]:
+        """Take the norm or elementwise chain producing a projection's input when nothing
+        outside reads it (the prologue: RMSNorm, silu(x) @ W...)."""
+        todo = [node]
+        while todo:
+            node = todo.pop()
+            if not isinstance(node, Node) or not self._free(node):
+                continue
+            if op_name(node) not in NORMS | EPILOGUE or op_name(node) in VIEW_OPS:
+                continue
+            if not all(u in members for u in node.users):
+                continue
+            extended = self._extend(members, node)
+            if extended is not members:
+                members = extended
+                todo.extend(a for a in node.all_input_nodes)
+        return members
 
     def _extend(self, members: list[Node], node: Node) -> list[Node]:
         """``members`` with ``node`` when that is still a valid partition, else unchanged."""

@@ -57,13 +57,14 @@ class GraphReport:
     partitions: list[PartitionReport] = field(default_factory=list)
     fallbacks: list[Fallback] = field(default_factory=list)
     error: str | None = None
+    seconds: float = 0.0  # time the backend spent on this graph (capture, search, tiling)
 
     @property
     def taken(self) -> list[PartitionReport]:
         return [p for p in self.partitions if p.runs_on == "mugraph"]
 
     def format(self) -> str:
-        lines = [f"mugraph graph {self.graph_id} ({self.signature}):"]
+        lines = [f"mugraph graph {self.graph_id} ({self.signature}), {self.seconds:.1f} s:"]
         if self.error:
             lines.append(f"  whole graph runs on PyTorch: {self.error}")
         for p in self.partitions:

@@ -6,7 +6,10 @@ receives their outside inputs and returns their outside outputs (a tuple). It ru
 * on CUDA tensors: the μGraph compiled by :func:`mugraph.compile`;
 * on CPU tensors: the μGraph's reference semantics (``graph(inputs=...)``);
 * the original PyTorch nodes (``fallback``) when mugraph is not to be used for it, when
-  autograd needs the result, or — with a warning, once — when running the μGraph fails.
+  autograd needs the result, or — with a warning, once — when running the μGraph fails,
+  including when its inputs do not have the shapes it was built for (the shape guard: a
+  kernel is never run on another shape; the backend specializes per input signature, so
+  this only fires if something calls a partition outside its specialization).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 import torch
 from torch.fx import Graph, GraphModule
 
+from mugraph.errors import ShapeError
 from mugraph.integration.capture import CapturedProgram, ExternalInput, apply_adapters
 
 
@@ -99,8 +103,18 @@ class MugraphPartition(torch.nn.Module):
             self._consts[key] = spec.tensor(device)
         return self._consts[key]
 
+    def _check_shapes(self, inputs: list[torch.Tensor]) -> None:
+        """The guard: a μGraph runs only on the shapes it was searched and verified for."""
+        for i, (t, want) in enumerate(zip(inputs, self.best.input_types, strict=True)):
+            if tuple(t.shape) != tuple(want.dims):
+                raise ShapeError(
+                    f"partition {getattr(self.report, 'name', '?')}: input {i} has shape "
+                    f"{list(t.shape)}, the μGraph was built for {list(want.dims)}"
+                )
+
     def _run(self, raw: tuple) -> list[torch.Tensor]:
         inputs = self._inputs(raw)
+        self._check_shapes(inputs)
         if inputs[0].device.type == "cuda":
             if self._compiled is None:
                 from mugraph.runtime.compiled import compile_graph
