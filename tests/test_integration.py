@@ -395,8 +395,9 @@ def test_the_example_block_runs_through_the_backend(monkeypatch):
 
     monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "examples"))
     example = importlib.import_module("llama_block")
-    block, x, mask = example.make_inputs(example.SIZES["cpu"], torch.float32, "cpu")
+    block, x = example.make_inputs(example.SIZES["cpu"], torch.float32, "cpu")
     compiled = example.compile_block(block, 0, None, run_unimproved=True, cache=False)
     with torch.no_grad():
-        assert_close(compiled(x, mask), block(x, mask), tol=1e-4)
-    assert len(mgi.last_report().taken) >= 5
+        assert_close(compiled(x), block(x), tol=1e-4)
+    classes = {p.shape_class for p in mgi.last_report().taken}
+    assert {name for name, _ in example.THAT_MATTER} <= classes
