@@ -29,6 +29,9 @@ Options (all optional):
                         (default) or ``"mugraph"`` (captured greedily)
 ``shape_classes``       search partitions of known shape classes on a small representative
                         and tile the answer (default True)
+``rest``                what runs the rest of the graph: ``"eager"`` (default: the fx graph,
+                        op by op) or ``"inductor"`` (Inductor compiles it, the partitions
+                        being opaque ``torch.ops.mugraph.partition`` calls)
 ``run_unimproved``      run a partition on mugraph even when the search found nothing
                         better than the captured program (default False: PyTorch runs it)
 ``check_capture``       check each captured program against its PyTorch nodes on random
@@ -78,6 +81,7 @@ class BackendOptions:
     max_partition_inputs: int = DEFAULT_MAX_INPUTS
     elementwise: str = "pytorch"
     shape_classes: bool = True
+    rest: str = "eager"
     run_unimproved: bool = False
     check_capture: bool = True
     workers: int = 1
@@ -227,7 +231,33 @@ def _specialize(gm: GraphModule, args: list, options: BackendOptions,
     for i, captured in enumerate(parts.partitions):
         name = f"mugraph_partition_{i}"
         modules[name] = _partition_module(name, captured, options, report)
+    if options.rest == "inductor" and _inductor_ready(parts.partitions, args):
+        return _with_inductor(work, parts.partitions, modules, args, report)
     return rewrite(work, list(zip(parts.partitions, modules, strict=True)), modules)
+
+
+def _inductor_ready(partitions: list[CapturedProgram], args: list) -> bool:
+    """Inductor can take the graph: no autograd, and every partition input is a tensor."""
+    if torch.is_grad_enabled() and any(
+        isinstance(a, torch.Tensor) and a.requires_grad for a in args
+    ):
+        return False
+    return all(isinstance(meta_value(n), torch.Tensor) for c in partitions for n in c.raw_inputs)
+
+
+def _with_inductor(work: GraphModule, partitions: list[CapturedProgram], modules: dict,
+                   args: list, report: GraphReport):
+    """The rewritten graph, partitions as opaque operators, compiled by Inductor."""
+    from torch._inductor.compile_fx import compile_fx
+
+    from mugraph.integration.runtime import register_partition
+
+    keys = {}
+    for captured, name in zip(partitions, modules, strict=True):
+        keys[name] = register_partition(modules[name], [meta_value(n) for n in captured.outputs])
+    module = rewrite(work, list(zip(partitions, modules, strict=True)), modules, keys)
+    report.rest = "inductor"
+    return compile_fx(module, list(args))
 
 
 def _prepare(gm: GraphModule, args: list) -> GraphModule | str:
@@ -489,8 +519,10 @@ def _schedule(graph: Graph, units: list, unit_of: dict[Node, int]) -> list:
 
 
 def rewrite(gm: GraphModule, parts: list[tuple[CapturedProgram, str]],
-            modules: dict[str, torch.nn.Module]) -> GraphModule:
-    """``gm`` with each partition's nodes replaced by a call of its module."""
+            modules: dict[str, torch.nn.Module], keys: dict[str, int] | None = None
+            ) -> GraphModule:
+    """``gm`` with each partition's nodes replaced by a call of its module (or, with ``keys``,
+    of ``torch.ops.mugraph.partition`` on the registered module)."""
     graph = gm.graph
     units, unit_of = _units(graph, parts)
     new = Graph()
@@ -500,7 +532,12 @@ def rewrite(gm: GraphModule, parts: list[tuple[CapturedProgram, str]],
             env[unit] = new.node_copy(unit, lambda n: env[n])
             continue
         captured, name = unit
-        call = new.call_module(name, tuple(env[n] for n in captured.raw_inputs))
+        inputs = tuple(env[n] for n in captured.raw_inputs)
+        if keys is not None:
+            call = new.call_function(torch.ops.mugraph.partition.default,
+                                     (keys[name], list(inputs)))
+        else:
+            call = new.call_module(name, inputs)
         for j, node in enumerate(captured.outputs):
             env[node] = new.call_function(operator.getitem, (call, j))
             env[node].meta = dict(node.meta)

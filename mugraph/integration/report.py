@@ -58,6 +58,7 @@ class GraphReport:
     fallbacks: list[Fallback] = field(default_factory=list)
     error: str | None = None
     seconds: float = 0.0  # time the backend spent on this graph (capture, search, tiling)
+    rest: str = "eager"  # what runs the nodes outside the partitions (eager | inductor)
 
     @property
     def taken(self) -> list[PartitionReport]:

@@ -122,3 +122,39 @@ class MugraphPartition(torch.nn.Module):
                 self._compiled = compile_graph(self.best)
             return self._compiled(inputs=inputs)
         return self.best(inputs=inputs)
+
+
+# ---- partitions as an opaque operator (for Inductor) -------------------------------------------
+
+_PARTITIONS: dict[int, MugraphPartition] = {}
+
+
+def register_partition(module: MugraphPartition, outputs: list) -> int:
+    """Make ``module`` callable as ``torch.ops.mugraph.partition(key, inputs)``; ``outputs``
+    are the fake values of its outputs (shapes and dtypes)."""
+    key = len(_PARTITIONS)
+    module.fake_outputs = [(tuple(v.shape), v.dtype) for v in outputs]
+    _PARTITIONS[key] = module
+    return key
+
+
+def _aliases(value: torch.Tensor, inputs: list[torch.Tensor]) -> bool:
+    ptr = value.untyped_storage().data_ptr()
+    return any(t.untyped_storage().data_ptr() == ptr for t in inputs)
+
+
+@torch.library.custom_op("mugraph::partition", mutates_args=())
+def run_partition(key: int, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Run registered partition ``key``: fresh contiguous outputs (never views of inputs)."""
+    outs = []
+    for value in _PARTITIONS[key](*inputs):
+        value = value.contiguous()
+        outs.append(value.clone() if _aliases(value, inputs) else value)
+    return outs
+
+
+@run_partition.register_fake
+def _run_partition_fake(key: int, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    device = inputs[0].device
+    return [torch.empty(shape, dtype=dtype, device=device)
+            for shape, dtype in _PARTITIONS[key].fake_outputs]
