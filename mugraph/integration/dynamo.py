@@ -297,12 +297,25 @@ def _partition_module(name: str, captured: CapturedProgram, options: BackendOpti
     return MugraphPartition(captured, best, use, part, fallback)
 
 
+# Capture checks of this process, by program and the fx operators it came from: the layers
+# of a model lower the same operators to the same program, and are checked once.
+_CHECKED: dict[tuple, str | None] = {}
+
+
 def _check(captured: CapturedProgram, fallback: GraphModule) -> str | None:
     """Why the capture is not trusted (None: it matches PyTorch numerically)."""
-    try:
-        return check_capture(captured, fallback)
-    except Exception as error:  # noqa: BLE001 - what cannot be checked is not trusted
-        return f"the capture check failed to run ({type(error).__name__}: {error})"
+    key = (
+        captured.graph.structural_hash(), tuple(captured.graph.input_types),
+        tuple((target_name(n), repr(n.args), repr(n.kwargs)) for n in fallback.graph.nodes
+              if n.op not in ("placeholder", "output")),
+        tuple(repr(s) for s in captured.input_specs),
+    )
+    if key not in _CHECKED:
+        try:
+            _CHECKED[key] = check_capture(captured, fallback)
+        except Exception as error:  # noqa: BLE001 - what cannot be checked is not trusted
+            _CHECKED[key] = f"the capture check failed to run ({type(error).__name__}: {error})"
+    return _CHECKED[key]
 
 
 def _arch(captured: CapturedProgram) -> str:
