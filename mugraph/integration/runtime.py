@@ -119,7 +119,7 @@ class MugraphPartition(torch.nn.Module):
             if self._compiled is None:
                 from mugraph.runtime.compiled import compile_graph
 
-                self._compiled = compile_graph(self.best)
+                self._compiled = compile_graph(self.best, cuda_graph=False)
             return self._compiled(inputs=inputs)
         return self.best(inputs=inputs)
 
