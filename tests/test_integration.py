@@ -401,3 +401,25 @@ def test_the_example_block_runs_through_the_backend(monkeypatch):
         assert_close(compiled(x), block(x), tol=1e-4)
     classes = {p.shape_class for p in mgi.last_report().taken}
     assert {name for name, _ in example.THAT_MATTER} <= classes
+
+
+def test_a_partition_measured_slower_than_pytorch_runs_on_pytorch(monkeypatch):
+    from mugraph.integration import runtime
+
+    model = GatedMLP().eval()
+    x = torch.randn(2, 4, 16)
+    fn = mgi.optimize_fx(torch.fx.symbolic_trace(model), [x], **CAPTURE_ONLY)
+    (module,) = fn.specialized.values()
+    parts = [m for m in module.modules() if isinstance(m, MugraphPartition)]
+    assert parts and all(p.use_mugraph for p in parts)
+    # on a GPU both paths are timed on the first call; here a fake timer says PyTorch is faster
+    monkeypatch.setattr(runtime, "_on_cuda", lambda raw: True)
+    for part in parts:
+        times = iter([2.0, 1.0])
+        part.timer = lambda f, times=times: (f(), next(times))[1]
+    with torch.no_grad():
+        assert_close(fn(x), model(x))
+    for part in parts:
+        assert not part.use_mugraph and part.report.runs_on == "pytorch"
+        assert part.report.measured == {"mugraph_ms": 2.0, "pytorch_ms": 1.0}
+        assert "measured slower" in part.report.detail

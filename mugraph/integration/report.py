@@ -21,6 +21,7 @@ class PartitionReport:
     detail: str = ""
     shape_class: str = ""  # the class whose representative was searched ("" for none)
     tiling: dict = field(default_factory=dict)  # grid axes and for-loop of the tiled answer
+    measured: dict = field(default_factory=dict)  # first-call GPU times, mugraph vs PyTorch
 
     def line(self) -> str:
         stats = self.search

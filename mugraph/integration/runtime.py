@@ -36,6 +36,26 @@ def fallback_module(captured: CapturedProgram) -> GraphModule:
     return GraphModule(torch.nn.Module(), graph)
 
 
+def _on_cuda(values: tuple) -> bool:
+    return any(isinstance(v, torch.Tensor) and v.device.type == "cuda" for v in values)
+
+
+def cuda_milliseconds(fn, warmup: int = 2, reps: int = 5) -> float:
+    """Median milliseconds of ``fn()`` on the current CUDA stream."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
 def _needs_autograd(values: tuple) -> bool:
     if not torch.is_grad_enabled():
         return False
@@ -58,16 +78,38 @@ class MugraphPartition(torch.nn.Module):
         self.report = report
         self._consts: dict[tuple, torch.Tensor] = {}
         self._compiled = None
+        # on a GPU, time the μGraph against the PyTorch nodes on the first call and keep the
+        # faster (the search's cost model is an estimate; this is a measurement)
+        self.measure = True
+        self.timer = cuda_milliseconds
 
     def forward(self, *raw: Any) -> tuple:
         if not self.use_mugraph or _needs_autograd(raw):
             return self.fallback(*raw)
         try:
+            if self.measure and _on_cuda(raw):
+                self.choose_by_measurement(raw)
+                if not self.use_mugraph:
+                    return self.fallback(*raw)
             outs = self._run(raw)
         except Exception as error:  # noqa: BLE001 - never fail the model: PyTorch takes over
             self._give_up(error)
             return self.fallback(*raw)
         return tuple(self._shaped(outs[i], k) for k, i in enumerate(self.output_index))
+
+    def choose_by_measurement(self, raw: tuple) -> None:
+        """Time both ways of running this partition once; PyTorch keeps it when faster."""
+        self.measure = False
+        ours = self.timer(lambda: self._run(raw))
+        theirs = self.timer(lambda: self.fallback(*raw))
+        if self.report is not None:
+            self.report.measured = {"mugraph_ms": ours, "pytorch_ms": theirs}
+        if theirs < ours:
+            self.use_mugraph = False
+            if self.report is not None:
+                self.report.runs_on = "pytorch"
+                self.report.detail = (f"measured slower than PyTorch ({ours:.3f} ms vs "
+                                      f"{theirs:.3f} ms)")
 
     def _shaped(self, value, k: int):
         shape = self.output_shapes[k] if self.output_shapes else None
