@@ -3,7 +3,8 @@
 Each entry computes an operator with the meaning of :mod:`mugraph.semantics.reference`, in
 the graph's dtype. PyTorch evaluates half-precision elementwise math and reductions in
 float32 internally; rms_norm is composed here, so it is computed in float32 explicitly.
-GELU is the tanh form, ``rms_norm`` has no epsilon, reductions keep their dim with size 1.
+GELU is the tanh form, ``rms_norm`` adds its ``eps`` (0 when absent), reductions keep their
+dim with size 1.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def _rms_norm(op: Op, args: list[Any]):
     x = args[0]
     xf = x.float()
     dims = tuple(range(x.dim() - len(op.attr("normalized_shape")), x.dim()))
-    return (xf / xf.square().mean(dim=dims, keepdim=True).sqrt()).to(x.dtype)
+    eps = op.attr("eps", 0.0)
+    return (xf / (xf.square().mean(dim=dims, keepdim=True) + eps).sqrt()).to(x.dtype)
 
 
 def _reshape(op: Op, args: list[Any]):

@@ -651,11 +651,17 @@ def _emit_reduction_max(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -
     return em.assign(sec, f"b{ref.op}", expr, em.dims(ref), em.pad(ref), zero_pad=x.zero_pad)
 
 
+def _eps_term(op: Op) -> str:
+    """`` + eps`` under the root of an rms (nothing when the operator has no epsilon)."""
+    eps = op.attr("eps", 0.0)
+    return f" + {float(eps)!r}" if eps else ""
+
+
 def _emit_rms_norm(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
     x = em.f32(em.zero_pads(em.get(op.inputs[0], sec), sec), sec)
     last = len(x.dims) - 1
     ms = f"tl.expand_dims(tl.sum({x.name} * {x.name}, axis={last}), {last}) / {float(x.dims[-1])}"
-    expr = f"{x.name} / tl.sqrt({ms})"
+    expr = f"{x.name} / tl.sqrt({ms}{_eps_term(op)})"
     return em.assign(sec, f"b{ref.op}", expr, em.dims(ref), em.pad(ref))
 
 
@@ -820,7 +826,8 @@ def _emit_forloop_accum(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -
     if acc is AccumKind.MEAN:
         return em.assign(POST, f"b{ref.op}", f"{total} / {count}", dims, pad, zero_pad=zp)
     if acc is AccumKind.RMS:
-        return em.assign(POST, f"b{ref.op}", f"tl.sqrt({total} / {count})", dims, pad, zero_pad=zp)
+        expr = f"tl.sqrt({total} / {count}{_eps_term(op)})"
+        return em.assign(POST, f"b{ref.op}", expr, dims, pad, zero_pad=zp)
     return Val(total, dims, pad, zero_pad=zp, sec=POST)
 
 

@@ -58,8 +58,26 @@ class ConstInput:
     rank: int
     dtype: torch.dtype
 
+    def tensor(self, device, dtype: torch.dtype | None = None) -> torch.Tensor:
+        return torch.full((1,) * self.rank, self.value, dtype=dtype or self.dtype, device=device)
 
-InputSpec = ExternalInput | ConstInput
+
+@dataclass(frozen=True)
+class CausalMaskInput:
+    """The 0/1 mask of ``is_causal`` attention: 1 where key <= query (PyTorch's
+    ``ones(rows, cols).tril()``), shaped ``(1,) * (rank - 2) + (rows, cols)``."""
+
+    rows: int
+    cols: int
+    rank: int
+    dtype: torch.dtype
+
+    def tensor(self, device, dtype: torch.dtype | None = None) -> torch.Tensor:
+        ones = torch.ones(self.rows, self.cols, dtype=dtype or self.dtype, device=device)
+        return ones.tril().reshape((1,) * (self.rank - 2) + (self.rows, self.cols))
+
+
+InputSpec = ExternalInput | ConstInput | CausalMaskInput
 
 
 @dataclass
@@ -74,6 +92,7 @@ class CapturedProgram:
     output_index: list[int]
     ops: int = 0
     kinds: list[str] = field(default_factory=list)
+    output_shapes: list[tuple[int, ...] | None] = field(default_factory=list)
 
     @property
     def compute_ops(self) -> int:
@@ -84,10 +103,23 @@ class CapturedProgram:
 # ---- views applied to outside tensors ------------------------------------------------------------
 
 
-def apply_adapters(tensor: torch.Tensor, adapters: tuple) -> torch.Tensor:
-    """Apply ``("permute", perm)`` / ``("reshape", dims)`` steps to a tensor (views)."""
+def apply_adapters(tensor: torch.Tensor, adapters: tuple,
+                   compute_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Apply adapter steps to a tensor: ``("permute", perm)`` and ``("reshape", dims)`` are
+    views; ``("scale", c)`` multiplies by a power of two (exact) and ``("cast", dtype)``
+    converts (a boolean mask to 0/1), both giving a new contiguous tensor. ``compute_dtype``
+    replaces the dtype of casts (the capture check computes in float64)."""
     for kind, arg in adapters:
-        tensor = tensor.permute(arg) if kind == "permute" else tensor.reshape(arg)
+        if kind == "permute":
+            tensor = tensor.permute(arg)
+        elif kind == "reshape":
+            tensor = tensor.reshape(arg)
+        elif kind == "scale":
+            tensor = (tensor * arg).contiguous()
+        elif kind == "cast":
+            tensor = tensor.to(compute_dtype or arg).contiguous()
+        else:
+            raise ValueError(f"unknown adapter {kind!r}")
     return tensor
 
 
@@ -138,6 +170,9 @@ class LowerContext:
         self.specs: list[InputSpec] = []
         self._inputs: dict[tuple, DTensor] = {}
         self.device: torch.device | None = None
+        # nodes whose mugraph value has other dims than PyTorch's (same elements, row-major):
+        # the partition's output is reshaped (a view); only allowed for partition outputs
+        self.reshaped: set[Node] = set()
 
     # values
     def is_tensor(self, value: Any) -> bool:
@@ -194,6 +229,22 @@ class LowerContext:
         elif device != self.device:
             raise Unsupported(f"{node.name}: inputs on different devices ({device}, {self.device})")
 
+    def causal_mask(self, rows: int, cols: int, rank: int, dtype: torch.dtype) -> DTensor:
+        """An input holding the 0/1 causal mask (see CausalMaskInput)."""
+        key = ("causal", rows, cols, rank, dtype)
+        if key not in self._inputs:
+            dims = (1,) * (rank - 2) + (rows, cols)
+            mdtype = mugraph_dtype(dtype, "causal mask")
+            self._inputs[key] = self.graph.new_input(dims, None, mdtype)
+            self.specs.append(CausalMaskInput(rows, cols, rank, dtype))
+        return self._inputs[key]
+
+    def adapted(self, value: Any, step: tuple) -> External:
+        """An outside tensor seen through one more adapter step (scale, cast)."""
+        if not isinstance(value, External):
+            raise Unsupported(f"cannot adapt a value computed by mugraph ({step[0]})")
+        return External(value.node, (*value.adapters, step))
+
     def const(self, value: float, rank: int, dtype: torch.dtype) -> DTensor:
         """An input holding ``value`` with ``rank`` size-1 dims (broadcasts against anything)."""
         if not math.isfinite(value):
@@ -249,13 +300,17 @@ def _map_args(cx: LowerContext, node: Node, env: dict[Node, Any]) -> tuple[tuple
 
 
 def _check_result(cx: LowerContext, node: Node, value: Any) -> DTensor:
-    """A lowered node must give a mugraph tensor of exactly PyTorch's shape and dtype."""
+    """A lowered node must give a mugraph tensor of exactly PyTorch's shape and dtype (or, for
+    a node the rule marked as reshaped, the same number of elements)."""
     if not isinstance(value, DTensor):
         raise Unsupported(f"{node.name}: passes a PyTorch value through unchanged")
     want = meta_value(node)
     if not isinstance(want, torch.Tensor):
         raise Unsupported(f"{node.name}: does not produce one tensor")
-    if tuple(value.dims) != tuple(want.shape):
+    if node in cx.reshaped:
+        if math.prod(value.dims) != want.numel():
+            raise Unsupported(f"{node.name}: mugraph gives {list(value.dims)} elements")
+    elif tuple(value.dims) != tuple(want.shape):
         raise Unsupported(
             f"{node.name}: mugraph gives {list(value.dims)}, PyTorch {list(want.shape)}"
         )
@@ -292,6 +347,9 @@ def build_program(members: list[Node], *, check_verifiable: bool = True) -> Capt
     outputs = _outputs(members)
     if not outputs:
         raise Unsupported("the partition has no outputs")
+    inner_reshaped = [n for n in cx.reshaped if n not in outputs or any(u in env for u in n.users)]
+    if inner_reshaped:
+        raise Unsupported(f"{inner_reshaped[0].name}: its value is used inside the partition")
     index = _mark_outputs(cx.graph, [env[n] for n in outputs])
     graph = cx.graph
     try:
@@ -303,8 +361,9 @@ def build_program(members: list[Node], *, check_verifiable: bool = True) -> Capt
     except MugraphError as error:
         raise Unsupported(str(error).splitlines()[0]) from None
     kinds = [op.kind.value for op in graph.ops if op.kind is not OpKind.INPUT]
+    shapes = [tuple(meta_value(n).shape) if n in cx.reshaped else None for n in outputs]
     return CapturedProgram(
-        graph, list(members), cx.raw_inputs, cx.specs, outputs, index, len(kinds), kinds
+        graph, list(members), cx.raw_inputs, cx.specs, outputs, index, len(kinds), kinds, shapes
     )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mugraph.integration.capture import CapturedProgram, ConstInput, apply_adapters, meta_value
+from mugraph.integration.capture import CapturedProgram, ExternalInput, apply_adapters, meta_value
 from mugraph.integration.lowering import op_name
 
 RTOL = 1e-6
@@ -22,7 +22,9 @@ def _random_raw(captured: CapturedProgram, generator: torch.Generator) -> list:
     raw = []
     for node in captured.raw_inputs:
         value = meta_value(node)
-        if isinstance(value, torch.Tensor):
+        if isinstance(value, torch.Tensor) and value.dtype is torch.bool:
+            raw.append(torch.rand(tuple(value.shape), generator=generator) < 0.7)
+        elif isinstance(value, torch.Tensor):
             raw.append(torch.randn(tuple(value.shape), generator=generator, dtype=torch.float64))
         else:
             raw.append(value)
@@ -32,10 +34,11 @@ def _random_raw(captured: CapturedProgram, generator: torch.Generator) -> list:
 def _program_inputs(captured: CapturedProgram, raw: list) -> list[np.ndarray]:
     arrays = []
     for spec in captured.input_specs:
-        if isinstance(spec, ConstInput):
-            arrays.append(np.full((1,) * spec.rank, spec.value, dtype=np.float64))
+        if isinstance(spec, ExternalInput):
+            view = apply_adapters(raw[spec.source], spec.adapters, torch.float64)
+            arrays.append(view.numpy())
         else:
-            arrays.append(apply_adapters(raw[spec.source], spec.adapters).numpy())
+            arrays.append(spec.tensor("cpu", torch.float64).numpy())
     return arrays
 
 
@@ -64,7 +67,10 @@ def check_capture(captured: CapturedProgram, fallback, seed: int = 0) -> str | N
     casts = any(op_name(n) == "cast" for n in captured.nodes)
     rtol = RTOL_WITH_CASTS if casts else RTOL
     for k, node in enumerate(captured.outputs):
-        diff = _difference(got[captured.output_index[k]], want[k].double().numpy())
+        value = got[captured.output_index[k]]
+        if captured.output_shapes and captured.output_shapes[k] is not None:
+            value = value.reshape(captured.output_shapes[k])
+        diff = _difference(value, want[k].double().numpy())
         if not diff <= rtol:
             return f"{node.name}: the captured program differs from PyTorch by {diff:.2e}"
     return None

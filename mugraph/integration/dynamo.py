@@ -3,11 +3,14 @@
 Dynamo hands the backend an fx GraphModule and example inputs (``options`` arrive as the
 keyword argument ``options``). For each concrete input signature the backend
 
-1. copies the graph, inlines known leaf modules, rewrites ``x * sigmoid(x)`` to ``silu``, and
-   propagates shapes on fake tensors;
-2. partitions it (:mod:`mugraph.integration.partition`) into kernel graphs mugraph captures;
-3. for each partition, looks the program up in the result cache (:mod:`mugraph.cache`), else
-   superoptimizes it under the configured budget and stores the answer;
+1. copies the graph, inlines known leaf modules, rewrites ``x * sigmoid(x)`` to ``silu``,
+   propagates shapes on fake tensors and canonicalizes model idioms (RMSNorm, norm weights
+   folded into projections, stacked Q/K/V: :mod:`mugraph.integration.canonicalize`);
+2. partitions it around matmul and attention anchors (:mod:`mugraph.integration.partition`);
+3. for each partition of a known shape class (:mod:`mugraph.search.shape_class`), takes the
+   search of its small representative from the result cache (:mod:`mugraph.cache`) or runs
+   it under the class preset, tiles the answer for the real sizes and verifies that tiling;
+   other partitions are looked up / superoptimized as they are;
 4. replaces each partition by a :class:`~mugraph.integration.runtime.MugraphPartition` module.
 
 Shapes are static per specialization: a graph Dynamo compiled with dynamic shapes is
@@ -22,6 +25,13 @@ Options (all optional):
 ``cache_dir``           where (default: ``mugraph.cache.default_cache_dir()``)
 ``max_partition_ops``   most mugraph operators in one partition (default 8)
 ``max_partition_inputs`` most kernel-graph inputs of one partition (default 4)
+``elementwise``         what runs elementwise operators no anchor takes: ``"pytorch"``
+                        (default) or ``"mugraph"`` (captured greedily)
+``shape_classes``       search partitions of known shape classes on a small representative
+                        and tile the answer (default True)
+``rest``                what runs the rest of the graph: ``"eager"`` (default: the fx graph,
+                        op by op) or ``"inductor"`` (Inductor compiles it, the partitions
+                        being opaque ``torch.ops.mugraph.partition`` calls)
 ``run_unimproved``      run a partition on mugraph even when the search found nothing
                         better than the captured program (default False: PyTorch runs it)
 ``check_capture``       check each captured program against its PyTorch nodes on random
@@ -35,6 +45,7 @@ from __future__ import annotations
 import itertools
 import operator
 import re
+import time
 import warnings
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -43,6 +54,7 @@ import torch
 from torch.fx import Graph, GraphModule, Node
 
 from mugraph.integration import passes
+from mugraph.integration.canonicalize import canonicalize
 from mugraph.integration.capture import CapturedProgram, ExternalInput, meta_value
 from mugraph.integration.check import check_capture
 from mugraph.integration.lowering import target_name
@@ -67,6 +79,9 @@ class BackendOptions:
     cache_dir: str | None = None
     max_partition_ops: int = DEFAULT_MAX_OPS
     max_partition_inputs: int = DEFAULT_MAX_INPUTS
+    elementwise: str = "pytorch"
+    shape_classes: bool = True
+    rest: str = "eager"
     run_unimproved: bool = False
     check_capture: bool = True
     workers: int = 1
@@ -172,7 +187,9 @@ class MugraphCompiledGraph:
 
     def specialize(self, args: list) -> GraphModule:
         """Partition, search and rewrite ``gm`` for the concrete inputs ``args``."""
+        started = time.perf_counter()
         module, report = specialize(self.gm, args, self.options)
+        report.seconds = time.perf_counter() - started
         record(report)
         if self.options.verbose:
             print(report.format())
@@ -205,7 +222,8 @@ def _specialize(gm: GraphModule, args: list, options: BackendOptions,
     if isinstance(work, str):
         report.error = work
         return gm
-    parts = partition_graph(work.graph, options.max_partition_ops, options.max_partition_inputs)
+    parts = partition_graph(work.graph, options.max_partition_ops, options.max_partition_inputs,
+                            options.elementwise)
     report.fallbacks = [
         Fallback(n.name, target_name(n), why) for n, why in parts.fallbacks.items()
     ]
@@ -213,7 +231,33 @@ def _specialize(gm: GraphModule, args: list, options: BackendOptions,
     for i, captured in enumerate(parts.partitions):
         name = f"mugraph_partition_{i}"
         modules[name] = _partition_module(name, captured, options, report)
+    if options.rest == "inductor" and _inductor_ready(parts.partitions, args):
+        return _with_inductor(work, parts.partitions, modules, args, report)
     return rewrite(work, list(zip(parts.partitions, modules, strict=True)), modules)
+
+
+def _inductor_ready(partitions: list[CapturedProgram], args: list) -> bool:
+    """Inductor can take the graph: no autograd, and every partition input is a tensor."""
+    if torch.is_grad_enabled() and any(
+        isinstance(a, torch.Tensor) and a.requires_grad for a in args
+    ):
+        return False
+    return all(isinstance(meta_value(n), torch.Tensor) for c in partitions for n in c.raw_inputs)
+
+
+def _with_inductor(work: GraphModule, partitions: list[CapturedProgram], modules: dict,
+                   args: list, report: GraphReport):
+    """The rewritten graph, partitions as opaque operators, compiled by Inductor."""
+    from torch._inductor.compile_fx import compile_fx
+
+    from mugraph.integration.runtime import register_partition
+
+    keys = {}
+    for captured, name in zip(partitions, modules, strict=True):
+        keys[name] = register_partition(modules[name], [meta_value(n) for n in captured.outputs])
+    module = rewrite(work, list(zip(partitions, modules, strict=True)), modules, keys)
+    report.rest = "inductor"
+    return compile_fx(module, list(args))
 
 
 def _prepare(gm: GraphModule, args: list) -> GraphModule | str:
@@ -225,6 +269,7 @@ def _prepare(gm: GraphModule, args: list) -> GraphModule | str:
     if mutation is not None:
         return f"it writes tensors in place ({mutation.name}: {target_name(mutation)})"
     passes.propagate_shapes(work, args)
+    canonicalize(work, lambda: passes.propagate_shapes(work, args))
     return work
 
 
@@ -252,12 +297,25 @@ def _partition_module(name: str, captured: CapturedProgram, options: BackendOpti
     return MugraphPartition(captured, best, use, part, fallback)
 
 
+# Capture checks of this process, by program and the fx operators it came from: the layers
+# of a model lower the same operators to the same program, and are checked once.
+_CHECKED: dict[tuple, str | None] = {}
+
+
 def _check(captured: CapturedProgram, fallback: GraphModule) -> str | None:
     """Why the capture is not trusted (None: it matches PyTorch numerically)."""
-    try:
-        return check_capture(captured, fallback)
-    except Exception as error:  # noqa: BLE001 - what cannot be checked is not trusted
-        return f"the capture check failed to run ({type(error).__name__}: {error})"
+    key = (
+        captured.graph.structural_hash(), tuple(captured.graph.input_types),
+        tuple((target_name(n), repr(n.args), repr(n.kwargs)) for n in fallback.graph.nodes
+              if n.op not in ("placeholder", "output")),
+        tuple(repr(s) for s in captured.input_specs),
+    )
+    if key not in _CHECKED:
+        try:
+            _CHECKED[key] = check_capture(captured, fallback)
+        except Exception as error:  # noqa: BLE001 - what cannot be checked is not trusted
+            _CHECKED[key] = f"the capture check failed to run ({type(error).__name__}: {error})"
+    return _CHECKED[key]
 
 
 def _arch(captured: CapturedProgram) -> str:
@@ -278,12 +336,127 @@ def _search_config(program, options: BackendOptions):
 
 
 def _optimize(program, options: BackendOptions, arch: str, part: PartitionReport):
+    """The best μGraph for ``program``: by its shape class, else from the cache or a search."""
+    from mugraph.cache import ResultCache
+    from mugraph.search.shape_class import classify
+
+    cache = ResultCache(options.cache_dir) if options.cache else None
+    cls = classify(program) if options.shape_classes and not options.search else None
+    if cls is not None:
+        best = _optimize_by_class(program, cls, options, arch, part, cache)
+        if best is not None:
+            return best
+    return _optimize_as_is(program, options, arch, part, cache)
+
+
+def _optimize_by_class(program, cls, options: BackendOptions, arch: str, part: PartitionReport,
+                       cache):
+    """Search (or take from the cache) the class representative, then tile and verify; None
+    when the class path does not apply (the program is then searched as it is)."""
+    from mugraph.search import shape_class as sc
+
+    small = sc.representative(program)
+    if small is None:
+        return None
+    part.shape_class = cls.name
+    overrides = {"time_limit": max(float(options.time_limit), 0.0), "workers": options.workers,
+                 **sc.class_overrides(cls, small)}
+    config = _resolve(small, overrides)
+    best_small = _cached_search(small, config, cache, part, options)
+    if best_small is small and cls.retry_kinds and part.status != "not searched":
+        config = _resolve(small, {**overrides, **sc.class_overrides(cls, small, retry=True)})
+        best_small = _cached_search(small, config, cache, part, options)
+    if best_small is small:
+        part.status = "unimproved" if part.status != "not searched" else part.status
+        return program
+    try:
+        tiler = sc.Tiler(best_small, small, program)
+    except sc.NotInstantiable as error:
+        part.detail = f"class {cls.name}: {error}"
+        return None
+    return _first_verified(tiler, program, config, part)
+
+
+# Tiled answers of this process, by program and class search: identical layers of a model
+# (and later specializations of the same shapes) are tiled and verified once.
+_TILED: dict[tuple, tuple[Any, dict, str]] = {}
+
+
+def _first_verified(tiler, program, config, part: PartitionReport):
+    """The cheapest tiling that verifies (at reduced extents); the program when none does."""
+    from mugraph.cache import config_hash
+
+    key = (program.structural_hash(), tuple(program.input_types), config_hash(config))
+    if key not in _TILED:
+        best = _verified_tiling(tiler, program, config, part)
+        _TILED[key] = (None if best is program else best, dict(part.tiling), part.detail)
+    best, part.tiling, part.detail = _TILED[key]
+    part.status = "optimized" if best is not program else "unimproved"
+    return best if best is not None else program
+
+
+def _verified_tiling(tiler, program, config, part: PartitionReport):
+    from mugraph.search.verify import verify
+
+    tilings = tiler.tilings()
+    for tiling in tilings[:3]:
+        try:
+            small_program, small_graph = tiler.reduced(tiling)
+            check = verify(small_graph, small_program, delta=config.delta)
+        except Exception as error:  # noqa: BLE001 - an unverifiable tiling is not used
+            part.detail = f"tiling not verified: {type(error).__name__}: {error}"
+            continue
+        if check.passed:
+            best = tiling.graph
+            best.verification = check
+            part.status = "optimized"
+            part.tiling = {"grid": [list(a) for a in tiling.axes],
+                           "loop": list(tiling.loop) if tiling.loop else None}
+            return best
+    part.status = "unimproved"
+    part.detail = part.detail or f"none of {len(tilings)} tilings fits and verifies"
+    return program
+
+
+def _resolve(program, overrides: dict):
+    from mugraph.cache import resolve_config
+
+    return resolve_config(program, overrides)
+
+
+def _cached_search(program, config, cache, part: PartitionReport, options: BackendOptions):
+    """The best μGraph of ``program`` under ``config``: from the cache, else searched."""
+    from mugraph.cache import search_summary
+    from mugraph.search import api
+
+    if cache is not None:
+        hit = cache.get(program, config, arch="any")
+        if hit is not None:
+            part.cache, part.search = "hit", dict(hit.cache_entry.get("search") or {})
+            return hit
+        part.cache = "miss"
+    if config.time_limit <= 0:
+        part.status = "not searched"
+        return program
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=re.escape("mugraph: the search found no"))
+        best = api.superoptimize_graph(program, config)
+    part.search = search_summary(getattr(best, "search_result", None))
+    if cache is not None:
+        try:
+            cache.put(program, config, best, getattr(best, "search_result", None), arch="any")
+        except OSError as error:
+            warnings.warn(f"mugraph: could not store a search result in {cache}: {error}",
+                          stacklevel=2)
+    return best
+
+
+def _optimize_as_is(program, options: BackendOptions, arch: str, part: PartitionReport, cache):
     """The best μGraph for ``program``: from the cache, else from a search (then cached)."""
-    from mugraph.cache import ResultCache, search_summary
+    from mugraph.cache import search_summary
     from mugraph.search import api
 
     config = _search_config(program, options)
-    cache = ResultCache(options.cache_dir) if options.cache else None
     if cache is not None:
         hit = cache.get(program, config, arch=arch)
         if hit is not None:
@@ -359,8 +532,10 @@ def _schedule(graph: Graph, units: list, unit_of: dict[Node, int]) -> list:
 
 
 def rewrite(gm: GraphModule, parts: list[tuple[CapturedProgram, str]],
-            modules: dict[str, torch.nn.Module]) -> GraphModule:
-    """``gm`` with each partition's nodes replaced by a call of its module."""
+            modules: dict[str, torch.nn.Module], keys: dict[str, int] | None = None
+            ) -> GraphModule:
+    """``gm`` with each partition's nodes replaced by a call of its module (or, with ``keys``,
+    of ``torch.ops.mugraph.partition`` on the registered module)."""
     graph = gm.graph
     units, unit_of = _units(graph, parts)
     new = Graph()
@@ -370,7 +545,12 @@ def rewrite(gm: GraphModule, parts: list[tuple[CapturedProgram, str]],
             env[unit] = new.node_copy(unit, lambda n: env[n])
             continue
         captured, name = unit
-        call = new.call_module(name, tuple(env[n] for n in captured.raw_inputs))
+        inputs = tuple(env[n] for n in captured.raw_inputs)
+        if keys is not None:
+            call = new.call_function(torch.ops.mugraph.partition.default,
+                                     (keys[name], list(inputs)))
+        else:
+            call = new.call_module(name, inputs)
         for j, node in enumerate(captured.outputs):
             env[node] = new.call_function(operator.getitem, (call, j))
             env[node].meta = dict(node.meta)

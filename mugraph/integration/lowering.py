@@ -7,9 +7,10 @@ tensors, numbers) and returns a mugraph tensor, or raises :class:`Unsupported` w
 
 The rules are exact: a PyTorch operator whose function differs from every mugraph form
 (``F.gelu`` with the erf form, an ``alpha`` on ``add``, a softmax in another dtype) is
-unsupported, never approximated. ``rms_norm`` with an epsilon is
-``x * (mean(x²) + eps) ** -0.5`` with ``eps`` held in a constant input, mugraph's ``rms_norm``
-operator only when ``eps`` is 0 (it has no epsilon).
+unsupported, never approximated. ``rms_norm`` (and the canonical ``rms_norm_f32`` of
+:mod:`mugraph.integration.canonicalize`) is mugraph's ``rms_norm`` with its epsilon; a
+weight is a ``mul`` after it. ``scaled_dot_product_attention`` becomes
+``exp(Q K) * M / sum(exp(Q K) * M) @ V`` with grouped heads as views (see :func:`_sdpa`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import torch.nn.functional as F
 from torch.fx import Node
 
 from mugraph.integration.capture import External, LowerContext, Unsupported, meta_value
+from mugraph.integration.torch_ops import rms_norm_f32
 
 Rule = Callable[[LowerContext, Node, tuple, dict], Any]
 
@@ -43,7 +45,7 @@ _FUNCTIONS: dict[Any, str] = {
     torch.sigmoid: "sigmoid", F.sigmoid: "sigmoid",
     torch.softmax: "softmax", F.softmax: "softmax",
     torch.sum: "sum", torch.mean: "mean",
-    torch.rms_norm: "rms_norm", F.rms_norm: "rms_norm",
+    torch.rms_norm: "rms_norm", F.rms_norm: "rms_norm", rms_norm_f32: "rms_norm_f32",
     torch.clamp: "clamp", torch.clip: "clamp",
     torch.reshape: "reshape", torch.flatten: "reshape", torch.unsqueeze: "reshape",
     torch.squeeze: "reshape",
@@ -249,7 +251,8 @@ def _matmul(cx: LowerContext, node: Node, args: tuple, kwargs: dict) -> Any:
     if len(cx.dims(a)) < 2 or len(cx.dims(b)) < 2:
         raise Unsupported(f"{node.name}: matmul of a 1-d tensor")
     _same_dtype(cx, node.name, a, b)
-    return cx.graph.matmul(cx.tensor(a), cx.tensor(b))
+    rank = max(len(cx.dims(a)), len(cx.dims(b)))
+    return cx.graph.matmul(cx.tensor(cx.with_rank(a, rank)), cx.tensor(cx.with_rank(b, rank)))
 
 
 def _linear(cx: LowerContext, node: Node, args: tuple, kwargs: dict) -> Any:
@@ -260,7 +263,8 @@ def _linear(cx: LowerContext, node: Node, args: tuple, kwargs: dict) -> Any:
     if len(cx.dims(weight)) != 2 or len(cx.dims(x)) < 2:
         raise Unsupported(f"{node.name}: linear needs a 2-d weight and an input of rank >= 2")
     _same_dtype(cx, node.name, x, weight, *([bias] if bias is not None else []))
-    out = cx.graph.matmul(cx.tensor(x), cx.tensor(cx.permute_external(weight, (1, 0))))
+    weight_t = cx.with_rank(cx.permute_external(weight, (1, 0)), len(cx.dims(x)))
+    out = cx.graph.matmul(cx.tensor(x), cx.tensor(weight_t))
     if bias is None:
         return out
     return cx.graph.add(out, cx.tensor(cx.with_rank(bias, out.num_dims)))
@@ -313,15 +317,17 @@ def _softmax(cx: LowerContext, node: Node, args: tuple, kwargs: dict) -> Any:
 
 
 def rms(cx: LowerContext, x: Any, ndims: int, eps: float) -> Any:
-    """``x / sqrt(mean(x²) + eps)`` over the last ``ndims`` dims, exactly."""
+    """``x / sqrt(mean(x²) + eps)`` over the last ``ndims`` dims: mugraph's rms_norm."""
     t = cx.tensor(x)
-    if eps == 0:
-        return cx.graph.rms_norm(t, t.dims[t.num_dims - ndims:])
-    dims = list(range(t.num_dims - ndims, t.num_dims))
-    total = _sum_over(cx, cx.graph.square(t), dims)
-    mean = cx.graph.mul_scalar(total, 1.0 / math.prod(t.dims[-ndims:]))
-    shifted = cx.graph.add(mean, cx.const(eps, t.num_dims, cx.dtype(t)))
-    return cx.graph.mul(t, cx.graph.pow(shifted, -0.5))
+    return cx.graph.rms_norm(t, t.dims[t.num_dims - ndims:], eps=float(eps))
+
+
+def _rms_norm_f32(cx: LowerContext, node: Node, args: tuple, kwargs: dict) -> Any:
+    """The canonical RMSNorm (computed in float32 by PyTorch, in the input dtype here)."""
+    x, eps = args[0], _arg(args, kwargs, 1, "eps")
+    if not _number(eps) or eps < 0:
+        raise Unsupported(f"{node.name}: rms_norm with eps={eps!r}")
+    return rms(cx, x, 1, float(eps))
 
 
 def _rms_norm(cx: LowerContext, node: Node, args: tuple, kwargs: dict) -> Any:
@@ -344,28 +350,96 @@ def _rms_norm(cx: LowerContext, node: Node, args: tuple, kwargs: dict) -> Any:
 # ---- attention -----------------------------------------------------------------------------------
 
 
+def _is_power_of_two(value: float) -> bool:
+    mantissa, _ = math.frexp(value)
+    return value > 0 and mantissa == 0.5
+
+
 def _sdpa(cx: LowerContext, node: Node, args: tuple, kwargs: dict) -> Any:
-    """softmax(q @ k.T * scale + mask) @ v, without dropout, causal masking or GQA."""
+    """softmax(q @ k.T * scale, masked) @ v as ``exp(S) * M / sum(exp(S) * M) @ V``.
+
+    * Grouped heads (``enable_gqa``, hk key heads for h = hk * g query heads): views
+      ``q [b, hk, g, s, d]``, ``k.T [b, hk, 1, d, n]``, ``v [b, hk, 1, n, d]``; the batch dim
+      is dropped when it is 1. The result has PyTorch's elements in another shape (a view).
+    * ``scale``: a power of two multiplies q on the way in (exact); another scale is a
+      ``mul_scalar`` of the scores.
+    * A boolean mask becomes a 0/1 multiplier M of exp(S) (``masked_fill(-inf)`` then softmax
+      is exactly that), ``is_causal`` the constant lower-triangular M; a float mask is added
+      to the scores before exp.
+    """
     q, k, v = args[0], _arg(args, kwargs, 1, "key"), _arg(args, kwargs, 2, "value")
     mask = _arg(args, kwargs, 3, "attn_mask")
-    if _arg(args, kwargs, 4, "dropout_p", 0.0) != 0 or _arg(args, kwargs, 5, "is_causal", False):
-        raise Unsupported(f"{node.name}: attention with dropout or is_causal")
-    if kwargs.get("enable_gqa", False):
-        raise Unsupported(f"{node.name}: attention with enable_gqa")
-    if not isinstance(k, External):
-        raise Unsupported(f"{node.name}: attention on keys computed in the partition")
-    rank = len(cx.dims(k))
-    perm = (*range(rank - 2), rank - 1, rank - 2)
-    scale = _arg(args, kwargs, 6, "scale")
-    scale = 1.0 / math.sqrt(cx.dims(q)[-1]) if scale is None else float(scale)
+    causal = _arg(args, kwargs, 5, "is_causal", False)
+    if _arg(args, kwargs, 4, "dropout_p", 0.0) != 0:
+        raise Unsupported(f"{node.name}: attention with dropout")
+    if not all(isinstance(t, External) for t in (q, k, v)):
+        raise Unsupported(f"{node.name}: attention on values computed in the partition")
+    if causal and mask is not None:
+        raise Unsupported(f"{node.name}: attention with both is_causal and a mask")
     _same_dtype(cx, node.name, q, k, v)
-    scores = cx.graph.matmul(cx.tensor(q), cx.tensor(cx.permute_external(k, perm)))
-    scores = cx.graph.mul_scalar(scores, scale)
-    if mask is not None:
-        if cx.dtype(mask) != cx.dtype(q):
-            raise Unsupported(f"{node.name}: a boolean or other-dtype attention mask")
-        scores = cx.graph.add(*_broadcast_pair(cx, scores, mask))
-    return cx.graph.matmul(cx.graph.softmax(scores, -1), cx.tensor(v))
+    qd, kd, vd = cx.dims(q), cx.dims(k), cx.dims(v)
+    if not len(qd) == len(kd) == len(vd) or len(qd) not in (3, 4):
+        raise Unsupported(f"{node.name}: attention on tensors of rank {len(qd)}")
+    *lead, heads, rows, head_dim = ((1, *qd) if len(qd) == 3 else qd)
+    kv_heads, cols = kd[-3], kd[-2]
+    if heads % kv_heads or (heads != kv_heads and not _arg(args, kwargs, 7, "enable_gqa", False)):
+        raise Unsupported(f"{node.name}: {heads} query heads for {kv_heads} key heads")
+    group = heads // kv_heads
+    batch = (lead[0],) if lead and lead[0] > 1 else ()
+    scale = _arg(args, kwargs, 6, "scale")
+    scale = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
+    q = cx.reshape(q, (*batch, kv_heads, group, rows, head_dim))
+    if scale != 1.0 and _is_power_of_two(scale):
+        q, scale = cx.adapted(q, ("scale", scale)), 1.0
+    rank = len(batch) + 4
+    perm = (*range(len(kd) - 2), len(kd) - 1, len(kd) - 2)
+    kt = cx.reshape(cx.permute_external(k, perm), (*batch, kv_heads, 1, head_dim, cols))
+    vv = cx.reshape(v, (*batch, kv_heads, 1, cols, vd[-1]))
+    scores = cx.graph.matmul(cx.tensor(q), cx.tensor(kt))
+    if scale != 1.0:
+        scores = cx.graph.mul_scalar(scores, scale)
+    weights = _masked_exp(cx, node, scores, mask, causal, (*batch, kv_heads, group), rank)
+    total = cx.graph.reduction(weights, rank - 1)
+    out = cx.graph.matmul(cx.graph.div(weights, total), cx.tensor(vv))
+    cx.reshaped.add(node)
+    return out
+
+
+def _mask_view(cx: LowerContext, node: Node, mask: Any, heads: tuple, rank: int) -> Any:
+    """The mask as ``[*heads-or-1, rows, cols]`` of the scores' rank (views)."""
+    dims = cx.dims(mask)
+    rows_cols = dims[-2:]
+    lead = dims[:-2]
+    want_heads = math.prod(heads[-2:])  # hk * g
+    if len(lead) > 2 or math.prod(lead[1:] if len(lead) == 2 else lead) not in (1, want_heads):
+        raise Unsupported(f"{node.name}: an attention mask of shape {list(dims)}")
+    if len(lead) == 2 and lead[0] != 1 and (len(heads) == 2 or lead[0] != heads[0]):
+        raise Unsupported(f"{node.name}: a per-batch mask of shape {list(dims)}")
+    mask_heads = math.prod(lead[-1:]) if lead else 1
+    batch = heads[:-2]
+    batch_dims = tuple(lead[0] if len(lead) == 2 else 1 for _ in batch)
+    head_dims = heads[-2:] if mask_heads == want_heads else (1, 1)
+    return cx.reshape(mask, (*batch_dims, *head_dims, *rows_cols))
+
+
+def _masked_exp(cx: LowerContext, node: Node, scores, mask: Any, causal: bool, heads: tuple,
+                rank: int):
+    """exp(scores) with the mask applied exactly (see _sdpa)."""
+    rows, cols = scores.dims[-2:]
+    dtype = cx.dtype(scores)
+    if causal:
+        return cx.graph.mul(cx.graph.exp(scores), cx.causal_mask(rows, cols, rank, dtype))
+    if mask is None:
+        return cx.graph.exp(scores)
+    if not isinstance(mask, External):
+        raise Unsupported(f"{node.name}: an attention mask computed in the partition")
+    view = _mask_view(cx, node, mask, heads, rank)
+    if cx.dtype(mask) is torch.bool:
+        ones = cx.tensor(cx.adapted(view, ("cast", dtype)))
+        return cx.graph.mul(cx.graph.exp(scores), ones)
+    if cx.dtype(mask) != dtype:
+        raise Unsupported(f"{node.name}: an attention mask of dtype {cx.dtype(mask)}")
+    return cx.graph.exp(cx.graph.add(scores, cx.tensor(view)))
 
 
 # ---- data movement -------------------------------------------------------------------------------
@@ -461,6 +535,7 @@ RULES: dict[str, Rule] = {
     "sum": _reduction(mean=False),
     "mean": _reduction(mean=True),
     "rms_norm": _rms_norm,
+    "rms_norm_f32": _rms_norm_f32,
     "sdpa": _sdpa,
     "reshape": _reshape,
     "transpose": _permute_rule("transpose"),

@@ -1,7 +1,15 @@
-"""Partitioning: cut an fx graph into the largest convex subgraphs mugraph captures.
+"""Partitioning: cut an fx graph into convex subgraphs mugraph captures, around what pays.
 
-Nodes are visited in graph order. A node joins the partition of one of its inputs (or the
-union of several), or starts a new one, when the result
+Anchors first. Each matmul, projection (``linear``) and attention call anchors a partition,
+grown to the fusion opportunity around it: the sibling projections of the same input (gate
+and up of a gated MLP), the RMSNorm producing that input when nothing else reads it, and the
+elementwise operators consuming the results (the gate ``silu(a) * b``, a bias, a residual
+add), up to the next anchor. What no anchor takes runs on PyTorch (``elementwise="pytorch"``,
+the default: elementwise chains are what Inductor fuses well) or, with
+``elementwise="mugraph"``, is grown greedily as below.
+
+Greedy growth (``elementwise="mugraph"``): nodes are visited in graph order. A node joins the
+partition of one of its inputs (or the union of several), or starts a new one, when the result
 
 * is convex: no path leaves the partition and comes back (it must run as one call),
 * stays within ``max_ops`` mugraph operators and ``max_inputs`` kernel-graph inputs (the
@@ -23,9 +31,19 @@ from torch.fx import Graph, Node
 
 from mugraph.integration.capture import CapturedProgram, Unsupported, build_program
 from mugraph.integration.lowering import VIEW_OPS, op_name, target_name
+from mugraph.integration.torch_ops import WEIGHT_PREPARATION
 
 DEFAULT_MAX_OPS = 8
 DEFAULT_MAX_INPUTS = 4
+ANCHORS = frozenset({"linear", "matmul", "sdpa"})
+NORMS = frozenset({"rms_norm", "rms_norm_f32"})
+EPILOGUE = frozenset({"add", "sub", "mul", "div", "neg", "exp", "silu", "sigmoid", "relu",
+                      "gelu", "pow", "sqrt", "rsqrt", "square", "clamp", "reshape", "identity",
+                      "cast"})
+LEFT_TO_PYTORCH = (
+    "elementwise operators without a matmul or attention anchor run on PyTorch "
+    "(elementwise='mugraph' captures them)"
+)
 
 
 @dataclass
@@ -85,6 +103,8 @@ def _reason_unsupported(node: Node) -> str | None:
         return f"module call {node.target!r} (not a module mugraph knows)"
     if not _is_call(node):
         return None
+    if node.target in WEIGHT_PREPARATION:
+        return "weight preparation, computed once and cached (PyTorch)"
     value = node.meta.get("val")
     if value is not None and not isinstance(value, torch.Tensor):
         return f"{target_name(node)} gives {type(value).__name__}, not a tensor (stays in PyTorch)"
@@ -97,11 +117,14 @@ class Partitioner:
     """Greedy growth of partitions in graph order (see the module docstring)."""
 
     def __init__(self, graph: Graph, max_ops: int = DEFAULT_MAX_OPS,
-                 max_inputs: int = DEFAULT_MAX_INPUTS) -> None:
+                 max_inputs: int = DEFAULT_MAX_INPUTS, elementwise: str = "pytorch") -> None:
+        if elementwise not in ("pytorch", "mugraph"):
+            raise ValueError(f"elementwise must be 'pytorch' or 'mugraph', not {elementwise!r}")
         self.nodes = list(graph.nodes)
         self.reach = _Reach(self.nodes)
         self.max_ops = max_ops
         self.max_inputs = max_inputs
+        self.elementwise = elementwise
         self.groups: list[list[Node]] = []
         self.group_of: dict[Node, int] = {}
         self.fallbacks: dict[Node, str] = {}
@@ -111,9 +134,81 @@ class Partitioner:
             reason = _reason_unsupported(node)
             if reason is not None:
                 self.fallbacks[node] = reason
-            elif _is_call(node):
+        for node in self.nodes:
+            if op_name(node) in ANCHORS and _is_call(node) and node not in self.fallbacks:
+                if node not in self.group_of:
+                    self._grow_anchor(node)
+        for node in self.nodes:
+            if node in self.fallbacks or node in self.group_of or not _is_call(node):
+                continue
+            if self.elementwise == "mugraph":
                 self._place(node)
+            elif op_name(node) not in VIEW_OPS:
+                self.fallbacks[node] = LEFT_TO_PYTORCH
+            else:
+                self.fallbacks[node] = "data movement (PyTorch; reaches mugraph as a view)"
         return self._finish()
+
+    # ---- anchors -------------------------------------------------------------------------------
+
+    def _free(self, node: Node) -> bool:
+        return _is_call(node) and node not in self.group_of and node not in self.fallbacks
+
+    def _grow_anchor(self, anchor: Node) -> None:
+        why = self._try([anchor])
+        if why is not None:
+            self.fallbacks[anchor] = why
+            return
+        members = [anchor]
+        if op_name(anchor) in ("linear", "matmul"):
+            source = anchor.args[0] if anchor.args else None
+            for sibling in list(source.users) if isinstance(source, Node) else []:
+                if sibling is not anchor and op_name(sibling) == op_name(anchor):
+                    members = self._extend(members, sibling)
+            members = self._absorb_producers(members, source)
+        grown = True
+        while grown:
+            grown = False
+            for node in list(members):
+                for user in node.users:
+                    if user in members or not self._free(user):
+                        continue
+                    if op_name(user) not in EPILOGUE:
+                        continue
+                    extended = self._extend(members, user)
+                    if extended is not members:
+                        members, grown = extended, True
+        self._assign_new(members)
+
+    def _absorb_producers(self, members: list[Node], node) -> list[Node]:
+        """Take the norm or elementwise chain producing a projection's input when nothing
+        outside reads it (the prologue: RMSNorm, silu(x) @ W...)."""
+        todo = [node]
+        while todo:
+            node = todo.pop()
+            if not isinstance(node, Node) or not self._free(node):
+                continue
+            if op_name(node) not in NORMS | EPILOGUE or op_name(node) in VIEW_OPS:
+                continue
+            if not all(u in members for u in node.users):
+                continue
+            extended = self._extend(members, node)
+            if extended is not members:
+                members = extended
+                todo.extend(a for a in node.all_input_nodes)
+        return members
+
+    def _extend(self, members: list[Node], node: Node) -> list[Node]:
+        """``members`` with ``node`` when that is still a valid partition, else unchanged."""
+        if not self._free(node):
+            return members
+        trial = sorted([*members, node], key=self.reach.index.get)
+        return trial if self._try(trial) is None else members
+
+    def _assign_new(self, members: list[Node]) -> None:
+        self.groups.append(list(members))
+        for node in members:
+            self.group_of[node] = len(self.groups) - 1
 
     def _input_groups(self, node: Node) -> list[int]:
         groups = []
@@ -131,7 +226,7 @@ class Partitioner:
         return options
 
     def _place(self, node: Node) -> None:
-        groups = self._input_groups(node)
+        groups = [g for g in self._input_groups(node) if not self._anchored(g)]
         is_view = op_name(node) in VIEW_OPS
         if is_view and not groups:
             self.fallbacks[node] = "data movement of a PyTorch value (reaches mugraph as a view)"
@@ -149,6 +244,9 @@ class Partitioner:
             reasons.append(why)
         # a view's reason is why it cannot join; another node's, why it cannot stand alone
         self.fallbacks[node] = reasons[0] if is_view else reasons[-1]
+
+    def _anchored(self, group: int) -> bool:
+        return any(op_name(n) in ANCHORS for n in self.groups[group])
 
     def _try(self, members: list[Node]) -> str | None:
         """None when ``members`` make a valid partition, else the reason they do not."""
@@ -212,6 +310,7 @@ def _trim_views(members: list[Node], fallbacks: dict[Node, str]) -> list[Node]:
 
 
 def partition_graph(graph: Graph, max_ops: int = DEFAULT_MAX_OPS,
-                    max_inputs: int = DEFAULT_MAX_INPUTS) -> Partitioning:
+                    max_inputs: int = DEFAULT_MAX_INPUTS,
+                    elementwise: str = "pytorch") -> Partitioning:
     """Partition ``graph`` (whose nodes carry propagated shapes) into captured programs."""
-    return Partitioner(graph, max_ops, max_inputs).run()
+    return Partitioner(graph, max_ops, max_inputs, elementwise).run()

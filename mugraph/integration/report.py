@@ -19,6 +19,9 @@ class PartitionReport:
     cache: str = "off"  # hit | miss | off
     search: dict = field(default_factory=dict)
     detail: str = ""
+    shape_class: str = ""  # the class whose representative was searched ("" for none)
+    tiling: dict = field(default_factory=dict)  # grid axes and for-loop of the tiled answer
+    measured: dict = field(default_factory=dict)  # first-call GPU times, mugraph vs PyTorch
 
     def line(self) -> str:
         stats = self.search
@@ -29,8 +32,9 @@ class PartitionReport:
                 f"{stats.get('verified', 0)} verified"
             )
         detail = f" — {self.detail}" if self.detail else ""
+        cls = f" [{self.shape_class}]" if self.shape_class else ""
         return (
-            f"{self.name}: {len(self.nodes)} fx nodes -> {len(self.ops)} mugraph ops "
+            f"{self.name}{cls}: {len(self.nodes)} fx nodes -> {len(self.ops)} mugraph ops "
             f"[{', '.join(self.ops)}]; {self.status}, runs on {self.runs_on} "
             f"(cache {self.cache}{found}){detail}"
         )
@@ -54,13 +58,15 @@ class GraphReport:
     partitions: list[PartitionReport] = field(default_factory=list)
     fallbacks: list[Fallback] = field(default_factory=list)
     error: str | None = None
+    seconds: float = 0.0  # time the backend spent on this graph (capture, search, tiling)
+    rest: str = "eager"  # what runs the nodes outside the partitions (eager | inductor)
 
     @property
     def taken(self) -> list[PartitionReport]:
         return [p for p in self.partitions if p.runs_on == "mugraph"]
 
     def format(self) -> str:
-        lines = [f"mugraph graph {self.graph_id} ({self.signature}):"]
+        lines = [f"mugraph graph {self.graph_id} ({self.signature}), {self.seconds:.1f} s:"]
         if self.error:
             lines.append(f"  whole graph runs on PyTorch: {self.error}")
         for p in self.partitions:

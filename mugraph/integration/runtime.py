@@ -6,7 +6,10 @@ receives their outside inputs and returns their outside outputs (a tuple). It ru
 * on CUDA tensors: the μGraph compiled by :func:`mugraph.compile`;
 * on CPU tensors: the μGraph's reference semantics (``graph(inputs=...)``);
 * the original PyTorch nodes (``fallback``) when mugraph is not to be used for it, when
-  autograd needs the result, or — with a warning, once — when running the μGraph fails.
+  autograd needs the result, or — with a warning, once — when running the μGraph fails,
+  including when its inputs do not have the shapes it was built for (the shape guard: a
+  kernel is never run on another shape; the backend specializes per input signature, so
+  this only fires if something calls a partition outside its specialization).
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from typing import Any
 import torch
 from torch.fx import Graph, GraphModule
 
-from mugraph.integration.capture import CapturedProgram, ConstInput, apply_adapters
+from mugraph.errors import ShapeError
+from mugraph.integration.capture import CapturedProgram, ExternalInput, apply_adapters
 
 
 def fallback_module(captured: CapturedProgram) -> GraphModule:
@@ -30,6 +34,26 @@ def fallback_module(captured: CapturedProgram) -> GraphModule:
         env[node] = graph.node_copy(node, lambda n: env[n])
     graph.output(tuple(env[n] for n in captured.outputs))
     return GraphModule(torch.nn.Module(), graph)
+
+
+def _on_cuda(values: tuple) -> bool:
+    return any(isinstance(v, torch.Tensor) and v.device.type == "cuda" for v in values)
+
+
+def cuda_milliseconds(fn, warmup: int = 2, reps: int = 5) -> float:
+    """Median milliseconds of ``fn()`` on the current CUDA stream."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
 
 
 def _needs_autograd(values: tuple) -> bool:
@@ -49,20 +73,48 @@ class MugraphPartition(torch.nn.Module):
         self.best = best
         self.specs = list(captured.input_specs)
         self.output_index = list(captured.output_index)
+        self.output_shapes = list(captured.output_shapes)
         self.use_mugraph = use_mugraph
         self.report = report
         self._consts: dict[tuple, torch.Tensor] = {}
         self._compiled = None
+        # on a GPU, time the μGraph against the PyTorch nodes on the first call and keep the
+        # faster (the search's cost model is an estimate; this is a measurement)
+        self.measure = True
+        self.timer = cuda_milliseconds
 
     def forward(self, *raw: Any) -> tuple:
         if not self.use_mugraph or _needs_autograd(raw):
             return self.fallback(*raw)
         try:
+            if self.measure and _on_cuda(raw):
+                self.choose_by_measurement(raw)
+                if not self.use_mugraph:
+                    return self.fallback(*raw)
             outs = self._run(raw)
         except Exception as error:  # noqa: BLE001 - never fail the model: PyTorch takes over
             self._give_up(error)
             return self.fallback(*raw)
-        return tuple(outs[i] for i in self.output_index)
+        return tuple(self._shaped(outs[i], k) for k, i in enumerate(self.output_index))
+
+    def choose_by_measurement(self, raw: tuple) -> None:
+        """Time both ways of running this partition once; PyTorch keeps it when faster."""
+        self.measure = False
+        ours = self.timer(lambda: self._run(raw))
+        theirs = self.timer(lambda: self.fallback(*raw))
+        if self.report is not None:
+            self.report.measured = {"mugraph_ms": ours, "pytorch_ms": theirs}
+        if theirs < ours:
+            self.use_mugraph = False
+            if self.report is not None:
+                self.report.runs_on = "pytorch"
+                self.report.detail = (f"measured slower than PyTorch ({ours:.3f} ms vs "
+                                      f"{theirs:.3f} ms)")
+
+    def _shaped(self, value, k: int):
+        shape = self.output_shapes[k] if self.output_shapes else None
+        value = torch.as_tensor(value)
+        return value if shape is None else value.reshape(shape)
 
     def _give_up(self, error: Exception) -> None:
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
@@ -80,25 +132,71 @@ class MugraphPartition(torch.nn.Module):
         device = next(v.device for v in raw if isinstance(v, torch.Tensor))
         inputs = []
         for spec in self.specs:
-            if isinstance(spec, ConstInput):
-                inputs.append(self._const(spec, device))
-            else:
+            if isinstance(spec, ExternalInput):
                 inputs.append(apply_adapters(raw[spec.source], spec.adapters))
+            else:
+                inputs.append(self._const(spec, device))
         return inputs
 
-    def _const(self, spec: ConstInput, device: torch.device) -> torch.Tensor:
+    def _const(self, spec, device: torch.device) -> torch.Tensor:
+        """A constant input (a scalar, a causal mask), made once per device."""
         key = (spec, str(device))
         if key not in self._consts:
-            shape = (1,) * spec.rank
-            self._consts[key] = torch.full(shape, spec.value, dtype=spec.dtype, device=device)
+            self._consts[key] = spec.tensor(device)
         return self._consts[key]
+
+    def _check_shapes(self, inputs: list[torch.Tensor]) -> None:
+        """The guard: a μGraph runs only on the shapes it was searched and verified for."""
+        for i, (t, want) in enumerate(zip(inputs, self.best.input_types, strict=True)):
+            if tuple(t.shape) != tuple(want.dims):
+                raise ShapeError(
+                    f"partition {getattr(self.report, 'name', '?')}: input {i} has shape "
+                    f"{list(t.shape)}, the μGraph was built for {list(want.dims)}"
+                )
 
     def _run(self, raw: tuple) -> list[torch.Tensor]:
         inputs = self._inputs(raw)
+        self._check_shapes(inputs)
         if inputs[0].device.type == "cuda":
             if self._compiled is None:
                 from mugraph.runtime.compiled import compile_graph
 
-                self._compiled = compile_graph(self.best)
+                self._compiled = compile_graph(self.best, cuda_graph=False)
             return self._compiled(inputs=inputs)
         return self.best(inputs=inputs)
+
+
+# ---- partitions as an opaque operator (for Inductor) -------------------------------------------
+
+_PARTITIONS: dict[int, MugraphPartition] = {}
+
+
+def register_partition(module: MugraphPartition, outputs: list) -> int:
+    """Make ``module`` callable as ``torch.ops.mugraph.partition(key, inputs)``; ``outputs``
+    are the fake values of its outputs (shapes and dtypes)."""
+    key = len(_PARTITIONS)
+    module.fake_outputs = [(tuple(v.shape), v.dtype) for v in outputs]
+    _PARTITIONS[key] = module
+    return key
+
+
+def _aliases(value: torch.Tensor, inputs: list[torch.Tensor]) -> bool:
+    ptr = value.untyped_storage().data_ptr()
+    return any(t.untyped_storage().data_ptr() == ptr for t in inputs)
+
+
+@torch.library.custom_op("mugraph::partition", mutates_args=())
+def run_partition(key: int, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Run registered partition ``key``: fresh contiguous outputs (never views of inputs)."""
+    outs = []
+    for value in _PARTITIONS[key](*inputs):
+        value = value.contiguous()
+        outs.append(value.clone() if _aliases(value, inputs) else value)
+    return outs
+
+
+@run_partition.register_fake
+def _run_partition_fake(key: int, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    device = inputs[0].device
+    return [torch.empty(shape, dtype=dtype, device=device)
+            for shape, dtype in _PARTITIONS[key].fake_outputs]

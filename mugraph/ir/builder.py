@@ -178,6 +178,16 @@ def _scalar(op: str, value: object, builder: GraphBuilder | None = None) -> floa
     return float(value)
 
 
+def _eps_attr(eps: object, builder: GraphBuilder | None = None) -> dict[str, float]:
+    """The ``eps`` attribute of rms_norm / the rms accumulator: absent when 0 (so graphs
+    without one keep their hashes), else a finite non-negative float."""
+    value = _scalar("rms eps", eps, builder)
+    if value < 0:
+        error = UnsupportedError(f"rms eps: must be >= 0, got {value!r}")
+        raise builder._fail(error, "rms eps") if builder else error
+    return {"eps": value} if value else {}
+
+
 def _dims(op: str, dims: object, builder: GraphBuilder | None = None) -> tuple[int, ...]:
     try:
         out = tuple(dims)  # type: ignore[arg-type]
@@ -262,10 +272,11 @@ class KernelGraph(GraphBuilder):
         return self._ops[ref.op].outputs[ref.index]
 
     # kernel-only operators
-    def rms_norm(self, t: DTensor, normalized_shape) -> DTensor:
+    def rms_norm(self, t: DTensor, normalized_shape, eps: float = 0.0) -> DTensor:
+        """t / sqrt(mean(t², normalized dims) + eps); ``eps`` is kept only when nonzero."""
         shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
         shape = _dims("rms_norm", shape, self)
-        return self._unary(OpKind.RMS_NORM, t, normalized_shape=shape)
+        return self._unary(OpKind.RMS_NORM, t, normalized_shape=shape, **_eps_attr(eps, self))
 
     def softmax(self, t: DTensor, dim: int = -1) -> DTensor:
         """exp, a sum over ``dim``, and a division (no max subtraction: the naive form)."""
@@ -514,22 +525,31 @@ class ThreadBlockGraph(GraphBuilder):
         self._push(Op(OpKind.BLOCK_OUTPUT, (stensor.ref,), freeze_attrs(attrs), ()))
 
     # block-only operators
-    def rms_norm(self, t: STensor) -> STensor:
-        """t / sqrt(mean(t², last dim))."""
+    def rms_norm(self, t: STensor, eps: float = 0.0) -> STensor:
+        """t / sqrt(mean(t², last dim) + eps)."""
         self._check_tensor("rms_norm", t)
-        return self._unary(OpKind.RMS_NORM, t, normalized_shape=(t.dims[-1],))
+        return self._unary(
+            OpKind.RMS_NORM, t, normalized_shape=(t.dims[-1],), **_eps_attr(eps, self)
+        )
 
     def reduction_max(self, t: STensor, dim: int) -> STensor:
         self._check_tensor("reduction_max", t)
         dim = self._normalize_dim("reduction_max", dim, t)
         return self._unary(OpKind.REDUCTION_MAX, t, dim=dim)
 
-    def forloop_accum(self, t: STensor, acc: str | None = None) -> STensor:
+    def forloop_accum(self, t: STensor, acc: str | None = None, eps: float = 0.0) -> STensor:
+        """Combine the iterations' tiles (see AccumKind); ``eps`` goes under the root of
+        ``"rms"``: sqrt(mean(t²) + eps)."""
         try:
             kind = as_accum_kind(acc)
+            extra = _eps_attr(eps, self)
+            if extra and kind is not AccumKind.RMS:
+                raise UnsupportedError(
+                    f"forloop_accum: eps={eps} is only meaningful for acc='rms', not {kind.value!r}"
+                )
         except MugraphError as error:
             raise self._fail(error, "forloop_accum") from None
-        return self._unary(OpKind.FORLOOP_ACCUM, t, acc=kind)
+        return self._unary(OpKind.FORLOOP_ACCUM, t, acc=kind, **extra)
 
     def forloop_accum_max(self, t: STensor) -> STensor:
         return self._unary(OpKind.FORLOOP_ACCUM_MAX, t)

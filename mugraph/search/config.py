@@ -103,6 +103,28 @@ PRESETS: dict[str, dict] = {
     "mlp": {},
 }
 
+# The shape classes of model partitions (mugraph.search.shape_class): each is searched on a
+# small representative as ONE custom kernel on ONE block that loops over the reduced index;
+# the answer is tiled for the real sizes afterwards. So these searches complete in seconds.
+_ONE_BLOCK = {
+    "max_custom_kernels": 1,
+    "griddims": ((1, 1, 1),),
+    "forloop_ranges": (4,),
+    "deepening": False,
+}
+PRESETS.update({
+    # RMSNorm (with its epsilon) + projection: rms accumulated beside the matmul
+    "norm_linear": dict(_ONE_BLOCK),
+    # silu(X W1) * (X W3), after an RMSNorm: both matmuls, the rms and the gate in one loop
+    "gated_mlp": dict(_ONE_BLOCK),
+    # softmax(Q K) V with a 0/1 mask: exp, its sum and (exp) V accumulated over the keys
+    "attention_block": {**_ONE_BLOCK, "accum_kinds": frozenset({AccumKind.NONE, AccumKind.SUM})},
+    # X W + (X A) B: both paths accumulated in one loop
+    "lora_block": {**_ONE_BLOCK, "block_kinds_extra": frozenset({OpKind.CONCAT})},
+    # a projection with its bias / residual applied in the epilogue
+    "linear_epilogue": dict(_ONE_BLOCK),
+})
+
 
 def default_config(program, preset: str | None = None, **overrides) -> SearchConfig:
     """A config for ``program``: its elementwise kinds, grid sizes dividing its dims."""

@@ -188,6 +188,10 @@ class Generator:
                 known = self._unary_variants.setdefault(op.kind, ())
                 if op.attr_dict not in known:
                     self._unary_variants[op.kind] = known + (op.attr_dict,)
+        # The epsilons of the program's rms_norm operators: the rms accumulator tries each.
+        self._rms_eps: tuple[float, ...] = tuple(
+            sorted({float(op.attr("eps", 0.0)) for op in program.ops if op.kind is OpKind.RMS_NORM})
+        ) or (0.0,)
         self.memo: dict = _WORKER_MEMO.setdefault(_memo_scope(program, config), {})
 
     # ---- kernel level ------------------------------------------------------------------------
@@ -432,7 +436,12 @@ class Generator:
         elif category == "accum":
             if grid.forloop_range > 1 and tj.phase is Phase.LOOP:
                 for acc in self._accum_order:
-                    yield (j,), {"acc": acc}, (("acc", acc.value),)
+                    if acc is not AccumKind.RMS:
+                        yield (j,), {"acc": acc}, (("acc", acc.value),)
+                        continue
+                    for eps in self._rms_eps:
+                        extra = {"eps": eps} if eps else {}
+                        yield (j,), {"acc": acc, **extra}, (("acc", acc.value), ("eps", eps))
         elif category == "reduction":
             for d, size in enumerate(tj.type.dims):
                 if size > 1:

@@ -409,14 +409,23 @@ def pow(a: Term, exponent: float | str | SizeVar | None = None) -> Term:  # noqa
     return _make("pow", (a,), text)
 
 
-def rms(k: int, a: Term) -> Term:
-    """Root mean square over ``k`` elements: ``sqrt(sum(k, mul(a, a)))`` (1/k dropped)."""
-    return sqrt(sum(k, mul(a, a)))
+def rms(k: int, a: Term, eps: float = 0.0) -> Term:
+    """Root mean square over ``k`` elements: ``sqrt(sum(k, mul(a, a)))`` (1/k dropped); with
+    an epsilon ``sqrt(add(sum(k, mul(a, a)), eps))``, the constant a leaf of its own."""
+    total = sum(k, mul(a, a))
+    return sqrt(add(total, eps_leaf(eps)) if eps else total)
 
 
-def rms_norm(k: int, a: Term) -> Term:
-    """RMS normalisation over the last ``k`` elements: ``div(a, rms(k, a))`` (no epsilon)."""
-    return div(a, rms(k, a))
+def eps_leaf(eps: float) -> Term:
+    """The constant ``eps`` of an rms as a named leaf (equal epsilons give the same leaf; the
+    name is an identifier spelling the float's exact binary value)."""
+    text = float(eps).hex().replace(".", "_").replace("-", "m").replace("+", "p")
+    return var(f"eps_{text}")
+
+
+def rms_norm(k: int, a: Term, eps: float = 0.0) -> Term:
+    """RMS normalisation over the last ``k`` elements: ``div(a, rms(k, a, eps))``."""
+    return div(a, rms(k, a, eps))
 
 
 def reshape(a: Term) -> Term:
@@ -779,7 +788,7 @@ def _rms_norm(inputs: Sequence[Term], dims: Sequence[Dims], attrs: Mapping[str, 
     x = _only(inputs, 1, "rms_norm")[0]
     shape = attrs.get("normalized_shape")
     k = math.prod(shape) if shape else dims[0][-1]
-    return rms_norm(_positive_int(k, "rms_norm size"), x)
+    return rms_norm(_positive_int(k, "rms_norm size"), x, float(attrs.get("eps", 0.0)))
 
 
 def _concat(inputs: Sequence[Term], dims: Sequence[Dims], attrs: Mapping[str, Any]) -> Term:
@@ -808,7 +817,7 @@ def _forloop_accum(inputs: Sequence[Term], dims: Sequence[Dims], attrs: Mapping[
     acc = as_accum_kind(attrs.get("acc"))
     size = _accum_size(dims, attrs, acc)
     if acc is AccumKind.RMS:
-        return rms(size, x)
+        return rms(size, x, float(attrs.get("eps", 0.0)))
     return sum(size, x)  # NONE, SUM, MEAN (1/n dropped), SUM_TODIMX
 
 

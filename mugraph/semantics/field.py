@@ -97,9 +97,13 @@ def _reduction_max(interp, op, args, ctx):
     return [interp.field.max_reduce(args[0], axis=ctx.lead + op.attr("dim"), keepdims=True)]
 
 
-def sqrt_of_mean(f: FieldContext, sum_sq: FieldArray, count: int) -> FieldArray:
-    """sqrt(sum / count), the sqrt uninterpreted: shared by rms_norm and the rms accumulator."""
-    return f.uninterpreted("sqrt", f.mul_const(sum_sq, _fraction(1, count)))
+def sqrt_of_mean(f: FieldContext, sum_sq: FieldArray, count: int, eps: float = 0.0) -> FieldArray:
+    """sqrt(sum / count + eps), the sqrt uninterpreted: shared by rms_norm and the rms
+    accumulator. ``eps`` (a float, so an exact binary fraction) is added in the field."""
+    mean = f.mul_const(sum_sq, _fraction(1, count))
+    if eps:
+        mean = f.add(mean, f.mul_const(f.ones(()), Fraction(eps)))
+    return f.uninterpreted("sqrt", mean)
 
 
 def _fraction(a: int, b: int) -> Fraction:
@@ -111,7 +115,8 @@ def _rms_norm(interp, op, args, ctx):
     n_dims = len(op.attr("normalized_shape"))
     axes = tuple(range(x.ndim - n_dims, x.ndim))
     count = math.prod(x.shape[-n_dims:])
-    return [f.div(x, sqrt_of_mean(f, f.sum(f.mul(x, x), axis=axes, keepdims=True), count))]
+    sum_sq = f.sum(f.mul(x, x), axis=axes, keepdims=True)
+    return [f.div(x, sqrt_of_mean(f, sum_sq, count, op.attr("eps", 0.0)))]
 
 
 def _concat(interp, op, args, ctx):
@@ -150,7 +155,7 @@ def _forloop_accum(interp, op, args, ctx):
     if acc is AccumKind.MEAN:
         total = f.mul_const(total, _fraction(1, count))
     elif acc is AccumKind.RMS:
-        total = f.uninterpreted("sqrt", f.mul_const(total, _fraction(1, count)))
+        total = sqrt_of_mean(f, total, count, op.attr("eps", 0.0))
     return [total]
 
 

@@ -85,7 +85,7 @@ def _reduction_max(interp, op, args, ctx):
 def _rms_norm(interp, op, args, ctx):
     x = args[0]
     axes = tuple(range(x.ndim - len(op.attr("normalized_shape")), x.ndim))
-    return [x / np.sqrt(np.mean(x * x, axis=axes, keepdims=True))]
+    return [x / np.sqrt(np.mean(x * x, axis=axes, keepdims=True) + op.attr("eps", 0.0))]
 
 
 def _broadcast_lead(a: np.ndarray, b: np.ndarray, lead: int) -> tuple[np.ndarray, np.ndarray]:
@@ -126,7 +126,7 @@ def _forloop_accum(interp, op, args, ctx):
     if acc in (AccumKind.MEAN, AccumKind.RMS):
         total = total / (x.shape[-1] * ctx.forloop_range)
     if acc is AccumKind.RMS:
-        total = np.sqrt(total)
+        total = np.sqrt(total + op.attr("eps", 0.0))
     return [total]
 
 

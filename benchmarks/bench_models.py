@@ -1,0 +1,233 @@
+"""A Llama-3.2-1B-sized model (random weights) through eager PyTorch, ``torch.compile`` (default:
+Inductor) and ``torch.compile(backend="mugraph")``: prefill and one decode step.
+
+    python benchmarks/bench_models.py                      # on a GPU: the 1B model, float16
+    python benchmarks/bench_models.py --warm-cache DIR     # on the CPU: fill DIR with the class
+                                                           # searches the 1B run needs
+The GPU run prints, per mode, the first call (compile) time, the median time of a prefill of
+``--prefill`` tokens and of a decode step whose attention sees ``--kv`` keys (a cache of
+``kv - 1`` tokens plus the new one; the cache is cropped back after each step), the largest
+relative difference of the last-token logits from eager, and the speedup over torch.compile.
+mugraph's class searches only depend on the representative programs (every large dim 64), so
+``--warm-cache`` runs a small model with the same representatives on the CPU to fill the
+cache; the GPU run then tiles, verifies and compiles for the real sizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+LLAMA_1B = dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                num_attention_heads=32, num_key_value_heads=8, head_dim=64,
+                max_position_embeddings=4096, rope_theta=500000.0, tie_word_embeddings=True)
+# the same shape-class representatives as LLAMA_1B (large dims > 16, small dims 2..16)
+MINI = dict(vocab_size=1024, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+            num_attention_heads=8, num_key_value_heads=2, head_dim=64, max_position_embeddings=256,
+            rope_theta=500000.0, tie_word_embeddings=True)
+
+
+def build(sizes: dict, dtype: torch.dtype, device: str):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = LlamaForCausalLM(LlamaConfig(**sizes, attn_implementation="sdpa"))
+    return model.to(dtype).eval()
+
+
+def prefill_fn(model, ids):
+    return lambda: model(ids, use_cache=False, logits_to_keep=1).logits
+
+
+def decode_setup(model, kv: int, vocab: int, device: str):
+    """A DynamicCache of ``kv - 1`` tokens (from an eager prefill) and the next token."""
+    torch.manual_seed(1)
+    ids = torch.randint(0, vocab, (1, kv - 1), device=device)
+    with torch.no_grad():
+        out = model(ids, use_cache=True, logits_to_keep=1)
+    return out.past_key_values, torch.randint(0, vocab, (1, 1), device=device)
+
+
+def decode_fn(model, cache, token, kv: int):
+    position = torch.tensor([[kv - 1]], device=token.device)
+
+    def step():
+        logits = model(token, past_key_values=cache, position_ids=position, use_cache=True,
+                       logits_to_keep=1).logits
+        cache.crop(-1)  # back to kv - 1 tokens
+        return logits
+
+    return step
+
+
+def timed(fn, reps: int, cuda: bool) -> float:
+    """Median milliseconds of ``fn()`` over ``reps`` calls (after 3 warm-up calls)."""
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(reps):
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
+    scale = want.float().abs().max().clamp_min(1e-30)
+    return float((got.float() - want.float()).abs().max() / scale)
+
+
+def compiled_model(model, mode: str, options: dict):
+    import mugraph.integration  # noqa: F401 - registers the backend
+
+    torch._dynamo.reset()
+    if mode == "eager":
+        return model
+    if mode == "torch.compile":
+        return torch.compile(model)
+    return torch.compile(model, backend="mugraph", options=options, dynamic=False)
+
+
+def run_mode(model, mode: str, args, ids, cache0, token, reference: dict, options: dict) -> dict:
+    import mugraph.integration as mgi
+
+    cuda = args.device == "cuda"
+    row: dict = {"mode": mode}
+    fn_model = compiled_model(model, mode, options)
+    mgi.clear_reports()
+    for phase in ("prefill", "decode"):
+        if phase == "prefill":
+            fn = prefill_fn(fn_model, ids)
+        else:
+            cache = copy.deepcopy(cache0)
+            fn = decode_fn(fn_model, cache, token, args.kv)
+        try:
+            with torch.no_grad():
+                t0 = time.perf_counter()
+                out = fn()
+                if cuda:
+                    torch.cuda.synchronize()
+                row[f"{phase}_compile_s"] = time.perf_counter() - t0
+                if mode == "eager":
+                    reference[phase] = out.clone()
+                row[f"{phase}_err"] = rel_err(out, reference[phase])
+                row[f"{phase}_ms"] = timed(fn, args.reps, cuda)
+        except Exception as error:  # noqa: BLE001 - report the failure, keep the other modes
+            row[f"{phase}_error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+    if mode == "mugraph":
+        row["reports"] = [r.format() for r in mgi.reports()]
+        row["taken"] = {}
+        for report in mgi.reports():
+            for part in report.taken:
+                key = part.shape_class or "other"
+                row["taken"][key] = row["taken"].get(key, 0) + 1
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    base = {r["mode"]: r for r in rows}.get("torch.compile", {})
+    lines = ["| mode | prefill ms | decode ms | prefill vs torch.compile | decode vs "
+             "torch.compile | first call prefill / decode s | max rel err (prefill, decode) |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    def cell(r, key):
+        return f"{r[key]:.3f}" if key in r else "failed"
+
+    def speed(r, phase):
+        k = f"{phase}_ms"
+        return f"{base[k] / r[k]:.2f}x" if k in r and k in base else "-"
+
+    for r in rows:
+        first = " / ".join(f"{r[f'{p}_compile_s']:.1f}" if f"{p}_compile_s" in r else "-"
+                           for p in ("prefill", "decode"))
+        errs = ", ".join(f"{r[f'{p}_err']:.1e}" if f"{p}_err" in r else "-"
+                         for p in ("prefill", "decode"))
+        lines.append(f"| {r['mode']} | {cell(r, 'prefill_ms')} | {cell(r, 'decode_ms')} | "
+                     f"{speed(r, 'prefill')} | {speed(r, 'decode')} | {first} | {errs} |")
+    return "\n".join(lines)
+
+
+def warm_cache(directory: str, time_limit: float) -> None:
+    """Fill ``directory`` with the class searches of the 1B run (CPU, float16)."""
+    import mugraph.integration as mgi
+
+    model = build(MINI, torch.float16, "cpu")
+    options = {"time_limit": time_limit, "cache_dir": directory}
+    ids = torch.randint(0, MINI["vocab_size"], (1, 32))
+    cache, token = decode_setup(model, 32, MINI["vocab_size"], "cpu")
+    compiled = compiled_model(model, "mugraph", options)
+    with torch.no_grad():
+        prefill_fn(compiled, ids)()
+        decode_fn(compiled, cache, token, 32)()
+    for report in mgi.reports():
+        print(report.format())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
+    parser.add_argument("--prefill", type=int, default=512)
+    parser.add_argument("--kv", type=int, default=1024, help="keys the decode step attends to")
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--layers", type=int, default=LLAMA_1B["num_hidden_layers"])
+    parser.add_argument("--modes", default="eager,mugraph,torch.compile")
+    parser.add_argument("--rest", default="inductor", choices=["eager", "inductor"],
+                        help="what runs the nodes outside mugraph's partitions")
+    parser.add_argument("--cache-dir", default=None)
+    parser.add_argument("--time-limit", type=float, default=60.0)
+    parser.add_argument("--out", default=None, help="write results.json and the reports here")
+    parser.add_argument("--warm-cache", default=None, metavar="DIR")
+    parser.add_argument("--mini", action="store_true", help="the small model (a CPU dry run)")
+    args = parser.parse_args(argv)
+    if args.warm_cache:
+        warm_cache(args.warm_cache, args.time_limit)
+        return 0
+    dtype = getattr(torch, args.dtype)
+    sizes = dict(MINI) if args.mini else {**LLAMA_1B, "num_hidden_layers": args.layers}
+    model = build(sizes, dtype, args.device)
+    ids = torch.randint(0, sizes["vocab_size"], (1, args.prefill), device=args.device)
+    cache0, token = decode_setup(model, args.kv, sizes["vocab_size"], args.device)
+    options = {"time_limit": args.time_limit, "cache_dir": args.cache_dir, "rest": args.rest}
+    reference: dict = {}
+    rows = []
+    for mode in ["eager", *[m for m in args.modes.split(",") if m != "eager"]]:
+        started = time.perf_counter()
+        rows.append(run_mode(model, mode, args, ids, cache0, token, reference, options))
+        print(f"{mode}: done in {time.perf_counter() - started:.1f} s "
+              f"{ {k: v for k, v in rows[-1].items() if k not in ('reports',)} }", flush=True)
+        if args.out:  # after every mode, so a run cut short keeps what it measured
+            out = Path(args.out)
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "results.json").write_text(json.dumps(rows, indent=1, default=str))
+        if mode == "mugraph":
+            for text in rows[-1].get("reports", []):
+                print("\n".join(line for line in text.splitlines()
+                                if "mugraph_partition" in line or line.startswith("mugraph")))
+    layers = sizes["num_hidden_layers"]
+    print(f"\nLlama-3.2-1B-sized ({layers} layers, random weights, {args.dtype}) on "
+          f"{torch.cuda.get_device_name() if args.device == 'cuda' else args.device}: prefill "
+          f"{args.prefill} tokens, decode with {args.kv} keys; rest={args.rest}")
+    print(table(rows))
+    for r in rows:
+        if "taken" in r:
+            print(f"mugraph partitions on mugraph, by class: {r['taken']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,100 @@
+"""PyTorch operators the canonicalized graphs call (``torch.ops.mugraph.*``).
+
+* :func:`rms_norm_f32` is RMSNorm as models write it (up-cast to float32, ``x *
+  rsqrt(mean(x²) + eps)``, back to the input dtype), one fx node the lowering maps onto
+  mugraph's ``rms_norm`` with its epsilon.
+* ``mugraph::fold_weights(scale, weights)`` is ``cat([W * scale for W in weights])``: a norm's
+  weight folded into the projections that follow it (``(n * s) @ W.T == n @ (W * s).T``),
+  with sibling projections of one input stacked into one. ``mugraph::concat(tensors)`` stacks
+  their biases. Both are computed once and kept while their inputs are the same tensors at the
+  same version (an in-place update of a parameter computes them again), and both are custom
+  operators, so Inductor treats them as opaque calls instead of recomputing them each step.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+
+import torch
+
+
+def rms_norm_f32(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """``x * rsqrt(mean(x², last dim) + eps)`` computed in float32, in ``x``'s dtype."""
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+def _version(t: torch.Tensor) -> int:
+    try:
+        return t._version
+    except RuntimeError:  # inference tensors have no version counter (and cannot change)
+        return -1
+
+
+class _Memo:
+    """The last result per call site key, reused while the inputs are unchanged."""
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple, tuple[tuple, torch.Tensor]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple, tensors: list[torch.Tensor], compute) -> torch.Tensor:
+        stamp = tuple((t, _version(t)) for t in tensors)
+        with self._lock:
+            hit = self._entries.get(key)
+        if hit is not None and len(hit[0]) == len(stamp) and all(
+            a is b and va == vb for (a, va), (b, vb) in zip(hit[0], stamp, strict=True)
+        ):
+            return hit[1]
+        value = compute()
+        with self._lock:
+            self._entries[key] = (stamp, value)
+        return value
+
+
+_MEMO = _Memo()
+
+
+_SITES = itertools.count()
+
+
+def new_site() -> int:
+    """A key for one call site of the memoized operators (each keeps its latest result)."""
+    return next(_SITES)
+
+
+@torch.library.custom_op("mugraph::fold_weights", mutates_args=())
+def fold_weights(scale: torch.Tensor, weights: list[torch.Tensor], site: int) -> torch.Tensor:
+    """cat([W * scale (broadcast over rows) for W in weights], dim=0), memoized per site."""
+
+    def compute() -> torch.Tensor:
+        s = scale.float()
+        folded = [(w.float() * s).to(w.dtype) for w in weights]
+        return torch.cat(folded, 0) if len(folded) > 1 else folded[0]
+
+    return _MEMO.get(("fold", site), [scale, *weights], compute)
+
+
+@fold_weights.register_fake
+def _fold_weights_fake(scale: torch.Tensor, weights: list[torch.Tensor], site: int
+                       ) -> torch.Tensor:
+    rows = sum(w.shape[0] for w in weights)
+    return weights[0].new_empty((rows, *weights[0].shape[1:]))
+
+
+@torch.library.custom_op("mugraph::concat", mutates_args=())
+def concat(tensors: list[torch.Tensor], site: int) -> torch.Tensor:
+    """cat(tensors, dim=0), memoized per site (stacked weights or biases)."""
+    return _MEMO.get(("cat", site), tensors, lambda: torch.cat(tensors, 0))
+
+
+@concat.register_fake
+def _concat_fake(tensors: list[torch.Tensor], site: int) -> torch.Tensor:
+    rows = sum(t.shape[0] for t in tensors)
+    return tensors[0].new_empty((rows, *tensors[0].shape[1:]))
+
+
+# Operators that prepare weights: they stay in PyTorch (the report says so).
+WEIGHT_PREPARATION = frozenset({torch.ops.mugraph.fold_weights.default,
+                                torch.ops.mugraph.concat.default})
