@@ -370,7 +370,7 @@ def test_a_cache_hit_skips_the_search(search_calls, tmp_path):
 def test_a_corrupted_cache_entry_is_reported_and_searched_again(search_calls, tmp_path):
     folder = tmp_path / "results"
     options = {"time_limit": 1.0, "cache_dir": str(folder)}
-    model, x, y = SigmoidGate(), torch.randn(8, 16), torch.randn(8, 16)
+    model, x, y = SiluPattern(), torch.randn(2, 8, 16), torch.randn(2, 16, 8)
     run_compiled(model, x, y, **options)
     searched = len(search_calls)
     files = sorted(folder.glob("*.json"))
