@@ -2,6 +2,7 @@
 
     python benchmarks/bench_ranking.py [ROWS...] [--out DIR] [--reps N] [--tune-top N]
         [--budget S] [--jobs N] [--no-library] [--no-searched]
+    python benchmarks/bench_ranking.py --superoptimize ROW [--time-limit S]
 
 For every suite row (``benchmarks/suite``): every verified alternative of its search file
 (``benchmarks/searched/<row>.json``, labelled ``s#i``) and every library μGraph the runner
@@ -110,7 +111,14 @@ def main(argv=None) -> int:
     parser.add_argument("--task-timeout", type=float, default=120.0)
     parser.add_argument("--no-library", dest="library", action="store_false")
     parser.add_argument("--no-searched", dest="searched", action="store_false")
+    parser.add_argument("--superoptimize", metavar="ROW", default=None,
+                        help="instead: run superoptimize on ROW's program at suite sizes (the "
+                             "search, then the GPU ranking) and print how it ranked")
+    parser.add_argument("--time-limit", type=float, default=60.0,
+                        help="search seconds for --superoptimize")
     args = parser.parse_args(argv)
+    if args.superoptimize:
+        return run_superoptimize(args)
 
     from benchmarks.suite import select
     from mugraph.optimize.ranking import Pools, RankingOptions, cuda_present, rank_graphs
@@ -169,6 +177,29 @@ def main(argv=None) -> int:
     print(f"\n{lines[0].get('device', '?') if lines else '?'}; reps {args.reps}, "
           f"{time.monotonic() - STARTED:.0f} s; records: {records_path}")
     print(table)
+    return 0
+
+
+def run_superoptimize(args) -> int:
+    """``superoptimize`` as a user calls it, on one row's program at suite sizes."""
+    from benchmarks.suite import select
+
+    (row,) = select([args.superoptimize], None)
+    program = row.program()
+    log(f"{row.name}: superoptimize, {args.time_limit:g} s of search")
+    best = program.superoptimize(
+        time_limit=args.time_limit, workers=args.jobs,
+        ranking={"reps": args.reps, "warmup": args.warmup, "tune_top": args.tune_top},
+        progress=log,
+    )
+    ranking = getattr(best, "ranking", None)
+    print(f"\n{row.name}: superoptimize returned "
+          f"{'the program unchanged' if best is program else 'a μGraph'} "
+          f"({time.monotonic() - STARTED:.0f} s in all)")
+    result = getattr(best, "search_result", None)
+    print(result.summary() if hasattr(result, "summary") else result)
+    if ranking is not None:
+        print(ranking.table())
     return 0
 
 

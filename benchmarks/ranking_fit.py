@@ -9,10 +9,11 @@ settings' median, which every timed candidate has), and what choosing by estimat
 (the measured time of the best-estimated candidate over the measured best).
 
 ``--fit`` tunes the cost model's constants (:class:`mugraph.optimize.cost_model.CostParams`)
-to rank better, and reports it honestly: leave one workload out — for each workload (the rows
-of one program family at their batch sizes), the constants are fitted on the other workloads
-only and the held-out workload's rows are scored with them — so no row's score comes from
-constants fitted to its own measurements.
+to rank better, and reports it honestly: leave one program family out (``--by``) — for each
+family (attention, rmsnorm_linear, gated_mlp, ... with all their rows), the constants are
+fitted on the other families only and the held-out family's rows are scored with them — so
+no row's score comes from constants fitted to its own measurements, nor to those of its
+siblings at other sizes.
 """
 
 from __future__ import annotations
@@ -203,13 +204,15 @@ def estimator(params, memo: dict) -> Callable[[dict], float]:
 
 # each fitted constant: candidate values tried by coordinate search (the defaults included)
 SEARCH_GRID: dict[str, tuple[float, ...]] = {
-    "l2_bandwidth_ratio": (1.5, 2.5, 4.0),
+    "iteration_latency": (0.05e-6, 0.15e-6, 0.3e-6, 0.6e-6, 1.0e-6),
+    "chain_latency": (0.0, 0.1e-6, 0.2e-6, 0.4e-6),
+    "reduction_latency": (0.0, 0.3e-6, 1.0e-6, 2.0e-6),
+    "register_elements_per_thread": (64, 96, 128, 192, 256),
+    "spill_exponent": (1.0, 2.0, 3.0, 4.0),
+    "load_elements_per_thread": (128, 192, 256, 384),
+    "load_exponent": (0.0, 0.5, 1.0),
     "sm_burst": (1.5, 3.0, 6.0),
-    "iteration_latency": (0.05e-6, 0.15e-6, 0.4e-6, 1.0e-6),
-    "register_elements_per_thread": (64, 128, 256),
-    "block_latency": (0.0, 0.5e-6, 1.5e-6, 4e-6),
-    "small_dot_penalty": (0.0, 0.5, 1.0),
-    "spill_exponent": (1.0, 1.5, 2.0),
+    "l2_bandwidth_ratio": (1.5, 2.5, 4.0),
 }
 
 
@@ -241,19 +244,32 @@ def fit(lines: Sequence[dict], memo: dict, rounds: int = 2, start=None):
     return best, best_score
 
 
-def leave_one_workload_out(lines: Sequence[dict], memo: dict, rounds: int) -> dict[str, float]:
-    """{graph hash + row: estimate (µs)} with each workload's estimates from constants fitted
-    on the other workloads only."""
-    workloads = sorted({line["workload"] for line in lines})
+def family_of(row: str) -> str:
+    """The program family of a suite row (attention, rmsnorm_linear, ...)."""
+    from benchmarks.suite import select
+
+    if not FAMILIES:
+        FAMILIES.update({r.name: r.family.name for r in select([], None)})
+    return FAMILIES.get(row, row)
+
+
+FAMILIES: dict[str, str] = {}
+
+
+def leave_one_group_out(lines: Sequence[dict], memo: dict, rounds: int,
+                        group: Callable[[dict], str]) -> dict[str, float]:
+    """{row + graph hash: estimate (µs)} with each group's estimates from constants fitted
+    on the other groups only."""
+    groups = sorted({group(line) for line in lines})
     held: dict[str, float] = {}
-    for workload in workloads:
-        train = [line for line in lines if line["workload"] != workload]
+    for name in groups:
+        train = [line for line in lines if group(line) != name]
         params, _ = fit(train, memo, rounds)
         est = estimator(params, memo)
         for line in lines:
-            if line["workload"] == workload:
+            if group(line) == name:
                 held[line["row"] + line["graph_hash"]] = est(line)
-        print(f"held out {workload}: fitted {changed(params)}", file=sys.stderr, flush=True)
+        print(f"held out {name}: fitted {changed(params)}", file=sys.stderr, flush=True)
     return held
 
 
@@ -270,6 +286,8 @@ def main(argv=None) -> int:
     parser.add_argument("records", type=Path)
     parser.add_argument("--fit", action="store_true", help="fit, leave one workload out")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--by", choices=["family", "workload", "row"], default="family",
+                        help="what is held out together (default: the program family)")
     args = parser.parse_args(argv)
     lines = read_lines(args.records)
     memo: dict = {}
@@ -280,14 +298,18 @@ def main(argv=None) -> int:
     print("the estimates recorded with the measurements against this cost model's:")
     print(correlation_table(lines, recorded, current, ("recorded", "current")))
     if args.fit:
-        held = leave_one_workload_out(lines, memo, args.rounds)
-        print("\nleave one workload out (each workload scored with constants fitted on the "
-              "others):")
+        group = (lambda line: family_of(line["row"])) if args.by == "family" else (
+            lambda line: line[args.by])
+        held = leave_one_group_out(lines, memo, args.rounds, group)
+        print(f"\nleave one {args.by} out (each {args.by}'s rows scored with constants fitted "
+              f"on the other {args.by}s only):")
         print(correlation_table(lines, recorded,
                                 lambda line: held[line["row"] + line["graph_hash"]],
                                 ("recorded", "held-out fit")))
         params, score = fit(lines, memo, args.rounds)
-        print(f"\nfitted on every workload (objective {score:.3f}): {changed(params)}")
+        print(f"\nfitted on every row (objective {score:.3f}): {changed(params)}")
+        print(correlation_table(lines, recorded, estimator(params, memo),
+                                ("recorded", "fit on all")).splitlines()[-1])
     return 0
 
 
