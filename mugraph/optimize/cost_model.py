@@ -54,7 +54,7 @@ _TORCH_LAUNCHES = {OpKind.RMS_NORM: 4, OpKind.RESHAPE: 0}
 @dataclass(frozen=True)
 class CostParams:
     """The model's constants. The bandwidth and rate ratios are rough H100 figures; the
-    latency, spill and load terms were fitted to 245 candidates timed on an H100
+    latency, spill and load terms were fitted to 233 candidates timed on an H100
     (``benchmarks/bench_ranking.py``, ``benchmarks/ranking_fit.py``; benchmarks/RESULTS.md,
     "Ranking"). Rankings, not absolute times, are what the search uses."""
 
