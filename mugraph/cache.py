@@ -196,6 +196,12 @@ def search_summary(result) -> dict:
     }
 
 
+def ranking_summary(ranking) -> dict | None:
+    """How the stored μGraph was chosen (a RankingResult's ``to_dict()``: method, the chosen
+    candidate and its launch settings, every candidate's estimate and measured times)."""
+    return ranking.to_dict() if ranking is not None else None
+
+
 # ---- the cache -------------------------------------------------------------------------------
 
 
@@ -300,6 +306,7 @@ class ResultCache:
             "verification": verification_summary(getattr(best, "verification", None))
             if improved else None,
             "search": search,
+            "ranking": ranking_summary(getattr(best, "ranking", None)),
         }
         entry["checksum"] = _checksum(entry)
         path = self.entry_path(key)
@@ -418,6 +425,7 @@ def _metadata(entry: dict, path: Path) -> dict:
         "improved": entry.get("improved"),
         "verification": entry.get("verification"),
         "search": entry.get("search"),
+        "ranking": entry.get("ranking"),
     }
 
 

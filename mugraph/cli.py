@@ -393,6 +393,9 @@ def _print_report(say, report: dict, best) -> None:
     say("best μGraph:")
     say(str(best))
     say(f"verification: {report['verification']}")
+    ranking = getattr(best, "ranking", None)
+    if ranking is not None:
+        say(ranking.summary())
     program_cost, best_cost = report["program_cost_seconds"], report["best_cost_seconds"]
     speedup = program_cost / best_cost if best_cost else float("inf")
     say(f"estimated time (cost model): program {_us(program_cost)}, best {_us(best_cost)} "

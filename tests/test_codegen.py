@@ -656,7 +656,8 @@ def test_cost_model_charges_register_spills_of_broadcast_matmuls():
 
     small, large = gemv(64), gemv(1024)
     assert spill_factor(small.ops[2].attr("graph")) == 1.0
-    assert spill_factor(large.ops[2].attr("graph")) == 2.0  # 1024 x 64 products, 128 threads
+    # 1024 x 64 products over 128 threads: 512 values each, far over the register budget
+    assert spill_factor(large.ops[2].attr("graph")) > 10.0
     launch = DEFAULT_GPU.launch_overhead
     assert estimate(large).seconds - launch > 1.5 * (estimate(small).seconds - launch)
 

@@ -1,35 +1,41 @@
 """A cost model of μGraphs without a GPU: a pure, cheap function of the graph (no codegen).
 
 Per kernel it counts device-memory bytes, bytes requested through L2, floating-point work
-(tensor cores or not), blocks against multiprocessors (waves), and a launch overhead, and turns
-them into one estimated time:
+(tensor cores or not), blocks against multiprocessors (waves), the length of a for-loop
+iteration, register pressure and the size of the tiles loaded per iteration, and a launch
+overhead, and turns them into one estimated time:
 
-    seconds = launch + max(memory time, compute time, loop latency)
+    seconds = launch + max(memory time, compute time, loop latency) · spills · large loads
 
 - memory time: DRAM bytes at ``gpu.memory_bandwidth``, or the busiest block's bytes over its
-  waves at one multiprocessor's share (an SM can draw ``SM_BURST`` times its fair share), or
-  L2 traffic at ``L2_BANDWIDTH_RATIO`` times DRAM bandwidth; whichever is slowest.
+  waves at one multiprocessor's share (an SM can draw ``sm_burst`` times its fair share), or
+  L2 traffic at ``l2_bandwidth_ratio`` times DRAM bandwidth; whichever is slowest.
 - compute time: flops at the tensor-core rate (fp16/bf16 ``tl.dot``, padded to 16) or at
-  ``CUDA_CORE_RATIO`` of it, likewise bounded per multiprocessor.
-- loop latency: ``ITERATION_LATENCY`` per for-loop iteration per wave (a dependent chain of
-  loads that pipelining only partly hides); one in all for loops the code generator unrolls.
-- register spills: when the largest register-resident tile (a computed value, or the
-  product a broadcast matmul materializes; ``tl.dot`` operands stay in shared memory) holds
-  more than ``REGISTER_ELEMENTS_PER_THREAD`` float32 values per thread of the default launch,
-  the kernel's time is multiplied by the excess. On the H100, broadcast matmuls holding 512
-  and 1024 values per thread ran 3.7x and 5.6x slower than their siblings of equal traffic
-  (benchmarks/RESULTS.md, second run); attention tiles spilled at far fewer values (a 70x
-  slowdown at 128), which this term does not try to model.
+  ``cuda_core_ratio`` of it, likewise bounded per multiprocessor.
+- loop latency: per for-loop iteration per wave, ``iteration_latency``, plus
+  ``chain_latency`` for each further operator on the iteration's longest dependent chain
+  (dot → exp → dot in attention), plus ``reduction_latency`` for each matmul done as a
+  broadcast product and a reduction (M, K or N of 1: no ``tl.dot``); one iteration in all
+  for loops the code generator unrolls.
+- register spills: the register tiles live in one iteration (values computed in the loop,
+  broadcast products, accumulators; ``tl.dot`` operands stay in shared memory), or the
+  largest register tile, per thread of the default launch, over
+  ``register_elements_per_thread``, to the power ``spill_exponent``. Attention kernels held
+  to 2 warps with 64-row tiles ran 30-160x slower than their siblings on the H100.
+- large loads: the tiles loaded per iteration per thread over ``load_elements_per_thread``,
+  to the power ``load_exponent`` (a few huge iterations pipeline worse than many moderate
+  ones: 2-iteration GEMV loops ran 2x slower than 16-iteration ones of equal traffic).
 
 Inputs replicated across blocks are read from DRAM once when they fit in L2, and re-read
-through L2 otherwise. The constants are rough H100 figures; rankings, not absolute times, are
-what the search uses.
+through L2 otherwise. The constants (:class:`CostParams`) were fitted to measurements; the
+fit and its held-out rank correlations are in benchmarks/RESULTS.md ("Ranking").
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from mugraph.codegen.padding import next_pow2
 from mugraph.dtypes import DType
@@ -39,16 +45,33 @@ from mugraph.ir.ops import AccumKind, Group, OpKind
 from mugraph.ir.phase import Phase, block_phases
 
 L2_BYTES = 50 * 1024**2  # H100 L2 capacity
-L2_BANDWIDTH_RATIO = 2.5  # L2 bandwidth / DRAM bandwidth
-SM_BURST = 3.0  # how many times its fair share of bandwidth one SM can draw
-CUDA_CORE_RATIO = 0.1  # non-tensor-core fp32 rate / tensor-core fp16 rate
-MATMUL_EFFICIENCY = 0.7  # fraction of peak tensor-core rate a good kernel reaches
 SHARED_MEMORY_PER_SM = 228 * 1024
 MAX_BLOCKS_PER_SM = 8
-ITERATION_LATENCY = 0.15e-6  # seconds per for-loop iteration that pipelining does not hide
-REGISTER_ELEMENTS_PER_THREAD = 256  # float32 tile elements per thread before spills cost time
 DOT_MIN = 16
 _TORCH_LAUNCHES = {OpKind.RMS_NORM: 4, OpKind.RESHAPE: 0}
+
+
+@dataclass(frozen=True)
+class CostParams:
+    """The model's constants. The bandwidth and rate ratios are rough H100 figures; the
+    latency, spill and load terms were fitted to 233 candidates timed on an H100
+    (``benchmarks/bench_ranking.py``, ``benchmarks/ranking_fit.py``; benchmarks/RESULTS.md,
+    "Ranking"). Rankings, not absolute times, are what the search uses."""
+
+    l2_bandwidth_ratio: float = 2.5  # L2 bandwidth / DRAM bandwidth
+    sm_burst: float = 3.0  # how many times its fair share of bandwidth one SM can draw
+    cuda_core_ratio: float = 0.1  # non-tensor-core fp32 rate / tensor-core fp16 rate
+    matmul_efficiency: float = 0.7  # fraction of peak tensor-core rate a good kernel reaches
+    iteration_latency: float = 0.3e-6  # seconds per for-loop iteration pipelining leaves
+    chain_latency: float = 0.1e-6  # seconds per further dependent operator of an iteration
+    reduction_latency: float = 0.3e-6  # seconds per broadcast (not tl.dot) matmul an iteration
+    register_elements_per_thread: int = 96  # values per thread before spills cost time
+    spill_exponent: float = 3.0
+    load_elements_per_thread: int = 256  # elements loaded per thread per iteration
+    load_exponent: float = 1.0
+
+
+DEFAULT_PARAMS = CostParams()
 
 
 @dataclass(frozen=True)
@@ -88,7 +111,7 @@ class Cost:
         )
 
 
-def estimate(graph, gpu: GPUSpec = DEFAULT_GPU) -> Cost:
+def estimate(graph, gpu: GPUSpec = DEFAULT_GPU, params: CostParams = DEFAULT_PARAMS) -> Cost:
     """Estimate the run time of kernel graph ``graph`` on ``gpu``."""
     kernels = []
     for i, op in enumerate(graph.ops):
@@ -96,9 +119,9 @@ def estimate(graph, gpu: GPUSpec = DEFAULT_GPU) -> Cost:
             continue
         if op.kind is OpKind.CUSTOMIZED:
             ins = [graph.tensor_type(r) for r in op.inputs]
-            kernels.append(_customized(op, ins, f"%{i} customized", gpu))
+            kernels.append(_customized(op, ins, f"%{i} customized", gpu, params))
         else:
-            kernels.append(_torch_op(graph, op, f"%{i} {op.kind.value}", gpu))
+            kernels.append(_torch_op(graph, op, f"%{i} {op.kind.value}", gpu, params))
     return Cost(
         seconds=sum(k.seconds for k in kernels),
         dram_bytes=sum(k.dram_bytes for k in kernels),
@@ -116,7 +139,7 @@ def _matmul_flops(a_dims, b_dims, out_dims) -> float:
     return 2.0 * math.prod(out_dims) * a_dims[-1]
 
 
-def _torch_op(graph, op: Op, label: str, gpu: GPUSpec) -> KernelCost:
+def _torch_op(graph, op: Op, label: str, gpu: GPUSpec, params: CostParams) -> KernelCost:
     ins = [graph.tensor_type(r) for r in op.inputs]
     out = op.outputs[0]
     launches = _TORCH_LAUNCHES.get(op.kind, 1)
@@ -127,7 +150,7 @@ def _torch_op(graph, op: Op, label: str, gpu: GPUSpec) -> KernelCost:
         tc = flops if out.dtype is not DType.float32 else 0.0
     else:
         flops = float(out.num_elements) * (3 if op.kind is OpKind.RMS_NORM else 1)
-    rate = gpu.tensor_core_flops * (MATMUL_EFFICIENCY if tc else CUDA_CORE_RATIO)
+    rate = gpu.tensor_core_flops * (params.matmul_efficiency if tc else params.cuda_core_ratio)
     if op.kind is OpKind.RMS_NORM:
         moved *= 2  # composed of several passes
     busy = max(moved / gpu.memory_bandwidth, flops / rate) if launches else 0.0
@@ -172,8 +195,41 @@ def _block_op_flops(block: BlockGraph, op: Op) -> tuple[float, bool]:
     return float(size), False
 
 
-def _customized(op: Op, ins, label: str, gpu: GPUSpec) -> KernelCost:
-    block: BlockGraph = op.attr("graph")
+@dataclass(frozen=True)
+class KernelFeatures:
+    """What the cost of one custom kernel depends on, independent of the model's constants."""
+
+    blocks: int
+    loops: int
+    unrolled: bool
+    threads: int  # of the default launch
+    per_block: float  # bytes one block reads and writes
+    dram: float  # bytes to and from device memory
+    written: float
+    flops: float  # per block, all iterations
+    tc_flops: float
+    smem: int
+    live_elements: int  # register-tile elements live in a for-loop iteration (padded)
+    largest_tile: int  # the largest register tile (padded elements)
+    loaded_elements: int  # elements of the tiles loaded per iteration (padded)
+    chain: int  # dependent compute operators on the longest path of an iteration
+    reductions: int  # broadcast (not tl.dot) matmuls in the loop
+
+
+def _customized(op: Op, ins, label: str, gpu: GPUSpec, params: CostParams) -> KernelCost:
+    f = kernel_features(op.attr("graph"), tuple(ins), tuple(op.outputs))
+    seconds, waves = kernel_seconds(f, gpu, params)
+    return KernelCost(label, f.dram, f.per_block * f.blocks, f.flops * f.blocks,
+                      f.tc_flops * f.blocks, f.blocks, waves, 1, seconds)
+
+
+@lru_cache(maxsize=4096)
+def kernel_features(block: BlockGraph, ins: tuple, outs: tuple) -> KernelFeatures:
+    """The features of the kernel made from ``block`` reading device tensors ``ins`` and
+    writing ``outs`` (TensorTypes)."""
+    from mugraph.codegen.triton_gen import auto_unroll
+    from mugraph.runtime.compiled import default_launch
+
     blocks = block.num_blocks
     loops = block.forloop_range
     per_block = 0.0
@@ -183,46 +239,107 @@ def _customized(op: Op, ins, label: str, gpu: GPUSpec) -> KernelCost:
         per_block += tile
         requested = tile * blocks
         dram += requested if dtensor.num_bytes > L2_BYTES else min(requested, dtensor.num_bytes)
-    written = sum(t.num_bytes for t in op.outputs)
+    written = float(sum(t.num_bytes for t in outs))
     per_block += written / blocks
     dram += written
-    l2 = per_block * blocks
     flops, tc = _block_flops(block)
-    smem = max(1, _shared_bytes(block))
-    per_sm = max(1, min(MAX_BLOCKS_PER_SM, SHARED_MEMORY_PER_SM // smem))
-    waves = max(1, math.ceil(blocks / (gpu.multiprocessors * per_sm)))
-    # the busiest multiprocessor runs this many blocks, at its share of the GPU's rates
-    busiest = math.ceil(blocks / gpu.multiprocessors)
-    sm_bw = gpu.memory_bandwidth / gpu.multiprocessors * SM_BURST
-    memory = max(
-        dram / gpu.memory_bandwidth,
-        l2 / (gpu.memory_bandwidth * L2_BANDWIDTH_RATIO),
-        per_block * busiest / sm_bw,
+    live, loaded, chain, reductions = _loop_profile(block)
+    return KernelFeatures(
+        blocks=blocks, loops=loops, unrolled=auto_unroll(block),
+        threads=default_launch(block).num_warps * 32, per_block=per_block, dram=dram,
+        written=written, flops=flops, tc_flops=tc, smem=max(1, _shared_bytes(block)),
+        live_elements=live, largest_tile=_register_tile_elements(block),
+        loaded_elements=loaded, chain=chain, reductions=reductions,
     )
-    tc_rate = gpu.tensor_core_flops * MATMUL_EFFICIENCY
-    cc_rate = gpu.tensor_core_flops * CUDA_CORE_RATIO
-    compute = (tc / tc_rate + (flops - tc) / cc_rate) * gpu.multiprocessors * busiest
+
+
+def kernel_seconds(f: KernelFeatures, gpu: GPUSpec, params: CostParams) -> tuple[float, int]:
+    """(estimated seconds, waves) of a kernel with features ``f``."""
+    per_sm = max(1, min(MAX_BLOCKS_PER_SM, SHARED_MEMORY_PER_SM // f.smem))
+    waves = max(1, math.ceil(f.blocks / (gpu.multiprocessors * per_sm)))
+    # the busiest multiprocessor runs this many blocks, at its share of the GPU's rates
+    busiest = math.ceil(f.blocks / gpu.multiprocessors)
+    sm_bw = gpu.memory_bandwidth / gpu.multiprocessors * params.sm_burst
+    memory = max(
+        f.dram / gpu.memory_bandwidth,
+        f.per_block * f.blocks / (gpu.memory_bandwidth * params.l2_bandwidth_ratio),
+        f.per_block * busiest / sm_bw,
+    )
+    tc_rate = gpu.tensor_core_flops * params.matmul_efficiency
+    cc_rate = gpu.tensor_core_flops * params.cuda_core_ratio
+    compute = (f.tc_flops / tc_rate + (f.flops - f.tc_flops) / cc_rate) * (
+        gpu.multiprocessors * busiest)
     # an unrolled loop (the code generator's default for short loops without a matmul, see
     # mugraph.codegen.triton_gen.auto_unroll) issues all its loads at once: one latency
-    from mugraph.codegen.triton_gen import auto_unroll
+    iteration = (params.iteration_latency + params.chain_latency * max(0, f.chain - 1)
+                 + params.reduction_latency * f.reductions)
+    latency = waves * (1 if f.unrolled else f.loops) * iteration
+    slowdown = spill_factor_of(f, params) * load_factor_of(f, params)
+    return gpu.launch_overhead + max(memory, compute, latency) * slowdown, waves
 
-    latency = waves * (1 if auto_unroll(block) else loops) * ITERATION_LATENCY
-    seconds = gpu.launch_overhead + max(memory, compute, latency) * spill_factor(block)
-    return KernelCost(label, dram, l2, flops * blocks, tc * blocks, blocks, waves, 1, seconds)
+
+def spill_factor_of(f: KernelFeatures, params: CostParams) -> float:
+    """Register spills: 1 while the register tiles live in an iteration (or the largest
+    tile) fit ``register_elements_per_thread`` values per thread, then the excess to the
+    power ``spill_exponent``."""
+    held = max(f.live_elements, f.largest_tile) / f.threads
+    return max(1.0, held / params.register_elements_per_thread) ** params.spill_exponent
+
+
+def load_factor_of(f: KernelFeatures, params: CostParams) -> float:
+    """Large tiles loaded per iteration: 1 while they fit ``load_elements_per_thread`` per
+    thread, then the excess to the power ``load_exponent`` (few, huge loads pipeline badly)."""
+    per_thread = f.loaded_elements / f.threads
+    return max(1.0, per_thread / params.load_elements_per_thread) ** params.load_exponent
+
+
+_CHAIN_KINDS = Group.ELEMENTWISE | {OpKind.MATMUL, OpKind.THREAD_GRAPH}
+
+
+def _loop_profile(block: BlockGraph) -> tuple[int, int, int, int]:
+    """(live register elements, loaded elements, dependent chain length, broadcast matmuls)
+    of one for-loop iteration (of the whole body when there is no loop)."""
+    phases = block_phases(block)
+    dot_only = _dot_only_inputs(block)
+    live = loaded = reductions = 0
+    depth: dict[int, int] = {}
+    for i, op in enumerate(block.ops):
+        phase = phases[i]
+        if op.kind is OpKind.BLOCK_INPUT:
+            if phase is Phase.LOOP or block.forloop_range == 1:
+                loaded += sum(_loaded_elements(t.dims) for t in op.outputs)
+            if phase is Phase.LOOP and i not in dot_only:
+                live += sum(_padded_elements(t.dims) for t in op.outputs)
+            continue
+        if op.kind in _NOT_IN_REGISTERS:
+            continue
+        in_loop = phase is Phase.LOOP or op.kind in Group.ACCUMULATOR
+        if in_loop:
+            live += sum(_padded_elements(t.dims) for t in op.outputs)
+        if op.kind is OpKind.MATMUL and phase is Phase.LOOP and not _is_dot(block, op):
+            reductions += 1
+            a, b = (block.tensor_type(r).dims for r in op.inputs)
+            live += _padded_elements((*a, b[-1]))
+        before = max((depth.get(r.op, 0) for r in op.inputs), default=0)
+        counts = phase is Phase.LOOP and op.kind in _CHAIN_KINDS
+        depth[i] = before + (1 if counts else 0)
+    return live, loaded, max(depth.values(), default=0), reductions
+
+
+def _loaded_elements(dims) -> int:
+    return math.prod(max(DOT_MIN, next_pow2(d)) if d > 1 else 1 for d in dims)
 
 
 def _shared_bytes(block: BlockGraph) -> int:
     return sum(t.num_bytes for op in block.ops for t in op.outputs)
 
 
-def spill_factor(block: BlockGraph) -> float:
-    """How much slower register spills make the kernel: 1 while its largest register tile
-    fits ``REGISTER_ELEMENTS_PER_THREAD`` values per thread, then the excess."""
-    from mugraph.runtime.compiled import default_launch
-
-    threads = default_launch(block).num_warps * 32
-    excess = _register_tile_elements(block) / (threads * REGISTER_ELEMENTS_PER_THREAD)
-    return max(1.0, excess)
+def spill_factor(block: BlockGraph, params: CostParams = DEFAULT_PARAMS) -> float:
+    """How much slower register spills make the kernel made from ``block`` (see
+    :func:`spill_factor_of`)."""
+    ins = tuple(op.attr("dtensor") for op in block.input_ops)
+    outs = tuple(block.tensor_type(op.inputs[0]) for op in block.output_ops)
+    return spill_factor_of(kernel_features(block, ins, outs), params)
 
 
 def _register_tile_elements(block: BlockGraph) -> int:

@@ -764,6 +764,8 @@ def compile_graph(
     codegen: fields of :class:`~mugraph.codegen.triton_gen.CodegenOptions`
     (max_tile_elements, dot_min_dim, hoist_invariants, unroll, stable_exp, defer_reductions).
     cuda_graph: replay each input set's launches as one CUDA graph (None: on for CUDA).
+    Without ``launch``, ``num_warps`` and ``num_stages``, kernels launch with the settings
+    ``superoptimize`` measured fastest for this graph, if any (:func:`recorded_launch`).
     check: run :func:`mugraph.codegen.check.check_against_reference` before returning
     (None, the default: once per graph in this process — the first program compiled from a
     graph is compared with the reference semantics on random inputs, and a mismatch raises
@@ -780,6 +782,8 @@ def compile_graph(
     if unknown:
         raise UnsupportedError(f"compile_graph: unknown options {sorted(unknown)}")
     options = CodegenOptions(interpret=interpreter_active(), **codegen)
+    if launch is None and num_warps is None and num_stages is None:
+        launch = recorded_launch(graph)
     configs = dict(launch or {})
     if num_warps is not None or num_stages is not None:
         for i, op in enumerate(graph.ops):
@@ -824,6 +828,29 @@ def kernels_can_run() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+def recorded_launch(graph) -> dict[int, LaunchConfig]:
+    """The launch settings the GPU ranking of ``superoptimize`` chose for ``graph``:
+    ``graph.launch_settings`` ({op index: LaunchConfig}), else the "launch" of the ranking
+    stored with the cache entry the graph was loaded from ({"2": [num_warps, num_stages]});
+    settings that do not name a customized operator of the graph are ignored."""
+    settings = getattr(graph, "launch_settings", None)
+    if settings is None:
+        entry = getattr(graph, "cache_entry", None) or {}
+        stored = (entry.get("ranking") or {}).get("launch") if isinstance(entry, dict) else None
+        settings = {}
+        for key, value in (stored or {}).items():
+            try:
+                warps, stages = (int(v) for v in value)
+                settings[int(key)] = LaunchConfig(warps, stages)
+            except (TypeError, ValueError):
+                return {}
+    return {
+        i: config for i, config in settings.items()
+        if isinstance(i, int) and 0 <= i < len(graph.ops)
+        and graph.ops[i].kind is OpKind.CUSTOMIZED and isinstance(config, LaunchConfig)
+    }
 
 
 def _within_max_warps(graph, configs: dict[int, LaunchConfig]) -> dict[int, LaunchConfig]:

@@ -67,6 +67,7 @@ class SearchResult:
     interrupted: bool = False
     reached_target: bool = False
     log: list[str] = field(default_factory=list)
+    ranking: Any = None  # how superoptimize chose among the candidates (RankingResult)
 
     @property
     def best(self):
@@ -84,12 +85,15 @@ class SearchResult:
             if self.timed_out
             else "complete"
         )
-        return (
+        text = (
             f"search {state}: {self.units_done}/{self.units_total} units, "
             f"{self.stats.states} states, {self.stats.block_graphs} block graphs, "
             f"{self.stats.candidates} candidates, {len(self.candidates)} verified, best {best}, "
             f"{self.elapsed:.1f} s\n  pruned: {pruned or 'nothing'}"
         )
+        if self.ranking is not None:
+            text += "\n  " + self.ranking.summary()
+        return text
 
 
 def program_terms(program) -> list[Term]:
