@@ -689,9 +689,15 @@ class SubexprOracle:
     # ------------------------------------------------------------------ building
 
     def _build(self, axioms: Sequence[Axiom]) -> None:
+        egraph = EGraph()
+        try:
+            self._saturate_and_export(egraph, axioms)
+        finally:
+            _release(egraph)
+
+    def _saturate_and_export(self, egraph: EGraph, axioms: Sequence[Axiom]) -> None:
         rules, factor_heads = _compile_rules(axioms, self.strategies)
         rules_set = ruleset(*rules)
-        egraph = EGraph()
         translate = _EggTranslator()
         lowered = [_lower(t, self._lowered) for t in self.targets]
         for term in lowered:
@@ -841,6 +847,22 @@ _UNDECIDED = OracleAnswer(None, "not represented, but saturation stopped at its 
 _EQUAL = OracleAnswer(True, "in the target's e-class: A_eq-equal to it")
 _NOT_EQUAL = OracleAnswer(False, "not in the target's e-class of the saturated e-graph")
 _UNDECIDED_EQUAL = OracleAnswer(None, "not in the target's e-class, but saturation stopped early")
+
+
+def _release(egraph: EGraph) -> None:
+    """Free the Rust e-graph now, on this thread.
+
+    egglog's ``EGraph.run`` leaves its state in a reference cycle (a recursive closure of
+    ``EGraphState._process_schedule`` holds the state), so without this the e-graph is freed
+    by the cyclic garbage collector at some later time, in whatever thread or process runs
+    it. Freed in a forked child, its teardown broadcasts to rayon threads that exist only in
+    the parent and waits forever (the search hangs); freed in another thread of this process,
+    pyo3 refuses ("unsendable, but is being dropped on another thread"). The oracle keeps only
+    the exported tables, so the e-graph can go as soon as they are built."""
+    states = [getattr(egraph, "_state", None), *getattr(egraph, "_state_stack", ())]
+    for state in states:
+        if state is not None and hasattr(state, "egraph"):
+            state.egraph = None  # the last reference: the Rust e-graph is dropped here
 
 
 def _count_tuples(egraph: EGraph) -> int:
