@@ -16,7 +16,7 @@ writing it) is dropped silently; a bad line before the end is reported, and it a
 are dropped. Opening rewrites the valid prefix atomically (temporary file, fsync, rename), then
 appends. Records are flushed to the operating system at once (a killed process loses nothing)
 and fsynced at most once a second and on close (a machine crash loses at most that second).
-One search at a time may use a journal: it is locked while open.
+One search at a time may use a journal: ``PATH.lock`` is locked while it is open.
 """
 
 from __future__ import annotations
@@ -63,13 +63,19 @@ class Journal:
         self._file = file
         self.records = records
         self._synced = time.monotonic()
+        self._lock = None
 
     @classmethod
     def open(cls, path: str | os.PathLike, key: str) -> Journal:
         """Open (or create) the journal at ``path`` for a search whose checkpoint key is
         ``key``; ``records`` holds what an earlier search with the same key recorded."""
         path = Path(path)
-        records = _read(path, key)
+        lock = _lock(path)
+        try:
+            records = _read(path, key)
+        except BaseException:
+            lock.close()
+            raise
         header = _line(MAGIC + " " + json.dumps({"key": key}, sort_keys=True))
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:
@@ -82,11 +88,13 @@ class Journal:
             os.replace(tmp, path)
             file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
         except OSError as error:
+            lock.close()
             with contextlib.suppress(OSError):
                 tmp.unlink()
             raise CheckpointError(f"checkpoint {path}: cannot write it ({error})") from None
-        _lock(file, path)
-        return cls(path, file, records)
+        journal = cls(path, file, records)
+        journal._lock = lock
+        return journal
 
     def append(self, record: dict) -> None:
         self._file.write(_line(json.dumps(record, separators=(",", ":"))))
@@ -103,13 +111,19 @@ class Journal:
             self._file.flush()
             os.fsync(self._file.fileno())
         self._file.close()
+        self._lock.close()
 
 
-def _lock(file, path: Path) -> None:
+def _lock(path: Path):
+    """Hold ``PATH.lock`` (a file never replaced, unlike the journal) for this search."""
+    try:
+        file = open(path.with_name(path.name + ".lock"), "a")  # noqa: SIM115 - kept open
+    except OSError as error:
+        raise CheckpointError(f"checkpoint {path}: cannot create its lock ({error})") from None
     try:
         import fcntl
     except ImportError:  # pragma: no cover - not POSIX: no lock
-        return
+        return file
     try:
         fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -117,6 +131,7 @@ def _lock(file, path: Path) -> None:
         raise CheckpointError(
             f"checkpoint {path} is in use by another search (one search per checkpoint)"
         ) from None
+    return file
 
 
 def _read(path: Path, key: str) -> list[dict]:
