@@ -80,6 +80,9 @@ class RayEngine:
         self._task = ray.remote(num_cpus=1, max_retries=3)(_ray_run_batch)
         self._hungry = False
 
+    def threads(self) -> int:
+        return 1  # a task holds one CPU of the cluster
+
     def free(self) -> int:
         return self.slots - len(self._pending)
 

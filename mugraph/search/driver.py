@@ -383,7 +383,9 @@ class _Search:
             self._close()
             return
         token = hashlib.blake2b(f"{id(self)}:{time.time()}".encode(), digest_size=8).hexdigest()
-        setup = SearchSetup(token, to_json(self.program, indent=None), self.cfg, oracle)
+        setup = SearchSetup(
+            token, to_json(self.program, indent=None), self.cfg, oracle, self.runner.threads()
+        )
         try:
             self.runner.start(setup)
             self._loop(queue)

@@ -94,6 +94,9 @@ class InlineEngine:
     def start(self, setup: SearchSetup) -> None:
         self.setup = setup
 
+    def threads(self) -> int:
+        return 0  # this process keeps its verifier threads
+
     def free(self) -> int:
         return 0 if self._pending else 1
 
@@ -194,6 +197,12 @@ class ProcessPool:
         return pool
 
     # ---- life cycle ----------------------------------------------------------------------
+
+    def threads(self) -> int:
+        """Verifier threads per worker: the workers share the cores."""
+        from mugraph.semantics import field_arith
+
+        return max(1, min(field_arith._MAX_WORKERS, (os.cpu_count() or 1) // self.slots))
 
     def start(self, setup: SearchSetup) -> None:
         """Load ``setup`` into every worker (starting the missing ones)."""

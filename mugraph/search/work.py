@@ -34,6 +34,7 @@ from mugraph.search.generator import (
     Trail,
 )
 from mugraph.search.verify import NotVerifiableError
+from mugraph.semantics import field_arith
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ class SearchSetup:
     program_json: str
     config: SearchConfig
     oracle: Any  # the driver's oracle adapter (exported tables) or None
+    threads: int = 0  # verification threads per worker (0: this process's default)
 
 
 _SETUPS: dict[str, tuple[Any, SearchConfig, Any]] = {}
@@ -97,6 +99,8 @@ def prepared(setup: SearchSetup) -> tuple[Any, SearchConfig, Any]:
     if ready is None:
         _SETUPS.clear()
         _WORKER_MEMO.clear()  # continuations of an earlier search (bounded memory)
+        if setup.threads:  # a worker's share of the cores for the verifier's threads
+            field_arith._MAX_WORKERS = setup.threads
         ready = _SETUPS[setup.token] = (from_json(setup.program_json), setup.config, setup.oracle)
     return ready
 
