@@ -16,11 +16,13 @@ Every process verifies with one thread (``MUGRAPH_VERIFY_THREADS=1``), so a work
 Each configuration runs in its own process; Ray configurations join one local Ray cluster
 (``ray start --head``, started first and timed apart). To fit one bounded run, configurations
 run in waves, the ones of a wave at the same time on disjoint numbers of cores (at most 16
-busy): the 1-worker runs of both cells together (4 cores), then each cell's 2- and 4-worker
-runs (12 cores), then the 8-worker runs of both engines (16 cores), then every 16-worker run
-alone. Runs that share the machine can only be slowed by it, so speedups at 2, 4 and 8
-workers are, if anything, understated. A run cut by its cap prints ``>cap``. The table is
-printed last; ``--json FILE`` keeps the raw records.
+busy): the 1-worker runs of both cells together (4 cores), then every 16-worker run alone,
+then each cell's 8-worker runs of both engines (16 cores), then each cell's 2- and 4-worker
+runs (12 cores); when the budget runs short, the last waves get the shortest caps. Runs that
+share the machine can only be slowed by it, so speedups at 2, 4 and 8 workers are, if
+anything, understated. A run cut by its cap prints ``>cap`` (and its speedup ``>``: a lower
+bound). Every time includes starting the workers (a fresh process pool, fresh Ray workers of a
+new job). The table is printed last; ``--json FILE`` keeps the raw records.
 """
 
 from __future__ import annotations
@@ -137,10 +139,10 @@ def _launch(cell, engine, workers, cap, log_dir: Path | None):
 def waves(cells, engines, counts) -> list[list[tuple[str, str, int]]]:
     """Groups of configurations run at the same time (see the module docstring)."""
     out = [[(c, e, 1) for c in cells for e in engines if 1 in counts]]
+    out += [[(c, e, 16)] for c in cells for e in engines if 16 in counts]
+    out += [[(c, e, 8) for e in engines if 8 in counts] for c in cells]
     for cell in cells:
         out.append([(cell, e, n) for n in (2, 4) if n in counts for e in engines])
-    out += [[(c, e, 8) for e in engines if 8 in counts] for c in cells]
-    out += [[(c, e, 16)] for c in cells for e in engines if 16 in counts]
     return [w for w in out if w]
 
 
