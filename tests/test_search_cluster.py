@@ -122,3 +122,20 @@ def test_cli_cluster_option_runs_the_search_on_ray(local_ray, tmp_path, capsys):
     assert code == 0, out
     assert "2 Ray workers on a local Ray" in out and "search complete" in out
     assert (tmp_path / "out" / "best.json").exists()
+
+
+def test_a_search_stopped_on_ray_resumes_on_the_local_pool(local_ray, pool_result, tmp_path):
+    """Checkpoints behave as with the local pool: what Ray finished before the search stopped
+    (here: at its target cost) is journalled, and any engine picks the search up from there."""
+    checkpoint = tmp_path / "search.ckpt"
+    program = tiny_rmsnorm_linear()
+    target = pool_result.candidates[0].cost
+    first = superoptimize(
+        program, time_limit=120, workers=2, engine="ray", checkpoint=checkpoint,
+        target_cost=target, **SMALL,
+    )  # fmt: skip
+    assert first.reached_target and first.units_done < first.units_total
+    second = superoptimize(program, time_limit=120, workers=2, checkpoint=checkpoint, **SMALL)
+    assert second.resumed_units == first.units_done
+    assert second.units_done == second.units_total
+    assert hashes(second) == hashes(pool_result)
