@@ -303,6 +303,33 @@ def test_a_worker_killed_mid_search_loses_no_unit(reference):
     assert any("retried" in line for line in result.log)
 
 
+def _fail_on_one_unit(setup, item, deadline, due=None):
+    if item.unit_key == FAILING_UNIT:
+        raise RuntimeError("a bug in one unit")
+    return _RUN_ITEM(setup, item, deadline, due)
+
+
+_RUN_ITEM = run_item
+FAILING_UNIT: str = ""
+
+
+def test_an_error_in_a_worker_is_reported_and_the_search_goes_on(monkeypatch, reference):
+    """A unit whose enumeration raises is retried, then reported and skipped; the others run.
+    (The error is planted in forked workers: they inherit this module's patch.)"""
+    from mugraph.search import work
+
+    program = tiny_rmsnorm_linear()
+    cfg = default_config(program).with_overrides(**SMALL)
+    units = plan_units(program, cfg, _OracleAdapter(program_terms(program)))
+    monkeypatch.setattr(sys.modules[__name__], "FAILING_UNIT", WorkItem(*units[0]).unit_key)
+    monkeypatch.setattr(work, "run_item", _fail_on_one_unit)
+    result = superoptimize(program, time_limit=60, workers=2, start_method="fork", **SMALL)
+    assert result.failed_items == [WorkItem(*units[0]).key]
+    assert result.units_done == result.units_total - 1
+    assert "work items lost" in result.summary()
+    assert any("a bug in one unit" in line for line in result.log)
+
+
 # ---- the checkpoint journal ---------------------------------------------------------------
 
 

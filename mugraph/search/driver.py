@@ -127,6 +127,8 @@ class SearchResult:
             if self.reached_target
             else "time budget spent"
             if self.timed_out
+            else "incomplete (work items lost: see .log)"
+            if self.failed_items
             else "complete"
         )
 

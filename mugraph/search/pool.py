@@ -36,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
@@ -370,12 +371,15 @@ class ProcessPool:
         for conn in wait(list(busy), timeout):
             worker = busy[conn]
             try:
-                _, results, returned = conn.recv()
+                message = conn.recv()
             except (EOFError, OSError):
                 outcomes.append(self._replace(worker))
                 continue
-            worker.batch = None
-            outcomes.append(Outcome(results, returned))
+            batch, worker.batch = worker.batch or [], None
+            if message[0] == "failed":  # an error in the worker: its text, the batch again
+                outcomes.append(Outcome(lost=batch, lost_reason=f"worker error: {message[1]}"))
+            else:
+                outcomes.append(Outcome(message[1], message[2]))
         return outcomes
 
     def _replace(self, dead: _Worker) -> Outcome:
@@ -429,8 +433,11 @@ def worker_main(conn: Connection, hunger_path: str) -> None:
         elif message[0] == "run":
             _, items, seconds, slice_s = message
             timer = SliceTimer(lambda: hunger[0] == 1, slice_s)
-            assert setup is not None
-            results, returned = run_batch(setup, items, seconds, timer, worker=name)
+            try:
+                results, returned = run_batch(setup, items, seconds, timer, worker=name)
+            except Exception:  # noqa: BLE001 - reported to the driver, which goes on
+                conn.send(("failed", traceback.format_exc(limit=8).strip().splitlines()[-1]))
+                continue
             conn.send(("done", results, returned))
         else:
             return
