@@ -278,6 +278,16 @@ def test_items_handed_back_at_every_step_merge_to_the_whole_unit(reference):
     assert states.states == whole.stats.states
 
 
+def test_busy_workers_hand_work_to_idle_ones_without_changing_the_answer(monkeypatch, reference):
+    """With no minimum slice, a worker hands back the rest of its unit whenever another waits:
+    many regions travel between processes, and the answer and the counts stay the same."""
+    monkeypatch.setattr(pool_module, "SLICE_SECONDS", 0.0)
+    result = superoptimize(tiny_rmsnorm_linear(), time_limit=120, workers=2, **SMALL)
+    assert result.handed_back > 0 and "handed back" in result.summary()
+    assert hashes(result) == hashes(reference)
+    assert result.stats.states == reference.stats.states
+
+
 def test_a_worker_killed_mid_search_loses_no_unit(reference):
     """The local pool: SIGKILL one worker while it works; its items run again elsewhere."""
     killed = []

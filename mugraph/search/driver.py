@@ -89,6 +89,7 @@ class SearchResult:
     resumed_units: int = 0
     engine: str = ""
     failed_items: list[str] = field(default_factory=list)
+    handed_back: int = 0  # regions of units handed back by busy workers to idle ones
     parts: list[SearchResult] = field(default_factory=list)
 
     @property
@@ -116,6 +117,7 @@ class SearchResult:
             resumed_units=sum(p.resumed_units for p in parts),
             engine=parts[0].engine if parts else "",
             failed_items=[key for p in parts for key in p.failed_items],
+            handed_back=sum(p.handed_back for p in parts),
             parts=list(parts),
         )
 
@@ -148,6 +150,8 @@ class SearchResult:
         best = f"{self.candidates[0].cost * 1e6:.2f} us (est.)" if self.candidates else "none"
         resumed = f" ({self.resumed_units} from the checkpoint)" if self.resumed_units else ""
         failed = f", {len(self.failed_items)} work items lost" if self.failed_items else ""
+        if self.handed_back:
+            failed += f", {self.handed_back} regions handed back to idle workers"
         return (
             f"search {self._state()}: {self.units_done}/{self.units_total} units{resumed}, "
             f"{self.stats.states} states, {self.stats.block_graphs} block graphs, "
@@ -432,6 +436,7 @@ class _Search:
         self.result.stats.merge(result.stats)
         self.result.timed_out |= result.timed_out
         queue.extendleft(reversed([result.item.part(r) for r in result.rest]))
+        self.result.handed_back += len(result.rest)
         if ledger.done and not was_done:
             self.result.units_done += 1
 
