@@ -1,6 +1,6 @@
 """The ``mugraph`` command line: optimize a program, show / verify μGraphs, manage the cache.
 
-    mugraph optimize PROGRAM.py [--time-limit S] [--workers N] [--out DIR] ...
+    mugraph optimize PROGRAM.py [--time-limit S] [--workers N] [--cluster [ADDRESS]] [--out DIR]
     mugraph show GRAPH.json [--svg FILE] [--html FILE]
     mugraph verify A.json B.json [--delta D] [--max-rounds N] [--seed S]
     mugraph cache ls | clear
@@ -31,6 +31,7 @@ from typing import Any, TextIO
 EXIT_OK, EXIT_NOT_EQUIVALENT, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 PRESET_NAMES = ("attention", "lora", "mlp")
 DEFAULT_TIME_LIMIT = 60.0
+LOCAL_RAY = "local"  # --cluster without an address: start a local Ray
 
 
 class CliError(Exception):
@@ -243,8 +244,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     budget = args.time_limit or suggested.pop("time_limit", None) or DEFAULT_TIME_LIMIT
     overrides = {**suggested, **_search_overrides(args)}
     overrides.pop("time_limit", None)
-    say(f"search: {budget:g} s budget, {_workers_text(overrides.get('workers'))}"
-        + "".join(f", {k}={v}" for k, v in overrides.items() if k != "workers")
+    say(f"search: {budget:g} s budget, {_workers_text(overrides)}"
+        + "".join(f", {k}={v}" for k, v in overrides.items()
+                  if k not in ("workers", "engine", "address"))
         + (f", preset {preset}" if preset else "")
         + (f" (SEARCH_OPTIONS of {Path(args.program).name}: "
            f"{', '.join(sorted(suggested))})" if suggested else ""))
@@ -298,7 +300,11 @@ def _printer(stream: TextIO) -> Callable[[str], None]:
     return say
 
 
-def _workers_text(workers: int | None) -> str:
+def _workers_text(overrides: dict) -> str:
+    workers = overrides.get("workers")
+    if overrides.get("engine") == "ray":
+        where = overrides.get("address") or "a local Ray"
+        return f"{workers or 'all the'} Ray worker{'s' * (workers != 1)} on {where}"
     count = workers or os.cpu_count() or 1
     return f"{count} worker{'s' * (count != 1)}"
 
@@ -311,6 +317,10 @@ def _search_overrides(args: argparse.Namespace) -> dict[str, Any]:
         overrides["max_block_ops"] = args.max_block_ops
     if args.max_custom_kernels is not None:
         overrides["max_custom_kernels"] = args.max_custom_kernels
+    if args.cluster is not None:
+        overrides["engine"] = "ray"
+        if args.cluster != LOCAL_RAY:
+            overrides["address"] = args.cluster
     return overrides
 
 
@@ -678,6 +688,10 @@ def _add_optimize(sub, common) -> None:
                    help=f"search time budget in seconds (default: {DEFAULT_TIME_LIMIT:g})")
     p.add_argument("--workers", type=_positive_int, default=None, metavar="N",
                    help="worker processes (default: all cores)")
+    p.add_argument("--cluster", nargs="?", const=LOCAL_RAY, default=None, metavar="ADDRESS",
+                   help="run the search's work units on Ray: on the cluster at ADDRESS "
+                   "('auto', 'ray://host:10001', ...), or on a local Ray started for it when "
+                   "no ADDRESS is given (pip install 'mugraph[cluster]')")
     p.add_argument("--max-block-ops", type=_positive_int, default=None, metavar="N",
                    help="most operators in one block graph")
     p.add_argument("--max-custom-kernels", type=_positive_int, default=None, metavar="N",

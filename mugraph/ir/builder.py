@@ -349,9 +349,13 @@ class KernelGraph(GraphBuilder):
         """The best verified μGraph computing this graph's function (a KernelGraph).
 
         ``config`` is a preset name ("attention", "lora", "mlp") or a SearchConfig; other
-        keywords override search-space fields. The search result (every verified candidate,
-        statistics) is kept as ``.search_result`` on the returned graph. When nothing better is
-        found, this graph itself is returned.
+        keywords override search-space fields or choose how the search runs (``workers``,
+        ``engine="local" | "ray"``, ``address``, ``start_method``, ``checkpoint``,
+        ``progress``, ``target_cost``: see ``mugraph.search.driver.superoptimize``). The search
+        result (a SearchResult: every verified candidate, statistics; for a program split into
+        subprograms, each part's result in ``.parts``) is kept as ``.search_result`` on the
+        returned graph, and its check against this graph as ``.verification``. When nothing
+        better is found, this graph itself is returned.
         """
         from mugraph.search.api import superoptimize_graph
 

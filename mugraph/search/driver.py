@@ -1,37 +1,51 @@
-"""Running a search: work units over all local cores, verification, ranking, progress, time
-budget, Ctrl-C and resume. ``superoptimize`` is the entry point.
+"""Running a search: work units on an engine (this process, a local process pool, or a Ray
+cluster), verification, ranking, progress, time budget, Ctrl-C and resume. ``superoptimize``
+is the entry point.
 
-The units are the first custom kernel's schedules (inputs, grid, for-loop), in a fixed order;
-each unit is enumerated to completion (or to the deadline) by one worker, which verifies the
-complete candidates it finds. Results are merged, deduplicated by structural hash and sorted
-by (cost, hash), so the answer does not depend on the number of workers — as long as no unit
-is cut short by the time budget.
+The units are the first custom kernel's schedules (inputs, grid, for-loop), in a fixed order.
+Each unit is enumerated by workers as one or more *work items* (:mod:`mugraph.search.work`):
+a worker that runs long while others wait hands the rest of its item back as regions of the
+unit's tree, which idle workers take. A unit's items are merged in DFS order and capped at
+``max_candidates`` exactly as if one worker had run it, and units are merged, deduplicated by
+structural hash and sorted by (cost, hash), so the answer does not depend on the engine or the
+number of workers — as long as no item is cut short by the time budget. Costs are computed
+here, in the calling process, with the ``cost`` function given.
+
+With ``checkpoint=PATH`` every finished item is journalled as it arrives
+(:mod:`mugraph.search.journal`), so a search stopped in any way resumes where it was.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import multiprocessing
+import math
 import os
 import sys
 import time
 import warnings
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from mugraph.errors import MugraphError
 from mugraph.ir.ops import OpKind
-from mugraph.ir.rebuild import rebuild_kernel_graph
 from mugraph.ir.serialize import from_json, to_json
 from mugraph.search.config import SearchConfig, default_config
 from mugraph.search.generator import CustomChoice, Enumerator, SearchTimeout, Stats
-from mugraph.search.verify import NotVerifiableError
 from mugraph.semantics.abstract import ABSTRACT_SEMANTICS, Term
+
+# seconds the driver waits past the deadline for workers to report before stopping them
+DEADLINE_GRACE_S = 5.0
+# a work item lost with a dead worker this many times is reported and skipped
+MAX_ITEM_LOSSES = 3
+
+
+class SearchOptionError(MugraphError):
+    """A search option with a value the search cannot use (names the option and the value)."""
 
 
 @dataclass
@@ -54,7 +68,12 @@ class Candidate:
 
 @dataclass
 class SearchResult:
-    """What a search found and how it went."""
+    """What a search found and how it went.
+
+    The same type whether the program was searched whole or split into subprograms: then
+    ``parts`` holds each subprogram's own result (in program order) and the counts, flags and
+    statistics here add them up. ``candidates`` are this search's verified μGraphs (empty for
+    a split program, whose answer is the stitched graph the search returned)."""
 
     program: Any
     candidates: list[Candidate]
@@ -68,28 +87,79 @@ class SearchResult:
     reached_target: bool = False
     log: list[str] = field(default_factory=list)
     ranking: Any = None  # how superoptimize chose among the candidates (RankingResult)
+    resumed_units: int = 0
+    engine: str = ""
+    failed_items: list[str] = field(default_factory=list)
+    handed_back: int = 0  # regions of units handed back by busy workers to idle ones
+    parts: list[SearchResult] = field(default_factory=list)
 
     @property
     def best(self):
         return self.candidates[0].graph if self.candidates else None
 
-    def summary(self) -> str:
-        pruned = ", ".join(f"{k} {v}" for k, v in self.stats.pruned.most_common())
-        best = f"{self.candidates[0].cost * 1e6:.2f} us (est.)" if self.candidates else "none"
-        state = (
+    @classmethod
+    def of_parts(cls, program, parts: list[SearchResult], elapsed: float) -> SearchResult:
+        """The result of a program split into subprograms, from the parts' results."""
+        stats = Stats()
+        for part in parts:
+            stats.merge(part.stats)
+        return cls(
+            program,
+            [],
+            stats,
+            parts[0].config if parts else SearchConfig(),
+            elapsed=elapsed,
+            units_done=sum(p.units_done for p in parts),
+            units_total=sum(p.units_total for p in parts),
+            timed_out=any(p.timed_out for p in parts),
+            interrupted=any(p.interrupted for p in parts),
+            reached_target=bool(parts) and all(p.reached_target for p in parts),
+            log=[line for p in parts for line in p.log],
+            resumed_units=sum(p.resumed_units for p in parts),
+            engine=parts[0].engine if parts else "",
+            failed_items=[key for p in parts for key in p.failed_items],
+            handed_back=sum(p.handed_back for p in parts),
+            parts=list(parts),
+        )
+
+    def _state(self) -> str:
+        return (
             "interrupted"
             if self.interrupted
             else "target cost reached"
             if self.reached_target
             else "time budget spent"
             if self.timed_out
+            else "incomplete (work items lost: see .log)"
+            if self.failed_items
             else "complete"
         )
+
+    def summary(self) -> str:
+        pruned = ", ".join(f"{k} {v}" for k, v in self.stats.pruned.most_common())
+        if self.parts:
+            head = (
+                f"search {self._state()}: the program was split into {len(self.parts)} "
+                f"subprograms, {self.units_done}/{self.units_total} units, "
+                f"{self.stats.states} states, {self.elapsed:.1f} s"
+            )
+            lines = [head] + [
+                f"  part {i}: " + part.summary().replace("\n", "\n    ")
+                for i, part in enumerate(self.parts)
+            ]
+            if self.ranking is not None:
+                lines.append("  " + self.ranking.summary())
+            return "\n".join(lines)
+        best = f"{self.candidates[0].cost * 1e6:.2f} us (est.)" if self.candidates else "none"
+        resumed = f" ({self.resumed_units} from the checkpoint)" if self.resumed_units else ""
+        failed = f", {len(self.failed_items)} work items lost" if self.failed_items else ""
+        if self.handed_back:
+            failed += f", {self.handed_back} regions handed back to idle workers"
         text = (
-            f"search {state}: {self.units_done}/{self.units_total} units, "
+            f"search {self._state()}: {self.units_done}/{self.units_total} units{resumed}, "
             f"{self.stats.states} states, {self.stats.block_graphs} block graphs, "
             f"{self.stats.candidates} candidates, {len(self.candidates)} verified, best {best}, "
-            f"{self.elapsed:.1f} s\n  pruned: {pruned or 'nothing'}"
+            f"{self.elapsed:.1f} s{failed}\n  pruned: {pruned or 'nothing'}"
         )
         if self.ranking is not None:
             text += "\n  " + self.ranking.summary()
@@ -126,69 +196,6 @@ class _OracleAdapter:
         return self.oracle.equivalent_to_target(term, output).keep
 
 
-# ---- the worker side ---------------------------------------------------------------------------
-
-_WORKER: dict[str, Any] = {}
-
-
-def _init_worker(program, config, oracle, deadline, cost_fn) -> None:
-    _WORKER.update(program=program, config=config, oracle=oracle, deadline=deadline, cost=cost_fn)
-
-
-def _run_unit(unit: tuple[int, int, CustomChoice]) -> tuple[str, list[dict], Stats, bool]:
-    kernels, cap, choice = unit
-    if time.monotonic() > _WORKER["deadline"]:
-        return _unit_key(unit), [], Stats(), True
-    program = _WORKER["program"]
-    base = _WORKER["config"]
-    # a unit enumerates graphs of exactly ``kernels`` custom kernels (plus, when
-    # kernel_kinds allows them, pre-defined operators after the first custom kernel)
-    config = base.with_overrides(
-        max_block_ops=cap,
-        max_custom_kernels=kernels,
-        max_kernel_ops=base.max_kernel_ops if base.kernel_kinds else kernels,
-    )
-    gen = Enumerator(program, config, _WORKER["oracle"], _WORKER["deadline"])
-    found: dict[str, dict] = {}
-
-    def visit(ops, outputs) -> None:
-        try:
-            graph = rebuild_kernel_graph(ops, outputs)
-        except MugraphError:
-            gen.stats.pruned["invalid_graph"] += 1
-            return
-        key = graph.structural_hash()
-        gen.stats.candidates += 1
-        if key in found or len(found) >= config.max_candidates:
-            return
-        try:
-            result = _verify(graph, program, config.delta, config.verify_rounds)
-        except NotVerifiableError:
-            gen.stats.pruned["not_verifiable"] += 1
-            return
-        if not result.passed:
-            gen.stats.pruned["verification"] += 1
-            return
-        found[key] = Candidate(graph, _WORKER["cost"](graph), key, result).to_dict()
-
-    timed_out = False
-    try:
-        gen.run(visit, first=choice)
-    except SearchTimeout:
-        timed_out = True
-    return _unit_key(unit), list(found.values()), gen.stats, timed_out
-
-
-def _unit_key(unit: tuple[int, int, CustomChoice]) -> str:
-    return f"{unit[0]}|{unit[1]}|{unit[2].key()}"
-
-
-def _verify(graph, program, delta, rounds):
-    from mugraph.search.verify import verify
-
-    return verify(graph, program, delta=delta, max_rounds=rounds)
-
-
 # ---- the driver --------------------------------------------------------------------------------
 
 
@@ -213,23 +220,34 @@ def superoptimize(
     checkpoint: str | os.PathLike | None = None,
     cost: Callable[[Any], float] = default_cost,
     target_cost: float | None = None,
+    engine: str = "local",
+    address: str | None = None,
+    start_method: str | None = None,
     **overrides,
 ) -> SearchResult:
     """Search μGraphs equivalent to ``program``; every candidate returned is verified.
 
     The search ends when every unit is done, the time budget is spent, Ctrl-C is pressed
     (what was found is kept; with ``checkpoint`` a later call resumes), or — with
-    ``target_cost`` (seconds) — once a verified candidate is estimated at most that cost."""
+    ``target_cost`` (seconds) — once a verified candidate is estimated at most that cost.
+
+    ``workers``: how many units run at once (default: every local core; on Ray, every CPU of
+    the cluster). ``engine``: ``"local"`` (this process for one worker, else worker processes
+    started with ``start_method``: ``"exec"`` (default), ``"fork"``, ``"spawn"`` or
+    ``"forkserver"``) or ``"ray"`` (Ray tasks on the cluster at ``address``; a local Ray is
+    started when none is given; ``pip install mugraph[cluster]``)."""
     program.check()
     from mugraph.search.verify import check_verifiable
 
     check_verifiable(program)
+    _check_search_options(time_limit, workers, target_cost)
     cfg = config or default_config(program, preset)
     if time_limit is not None:
         overrides["time_limit"] = time_limit
     if workers is not None:
         overrides["workers"] = workers
     cfg = cfg.with_overrides(**overrides) if overrides else cfg
+    _check_search_options(cfg.time_limit, cfg.workers, target_cost)
     report = _progress_printer(progress)
     started = time.monotonic()
     deadline = started + cfg.time_limit
@@ -239,42 +257,260 @@ def superoptimize(
     except SearchTimeout:
         units = []
         warnings.warn("mugraph: the time budget ran out while planning the search", stacklevel=2)
-    done, saved = _load_checkpoint(checkpoint, program, cfg)
-    todo = [u for u in units if _unit_key(u) not in done]
-    result = SearchResult(
-        program, [], Stats(), cfg, units_total=len(units), units_done=len(units) - len(todo)
-    )
-    found: dict[str, dict] = {c["hash"]: c for c in saved}
-    try:
-        for key, cands, stats, timed_out in _execute(todo, program, cfg, oracle, deadline, cost):
-            result.stats.merge(stats)
-            for c in cands:
-                found.setdefault(c["hash"], c)
-            if timed_out:
-                result.timed_out = True
-            else:
-                done.add(key)
-                result.units_done += 1
-            if report:
-                report(_progress_line(result, found, started, cfg))
-            if target_cost is not None and any(c["cost"] <= target_cost for c in found.values()):
-                result.reached_target = True
-                break
-    except KeyboardInterrupt:
-        result.interrupted = True
-    result.elapsed = time.monotonic() - started
-    # units the pool never started because the deadline passed also mean the budget ran out
-    if not (result.interrupted or result.reached_target) and result.units_done < len(units):
-        result.timed_out = result.timed_out or time.monotonic() > deadline
-    _save_checkpoint(checkpoint, program, cfg, done, found)
-    ranked = sorted(found.values(), key=lambda c: (c["cost"], c["hash"]))
-    result.candidates = [
-        Candidate(from_json(json.dumps(c["graph"])), c["cost"], c["hash"], c["verification"])
-        for c in ranked
-    ]
+    from mugraph.search.pool import engine_for
+
+    runner = engine_for(engine, cfg.worker_count, start_method=start_method, address=address)
+    search = _Search(program, cfg, units, runner, cost, started, deadline, report, target_cost)
+    search.resume(checkpoint)
+    search.run(oracle)
+    result = search.finish()
     if report:
         report(result.summary())
     return result
+
+
+def _check_search_options(time_limit, workers, target_cost) -> None:
+    """Options whose value makes no search: a clear error naming the option and the value."""
+    if time_limit is not None and (
+        isinstance(time_limit, bool)
+        or not isinstance(time_limit, int | float)
+        or not math.isfinite(time_limit)
+        or time_limit <= 0
+    ):
+        raise SearchOptionError(
+            f"superoptimize: time_limit must be a positive number of seconds, got {time_limit!r}"
+        )
+    if workers is not None and (
+        isinstance(workers, bool) or not isinstance(workers, int) or workers < 1
+    ):
+        raise SearchOptionError(
+            f"superoptimize: workers must be a positive integer, got {workers!r}"
+        )
+    if target_cost is not None and not (isinstance(target_cost, int | float) and target_cost > 0):
+        raise SearchOptionError(
+            f"superoptimize: target_cost must be a positive number of seconds, got {target_cost!r}"
+        )
+
+
+class _UnitLedger:
+    """The items of one unit: which regions are still open, and what each finished one found
+    (merged in DFS order, as one worker would have met them)."""
+
+    def __init__(self, unit) -> None:
+        self.unit = unit
+        self.opened: set[tuple[int, ...]] = {()}
+        self.closed: dict[tuple[int, ...], list[dict]] = {}
+        self.partial: list[dict] = []
+
+    @property
+    def done(self) -> bool:
+        return not (self.opened - self.closed.keys())
+
+    def record(self, region, found, rest, timed_out) -> None:
+        region = tuple(region)
+        if timed_out:
+            self.partial.extend(found)
+            return
+        self.closed[region] = found
+        self.opened |= {tuple(r) for r in rest}
+
+    def open_regions(self) -> list[tuple[int, ...]]:
+        return sorted(self.opened - self.closed.keys())
+
+    def candidates(self, cap: int) -> list[dict]:
+        """Finished: the first ``cap`` distinct candidates in DFS order; else all found."""
+        ordered = [c for region in sorted(self.closed) for c in self.closed[region]]
+        if not self.done:
+            return ordered + self.partial
+        seen: dict[str, dict] = {}
+        for c in ordered:
+            if len(seen) >= cap:
+                break
+            seen.setdefault(c["hash"], c)
+        return list(seen.values())
+
+
+class _Search:
+    """One search's state: the queue of work items, the units' ledgers, the journal."""
+
+    def __init__(self, program, cfg, units, runner, cost, started, deadline, report, target):
+        from mugraph.search.work import WorkItem
+
+        self.program, self.cfg, self.runner = program, cfg, runner
+        self.cost_fn, self.started, self.deadline = cost, started, deadline
+        self.report, self.target = report, target
+        self.items = [WorkItem(kernels, cap, choice) for kernels, cap, choice in units]
+        self.ledgers = {item.unit_key: _UnitLedger(item) for item in self.items}
+        self.result = SearchResult(program, [], Stats(), cfg, units_total=len(units))
+        self.result.engine = f"{runner.name}, {runner.slots} worker" + "s" * (runner.slots != 1)
+        self.costs: dict[str, float] = {}
+        self.graphs: dict[str, Any] = {}
+        self.losses: dict[str, int] = {}
+        self.journal = None
+
+    # ---- checkpoint ------------------------------------------------------------------------
+
+    def resume(self, checkpoint) -> None:
+        if checkpoint is None:
+            return
+        from mugraph.search.journal import Journal
+
+        self.journal = Journal.open(checkpoint, _checkpoint_key(self.program, self.cfg))
+        for record in self.journal.records:
+            ledger = self.ledgers.get(record.get("unit"))
+            if ledger is None:
+                continue
+            for c in record.get("found", []):
+                self.costs.setdefault(c["hash"], c["cost"])
+            ledger.record(record["region"], record["found"], record["rest"], record["timed_out"])
+            self.result.stats.merge(_stats_from(record.get("stats", {})))
+        self.result.resumed_units = sum(1 for ledger in self.ledgers.values() if ledger.done)
+
+    def _journal(self, result) -> None:
+        if self.journal is None:
+            return
+        self.journal.append(
+            {
+                "unit": result.item.unit_key,
+                "region": list(result.item.region),
+                "found": result.found,
+                "rest": [list(r) for r in result.rest],
+                "timed_out": result.timed_out,
+                "stats": _stats_record(result.stats),
+            }
+        )
+
+    # ---- running ---------------------------------------------------------------------------
+
+    def run(self, oracle) -> None:
+        from mugraph.search.work import SearchSetup
+
+        queue = deque(
+            item.part(region)
+            for item in self.items
+            for region in self.ledgers[item.unit_key].open_regions()
+        )
+        self.result.units_done = sum(1 for ledger in self.ledgers.values() if ledger.done)
+        if not queue:
+            self._close()
+            return
+        token = hashlib.blake2b(f"{id(self)}:{time.time()}".encode(), digest_size=8).hexdigest()
+        setup = SearchSetup(
+            token, to_json(self.program, indent=None), self.cfg, oracle, self.runner.threads()
+        )
+        try:
+            self.runner.start(setup)
+            self._loop(queue)
+        except KeyboardInterrupt:
+            self.result.interrupted = True
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        self.runner.close()
+        if self.journal is not None:
+            self.journal.close()
+
+    def _loop(self, queue: deque) -> None:
+        runner = self.runner
+        while queue or runner.busy():
+            left = self.deadline - time.monotonic()
+            if left <= -DEADLINE_GRACE_S or (left <= 0 and not runner.busy()):
+                self.result.timed_out = True
+                return
+            runner.set_hungry(not queue and runner.free() > 0 and runner.busy() > 0)
+            while queue and runner.free() and left > 0:
+                runner.submit(_take(queue, runner.slots, runner.max_batch), left)
+            for outcome in runner.wait(timeout=min(0.2, left + DEADLINE_GRACE_S)):
+                for result in outcome.results:
+                    self._take_result(result, queue)
+                queue.extendleft(reversed(outcome.returned))
+                self._lost(outcome, queue)
+                if self.report:
+                    self.report(_progress_line(self.result, self.costs, self.started, self.cfg))
+                if self.target is not None and any(c <= self.target for c in self.costs.values()):
+                    self.result.reached_target = True
+                    return
+
+    def _take_result(self, result, queue: deque) -> None:
+        for c in result.found:
+            c["cost"] = self._cost(c)
+        ledger = self.ledgers[result.item.unit_key]
+        was_done = ledger.done
+        ledger.record(result.item.region, result.found, result.rest, result.timed_out)
+        self._journal(result)
+        self.result.stats.merge(result.stats)
+        self.result.timed_out |= result.timed_out
+        queue.extendleft(reversed([result.item.part(r) for r in result.rest]))
+        self.result.handed_back += len(result.rest)
+        if ledger.done and not was_done:
+            self.result.units_done += 1
+
+    def _lost(self, outcome, queue: deque) -> None:
+        for item in outcome.lost:
+            count = self.losses[item.key] = self.losses.get(item.key, 0) + 1
+            if count < MAX_ITEM_LOSSES:
+                queue.appendleft(item)
+                self.result.log.append(f"work item {item.key}: {outcome.lost_reason}; retried")
+            else:
+                self.result.log.append(
+                    f"work item {item.key}: lost {count} times ({outcome.lost_reason}); skipped"
+                )
+                self.result.failed_items.append(item.key)
+
+    def _cost(self, candidate: dict) -> float:
+        key = candidate["hash"]
+        if key not in self.costs:
+            self.costs[key] = float(self.cost_fn(self._graph(candidate)))
+        return self.costs[key]
+
+    def _graph(self, candidate: dict):
+        key = candidate["hash"]
+        if key not in self.graphs:
+            self.graphs[key] = from_json(json.dumps(candidate["graph"]))
+        return self.graphs[key]
+
+    # ---- the answer ------------------------------------------------------------------------
+
+    def finish(self) -> SearchResult:
+        result = self.result
+        result.elapsed = time.monotonic() - self.started
+        if not (result.interrupted or result.reached_target):
+            if result.units_done < result.units_total:
+                result.timed_out = result.timed_out or time.monotonic() > self.deadline
+        found: dict[str, dict] = {}
+        for item in self.items:
+            for c in self.ledgers[item.unit_key].candidates(self.cfg.max_candidates):
+                found.setdefault(c["hash"], c)
+        ranked = sorted(found.values(), key=lambda c: (self._cost(c), c["hash"]))
+        result.candidates = [
+            Candidate(self._graph(c), self._cost(c), c["hash"], c["verification"]) for c in ranked
+        ]
+        return result
+
+
+def _take(queue: deque, slots: int, most: int) -> list:
+    """The next batch: one item, or several when the queue is long compared with the number
+    of workers (fewer round trips; each worker still gets a share, and a hungry pool makes a
+    worker hand back what it has not started)."""
+    size = max(1, min(most, len(queue) // (4 * slots)))
+    return [queue.popleft() for _ in range(min(size, len(queue)))]
+
+
+def _stats_record(stats: Stats) -> dict:
+    return {
+        "states": stats.states,
+        "block_graphs": stats.block_graphs,
+        "candidates": stats.candidates,
+        "pruned": dict(stats.pruned),
+    }
+
+
+def _stats_from(record: dict) -> Stats:
+    stats = Stats(record.get("states", 0), record.get("block_graphs", 0),
+                  record.get("candidates", 0))  # fmt: skip
+    stats.pruned.update(record.get("pruned", {}))
+    return stats
 
 
 def plan_units(
@@ -308,37 +544,14 @@ def plan_units(
     return units
 
 
-def _execute(units, program, cfg, oracle, deadline, cost):
-    """Yield each unit's results, in unit order, from a pool of forked workers (or inline)."""
-    count = min(cfg.worker_count, max(1, len(units)))
-    if count == 1 or "fork" not in multiprocessing.get_all_start_methods():
-        _init_worker(program, cfg, oracle, deadline, cost)
-        for unit in units:
-            if time.monotonic() > deadline:
-                return
-            yield _run_unit(unit)
-        return
-    ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(
-        count, initializer=_init_worker, initargs=(program, cfg, oracle, deadline, cost)
-    ) as pool:
-        try:
-            for outcome in pool.imap(_run_unit, units, chunksize=1):
-                yield outcome
-                if time.monotonic() > deadline:
-                    break
-        finally:
-            pool.terminate()
-
-
-def _progress_line(result: SearchResult, found: dict, started: float, cfg: SearchConfig) -> str:
-    best = min((c["cost"] for c in found.values()), default=None)
+def _progress_line(result: SearchResult, costs: dict, started: float, cfg: SearchConfig) -> str:
+    best = min(costs.values(), default=None)
     best_text = f"{best * 1e6:.2f} us" if best is not None else "-"
     top = ", ".join(f"{k} {v}" for k, v in result.stats.pruned.most_common(3))
     return (
         f"[{time.monotonic() - started:6.1f}/{cfg.time_limit:.0f} s] units {result.units_done}/"
         f"{result.units_total}  states {result.stats.states}  pruned: {top}  "
-        f"verified {len(found)}  best {best_text}"
+        f"verified {len(costs)}  best {best_text}"
     )
 
 
@@ -348,9 +561,6 @@ def _progress_printer(progress) -> Callable[[str], None] | None:
     if progress:
         return lambda line: print(line, file=sys.stderr, flush=True)
     return None
-
-
-# ---- checkpoints: interrupt now, resume later --------------------------------------------------
 
 
 def _checkpoint_key(program, cfg: SearchConfig) -> str:
@@ -366,32 +576,6 @@ def _checkpoint_key(program, cfg: SearchConfig) -> str:
     return (
         f"{program.structural_hash()}:{hashlib.blake2b(text.encode(), digest_size=12).hexdigest()}"
     )
-
-
-def _load_checkpoint(path, program, cfg) -> tuple[set[str], list[dict]]:
-    if path is None or not Path(path).exists():
-        return set(), []
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError):
-        warnings.warn(f"mugraph: ignoring unreadable search checkpoint {path}", stacklevel=3)
-        return set(), []
-    if data.get("key") != _checkpoint_key(program, cfg):
-        return set(), []
-    return set(data.get("done", [])), list(data.get("found", []))
-
-
-def _save_checkpoint(path, program, cfg, done: set[str], found: dict) -> None:
-    if path is None:
-        return
-    data = {
-        "key": _checkpoint_key(program, cfg),
-        "done": sorted(done),
-        "found": list(found.values()),
-    }
-    tmp = Path(f"{path}.tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
 
 
 def reference_recheck(graph, program, seed: int = 0, rtol: float = 1e-6) -> float:

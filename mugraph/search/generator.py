@@ -87,6 +87,48 @@ class SearchTimeout(Exception):
     """Raised inside the enumeration when the time budget is spent."""
 
 
+class HandBack(Exception):
+    """Raised inside the enumeration when a work item stops early to hand the rest of its
+    region back (``Trail.rest``), so that idle workers can take it."""
+
+
+@dataclass
+class Trail:
+    """A work item's place in the first custom kernel's block-graph DFS.
+
+    A *region* names part of a unit's tree: ``()`` is the whole unit; ``(i0, ..., ik)`` is the
+    subtrees of children ``ik, ik + 1, ...`` (to the last) of the node reached by taking child
+    ``i0`` at the root, ``i1`` below it, and so on (children in the order
+    ``Generator.block_candidates`` lists them). Regions sort in DFS order, so an item's
+    results come before those of the regions it hands back. ``due`` says when to stop: it is
+    asked before each child once the item has finished some work; the rest of the item (the
+    remaining children at every level of the current path) then goes to ``rest``.
+    """
+
+    region: tuple[int, ...] = ()
+    due: Callable[[], bool] | None = None
+    stack: list[int] = field(default_factory=list)  # child taken at each depth
+    sizes: list[int] = field(default_factory=list)  # children of the node at each depth
+    rest: list[tuple[int, ...]] = field(default_factory=list)
+    progressed: bool = False
+
+    @property
+    def base(self) -> int:
+        """The depth of the node whose children this item explores."""
+        return max(len(self.region) - 1, 0)
+
+    def stop_here(self, depth: int, index: int) -> bool:
+        """Whether to stop before child ``index`` of the node at ``depth``; if so, ``rest``
+        holds the regions left to explore."""
+        if self.due is None or not self.progressed or not self.due():
+            return False
+        self.rest = [(*self.stack[:depth], index)]
+        for d in range(depth - 1, self.base - 1, -1):
+            if self.stack[d] + 1 < self.sizes[d]:
+                self.rest.append((*self.stack[:d], self.stack[d] + 1))
+        return True
+
+
 @dataclass
 class Tensor:
     """A tensor of a prefix: its type, index labels, abstract expression and uses."""
@@ -590,6 +632,21 @@ class _PairShapes:
                     self.concat.append((i, d))
 
 
+def _push_block_op(bops: list[Op], bts: list[Tensor], op: Op, t: Tensor, ins) -> None:
+    t.ref = TensorRef(len(bops), 0)
+    for i in ins:
+        bts[i].uses += 1
+    bops.append(op)
+    bts.append(t)
+
+
+def _pop_block_op(bops: list[Op], bts: list[Tensor], ins) -> None:
+    bops.pop()
+    bts.pop()
+    for i in ins:
+        bts[i].uses -= 1
+
+
 def quick_dims(kind: OpKind, dims: list[tuple[int, ...]], attrs: dict, loops: int):
     """Output dims of an enumerated block operator, or None when the shapes do not fit: the
     rules of :mod:`mugraph.ir.shapes` without building error messages (the hot path)."""
@@ -701,8 +758,11 @@ Visitor = Callable[[list[Op], list[TensorRef]], None]
 class Enumerator(Generator):
     """The recursive part of Algorithm 1 (GenerateNextKernelOperator / ...BlockOperator)."""
 
-    def run(self, visit: Visitor, first: CustomChoice | None = None) -> None:
-        """Enumerate every μGraph (or those whose first custom kernel is ``first``)."""
+    def run(
+        self, visit: Visitor, first: CustomChoice | None = None, trail: Trail | None = None
+    ) -> None:
+        """Enumerate every μGraph (or those whose first custom kernel is ``first``; with a
+        ``trail``, those in its region of that kernel's block-graph tree)."""
         kops, kts = self.initial_ops(), self.initial_tensors()
         if first is None:
             self.kernel_dfs(kops, kts, 0, 0, (-1,), visit)
@@ -710,7 +770,9 @@ class Enumerator(Generator):
             cfg = self.config
             last = cfg.max_custom_kernels == 1 or cfg.max_kernel_ops == 1
             rank = (max(first.inputs), first.inputs, _KIND_ORDER[OpKind.CUSTOMIZED], first.key())
-            self.expand_custom(first, kops, kts, 0, 0, visit, rank, last, must_continue=not last)
+            self.expand_custom(
+                first, kops, kts, 0, 0, visit, rank, last, must_continue=not last, trail=trail
+            )
 
     def kernel_dfs(self, kops, kts, n_custom, n_ops, last_rank, visit, more=True) -> None:
         """Complete the kernel graph if it computes the program; else, when ``more`` kernels
@@ -834,7 +896,17 @@ class Enumerator(Generator):
         return op, Tensor(TensorRef(-1, 0), otype, labels, expr)
 
     def expand_custom(
-        self, choice, kops, kts, n_custom, n_ops, visit, rank, last, must_continue: bool = False
+        self,
+        choice,
+        kops,
+        kts,
+        n_custom,
+        n_ops,
+        visit,
+        rank,
+        last,
+        must_continue: bool = False,
+        trail: Trail | None = None,
     ) -> None:
         """Grow the block graph of a custom kernel with schedule ``choice``; each way to close
         it continues at the kernel level. A kernel that ``last`` must end the graph saves only
@@ -870,9 +942,12 @@ class Enumerator(Generator):
                 for i in choice.inputs:
                     kts[i].uses -= 1
 
-        self.block_dfs(bops, bts, choice.grid, (-1,), smem, 0, limits, close)
+        if trail is not None and trail.region:
+            self._region_dfs(bops, bts, choice.grid, smem, limits, close, trail)
+        else:
+            self.block_dfs(bops, bts, choice.grid, (-1,), smem, 0, limits, close, trail)
 
-    def block_dfs(self, bops, bts, grid, last_rank, smem, depth, limits, close) -> None:
+    def block_dfs(self, bops, bts, grid, last_rank, smem, depth, limits, close, trail=None):
         self.stats.states += 1
         if self.stats.states % 512 == 0:
             self.check_time()
@@ -886,25 +961,62 @@ class Enumerator(Generator):
         if leaves - limits.max_outputs > remaining:
             self.stats.pruned["too_many_leaves"] += 1
             return
-        for rank, kind, ins, attrs in list(self.block_candidates(bops, bts, grid, last_rank)):
+        children = list(self.block_candidates(bops, bts, grid, last_rank))
+        self._children(bops, bts, grid, children, smem, depth, limits, close, trail)
+
+    def _children(self, bops, bts, grid, children, smem, depth, limits, close, trail, start=0):
+        """Explore the subtrees of ``children[start:]`` (a trail may stop before any)."""
+        if trail is not None:
+            trail.sizes.append(len(children))
+        for index in range(start, len(children)):
+            if trail is not None and trail.stop_here(depth, index):
+                raise HandBack
+            rank, kind, ins, attrs = children[index]
             made = self.make_block_op(kind, ins, attrs, bts, grid, smem)
             if made is None:
                 continue
             op, t = made
-            t.ref = TensorRef(len(bops), 0)
-            for i in ins:
-                bts[i].uses += 1
-            bops.append(op)
-            bts.append(t)
+            _push_block_op(bops, bts, op, t, ins)
+            if trail is not None:
+                trail.stack.append(index)
             try:
                 self.block_dfs(
-                    bops, bts, grid, rank, smem + t.type.num_bytes, depth + 1, limits, close
+                    bops, bts, grid, rank, smem + t.type.num_bytes, depth + 1, limits, close, trail
                 )
             finally:
-                bops.pop()
-                bts.pop()
-                for i in ins:
-                    bts[i].uses -= 1
+                if trail is not None:
+                    trail.stack.pop()
+                _pop_block_op(bops, bts, ins)
+            if trail is not None:
+                trail.progressed = True
+        if trail is not None:
+            trail.sizes.pop()
+
+    def _region_dfs(self, bops, bts, grid, smem, limits, close, trail: Trail) -> None:
+        """Walk to the node a non-empty region starts under, then explore its children from
+        the region's first one. The walk repeats what the item that handed the region back
+        already did and counted, so it counts nothing."""
+        counted, self.stats = self.stats, Stats()
+        last_rank: tuple = (-1,)
+        try:
+            for index in trail.region[:-1]:
+                children = list(self.block_candidates(bops, bts, grid, last_rank))
+                rank, kind, ins, attrs = children[index]
+                made = self.make_block_op(kind, ins, attrs, bts, grid, smem)
+                if made is None:  # pragma: no cover - the region came from a walk through here
+                    raise MugraphError(f"search: work region {trail.region} does not exist")
+                op, t = made
+                _push_block_op(bops, bts, op, t, ins)
+                trail.stack.append(index)
+                trail.sizes.append(len(children))
+                smem += t.type.num_bytes
+                last_rank = rank
+            children = list(self.block_candidates(bops, bts, grid, last_rank))
+        finally:
+            self.stats = counted
+        depth = len(trail.region) - 1
+        self._children(bops, bts, grid, children, smem, depth, limits, close, trail,
+                       start=trail.region[-1])  # fmt: skip
 
     def try_complete(self, kops, kts, visit) -> None:
         """A kernel graph is complete when its unused tensors are exactly the program's

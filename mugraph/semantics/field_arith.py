@@ -625,7 +625,8 @@ def _run_parallel(tasks: Sequence[Callable[[], Any]]) -> list[Any]:
 
 
 _WORKERS = 1  # > 1 inside parallel_evaluation(): the work is split over this many threads
-_MAX_WORKERS = 4
+# at most this many threads (MUGRAPH_VERIFY_THREADS; search workers lower it to their share)
+_MAX_WORKERS = max(1, int(os.environ.get("MUGRAPH_VERIFY_THREADS", "4")))
 
 
 def _openblas_threads_api() -> tuple[Any, Any] | None:

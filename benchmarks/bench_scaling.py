@@ -1,0 +1,280 @@
+"""Search time on 1, 2, 4, 8 and 16 workers, the local process pool and Ray side by side
+(issue 16), for the Table 5 cell with 6 block operators and one suite search.
+
+    python benchmarks/bench_scaling.py [--budget 500] [--workers 1 2 4 8 16]
+        [--cells table5_6 gated_mlp_b1] [--engines local ray]
+
+Cells (each a complete search; its time is the whole ``superoptimize`` call, worker start-up
+included):
+- ``table5_6``: GQA at small shapes, every unit up to 6 block operators, no deepening (the
+  6-operator cell of ``benchmarks/bench_table5.py``);
+- ``gated_mlp_b1``: the suite row at suite sizes (X 8x4096, W1, W3 4096x4096), one-kernel
+  μGraphs of up to 6 block operators (the space where the search finds the hand-written
+  kernel's μGraph), preset ``mlp``.
+
+Every process verifies with one thread (``MUGRAPH_VERIFY_THREADS=1``), so a worker is a core.
+Each configuration runs in its own process; Ray configurations join one local Ray cluster
+(``ray start --head``, started first and timed apart). To fit one bounded run, configurations
+run in waves, the ones of a wave at the same time on disjoint numbers of cores (at most 16
+busy): the 1-worker runs of both cells together (4 cores), then every 16-worker run alone,
+then each cell's 8-worker runs of both engines (16 cores), then each cell's 2- and 4-worker
+runs (12 cores); when the budget runs short, the last waves get the shortest caps. Runs that
+share the machine can only be slowed by it, so speedups at 2, 4 and 8 workers are, if
+anything, understated. A run cut by its cap prints ``>cap`` (and its speedup ``>``: a lower
+bound). Every time includes starting the workers (a fresh process pool, fresh Ray workers of a
+new job). The table is printed last; ``--json FILE`` keeps the raw records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CELLS = ("table5_6", "gated_mlp_b1")
+
+
+def cell_program(cell: str):
+    """(program, superoptimize options) of a cell."""
+    if cell == "table5_6":
+        from mugraph.library import WORKLOADS
+
+        workload = WORKLOADS["attention_mirage_gqa"]
+        return workload.naive(workload.small), {"max_block_ops": 6, "deepening": False}
+    if cell == "gated_mlp_b1":
+        from benchmarks.suite.rows import select
+
+        (row,) = select(["gated_mlp_b1"])
+        options = {"preset": row.family.preset, "max_custom_kernels": 1, "max_block_ops": 6}
+        return row.program(), options
+    raise SystemExit(f"unknown cell {cell!r}; cells: {', '.join(CELLS)}")
+
+
+def run_one(cell: str, engine: str, workers: int, cap: float) -> dict:
+    """One configuration, in this process; returns its record."""
+    from mugraph.search import driver
+
+    program, options = cell_program(cell)
+    extra = {"engine": "ray", "address": "auto"} if engine == "ray" else {}
+    made = []
+    original = driver._OracleAdapter.__init__
+
+    def keep(self, targets):  # to read the oracle's query counts afterwards
+        original(self, targets)
+        made.append(self)
+
+    driver._OracleAdapter.__init__ = keep
+    try:
+        started = time.monotonic()
+        result = driver.superoptimize(program, time_limit=cap, workers=workers, **options, **extra)
+        seconds = time.monotonic() - started
+    finally:
+        driver._OracleAdapter.__init__ = original
+    best = result.candidates[0] if result.candidates else None
+    record = {
+        "cell": cell,
+        "engine": engine,
+        "workers": workers,
+        "seconds": round(seconds, 2),
+        "complete": not result.timed_out and result.units_done == result.units_total,
+        "units": f"{result.units_done}/{result.units_total}",
+        "states": result.stats.states,
+        "verified": len(result.candidates),
+        "best_hash": best.hash if best else None,
+        "best_us": round(best.cost * 1e6, 3) if best else None,
+        "lost_items": len(result.failed_items),
+    }
+    if workers == 1 and engine == "local":  # the inline search: its oracle answered it all
+        stats = made[-1].oracle.stats
+        record["oracle"] = {
+            **oracle_costs(program),
+            "queries": stats.queries,
+            "uncached": stats.uncached,
+            "median_uncached_us": round(stats.median_uncached_s * 1e6, 2),
+        }
+    return record
+
+
+def oracle_costs(program) -> dict:
+    """What sharing the oracle costs against rebuilding it per worker: building the e-graph
+    (egglog) against shipping its exported tables (pickle), and how many uncached queries a
+    search makes (each worker repeats them: its answer cache starts empty)."""
+    import pickle
+
+    from mugraph.search.driver import _OracleAdapter, program_terms
+
+    started = time.perf_counter()
+    oracle = _OracleAdapter(program_terms(program))
+    build = time.perf_counter() - started
+    data = pickle.dumps(oracle)
+    started = time.perf_counter()
+    pickle.loads(data)
+    load = time.perf_counter() - started
+    return {"build_s": round(build, 4), "pickle_bytes": len(data), "unpickle_s": round(load, 5)}
+
+
+# ---- the orchestra -------------------------------------------------------------------------
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["MUGRAPH_VERIFY_THREADS"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _launch(cell, engine, workers, cap, log_dir: Path | None):
+    command = [sys.executable, str(Path(__file__).resolve()), "--one", cell, engine,
+               str(workers), "--cap", str(cap)]  # fmt: skip
+    err = open(log_dir / f"{cell}_{engine}_{workers}.err", "w") if log_dir else subprocess.DEVNULL  # noqa: SIM115
+    return subprocess.Popen(command, env=_env(), stdout=subprocess.PIPE, stderr=err, text=True)
+
+
+def waves(cells, engines, counts) -> list[list[tuple[str, str, int]]]:
+    """Groups of configurations run at the same time (see the module docstring)."""
+    out = [[(c, e, 1) for c in cells for e in engines if 1 in counts]]
+    out += [[(c, e, 16)] for c in cells for e in engines if 16 in counts]
+    out += [[(c, e, 8) for e in engines if 8 in counts] for c in cells]
+    for cell in cells:
+        out.append([(cell, e, n) for n in (2, 4) if n in counts for e in engines])
+    return [w for w in out if w]
+
+
+def orchestrate(args) -> list[dict]:
+    deadline = time.monotonic() + args.budget
+    log_dir = Path(args.logs) if args.logs else None
+    if log_dir:
+        log_dir.mkdir(parents=True, exist_ok=True)
+    records: list[dict] = []
+    ray_started = False
+    if "ray" in args.engines:
+        started = time.monotonic()
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "ray.scripts.scripts",
+                "start",
+                "--head",
+                f"--num-cpus={os.cpu_count()}",
+                "--include-dashboard=false",
+                "--disable-usage-stats",
+            ],  # fmt: skip
+            env=_env(),
+            check=True,
+            capture_output=True,
+        )
+        ray_started = True
+        print(f"ray start --head: {time.monotonic() - started:.1f} s", flush=True)
+    try:
+        plan = waves(args.cells, args.engines, set(args.workers))
+        for i, wave in enumerate(plan):
+            later = len(plan) - i - 1
+            cap = min(args.cap, deadline - time.monotonic() - 15 * later - 10)
+            if cap < 5:
+                print(f"budget spent: skipping {wave}", flush=True)
+                continue
+            running = [(cfg, _launch(*cfg, cap, log_dir)) for cfg in wave]
+            for cfg, process in running:
+                out, _ = process.communicate(timeout=cap + 120)
+                lines = [line for line in out.splitlines() if line.startswith("{")]
+                record = json.loads(lines[-1]) if lines else {
+                    "cell": cfg[0], "engine": cfg[1], "workers": cfg[2], "error":
+                    f"exit {process.returncode}"}  # fmt: skip
+                record["wave"] = i
+                record["cap"] = round(cap, 1)
+                records.append(record)
+                print(json.dumps(record), flush=True)
+    finally:
+        if ray_started:
+            subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "stop", "--force"],
+                           env=_env(), capture_output=True)  # fmt: skip
+    return records
+
+
+def table(records: list[dict]) -> str:
+    lines = []
+    for cell in dict.fromkeys(r["cell"] for r in records):
+        rows = [r for r in records if r["cell"] == cell]
+        lines.append(f"\n{cell}: seconds per complete search (speedup over 1 worker)")
+        engines = list(dict.fromkeys(r["engine"] for r in rows))
+        lines.append(f"{'workers':>8}" + "".join(f"{e:>22}" for e in engines) + "   same best")
+        base = {e: _get(rows, e, 1) for e in engines}
+        reference = _get(rows, "local", 1)
+        for n in sorted({r["workers"] for r in rows}):
+            cells, same = [], []
+            for e in engines:
+                r = _get(rows, e, n)
+                if r is None or "error" in r:
+                    cells.append("-" if r is None else r["error"])
+                    continue
+                text = f"{r['seconds']:.1f}" if r["complete"] else f">{r['cap']:.0f}"
+                b = base[e]
+                if b and b.get("complete") and r["complete"]:
+                    text += f" ({b['seconds'] / r['seconds']:.1f}x)"
+                elif b and r["complete"]:
+                    text += f" (>{b['cap'] / r['seconds']:.1f}x)"
+                cells.append(text)
+                if reference and reference.get("best_hash") and r["complete"]:
+                    same.append(r["best_hash"] == reference["best_hash"])
+            mark = "yes" if same and all(same) else "NO" if same else "-"
+            lines.append(f"{n:>8}" + "".join(f"{c:>22}" for c in cells) + f"   {mark}")
+        oracle = (reference or {}).get("oracle")
+        if oracle:
+            rebuild = oracle["uncached"] * oracle["median_uncached_us"] * 1e-6
+            lines.append(
+                f"  oracle: built (egglog) in {oracle['build_s'] * 1e3:.0f} ms; shipped as "
+                f"{oracle['pickle_bytes'] / 1024:.0f} KB of tables, unpickled in "
+                f"{oracle['unpickle_s'] * 1e3:.1f} ms; the 1-worker search asked "
+                f"{oracle['queries']} queries, {oracle['uncached']} uncached (median "
+                f"{oracle['median_uncached_us']:.1f} us): a worker refilling its answer cache "
+                f"costs at most {rebuild:.2f} s"
+            )
+    return "\n".join(lines)
+
+
+def _get(rows, engine, workers):
+    return next((r for r in rows if r["engine"] == engine and r["workers"] == workers), None)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budget", type=float, default=500.0, help="seconds for everything")
+    parser.add_argument("--cap", type=float, default=240.0, help="most seconds per run")
+    parser.add_argument("--workers", type=int, nargs="*", default=[1, 2, 4, 8, 16])
+    parser.add_argument("--cells", nargs="*", default=list(CELLS))
+    parser.add_argument("--engines", nargs="*", default=["local", "ray"])
+    parser.add_argument("--json", default=None, help="write the records here")
+    parser.add_argument("--logs", default=None, help="folder for each run's stderr")
+    parser.add_argument("--one", nargs=3, metavar=("CELL", "ENGINE", "WORKERS"))
+    args = parser.parse_args(argv)
+    if args.one:
+        cell, engine, workers = args.one
+        print(json.dumps(run_one(cell, engine, int(workers), args.cap)), flush=True)
+        return
+    print(f"cpus: {os.cpu_count()}; {_cpu_model()}", flush=True)
+    records = orchestrate(args)
+    if args.json:
+        Path(args.json).write_text(json.dumps(records, indent=1))
+    print(table(records))
+
+
+def _cpu_model() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "cpu model unknown"
+    models = [line.split(":", 1)[1].strip() for line in text.splitlines()
+              if line.startswith("model name")]  # fmt: skip
+    siblings = [line for line in text.splitlines() if line.startswith(("siblings", "cpu cores"))]
+    return f"{models[0] if models else '?'}; {', '.join(sorted(set(siblings)))}"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,483 @@
+"""Engines that run a search's work items: in this process, or on a pool of local worker
+processes. (:mod:`mugraph.search.cluster` runs them on Ray.)
+
+An engine takes batches of work items (:mod:`mugraph.search.work`) while it has free slots and
+hands back what became of them; :func:`mugraph.search.driver.superoptimize` schedules.
+
+Why the pool cannot hang on the solver or e-graph libraries
+-----------------------------------------------------------
+- Workers never use them: the oracle travels as its exported tables (plain Python), the
+  program as JSON; a worker enumerates, verifies (NumPy) and answers.
+- By default a worker is a fresh interpreter (``python -m mugraph.search.pool``): it inherits
+  no thread pool, lock or library object of this process (egglog's rayon threads, OpenMP,
+  a CUDA context, a lock another thread held at fork time) and never imports the caller's
+  ``__main__``. ``start_method="fork" | "spawn" | "forkserver"`` start workers through
+  :mod:`multiprocessing` instead; with ``fork``, this process collects its garbage and freezes
+  the collector's view of every object first, so a child never frees an object it inherited.
+- Waiting is bounded: the driver waits for results with a timeout, a worker that dies (its
+  channel closes) is replaced and its items go back to the queue, and at the deadline (plus a
+  grace period) the remaining workers are killed.
+- Workers ignore SIGINT (Ctrl-C is the driver's to handle), and die with this process
+  (``PR_SET_PDEATHSIG`` on Linux).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import gc
+import mmap
+import multiprocessing
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any
+
+from mugraph.errors import MugraphError
+from mugraph.search.work import (
+    ItemResult,
+    SearchSetup,
+    SliceTimer,
+    WorkItem,
+    prepared,
+    run_batch,
+)
+
+START_METHODS = ("exec", "fork", "spawn", "forkserver")
+DEFAULT_START_METHOD = "exec"
+# a hungry pool asks a worker to hand back the rest of its batch after this many seconds
+SLICE_SECONDS = 0.5
+STARTUP_TIMEOUT_S = 120.0
+# a pool whose workers die this many times per slot stops replacing them
+MAX_DEATHS_PER_SLOT = 3
+_MAIN_HINT = {
+    method: f"; with start_method {method!r} every worker imports the main module first: "
+    "guard the script's search with if __name__ == '__main__':, or use the default "
+    "start method ('exec'), which does not import it"
+    for method in ("spawn", "forkserver")
+}
+
+
+class EngineError(MugraphError):
+    """An engine could not be started or used (a bad option, a missing package...)."""
+
+
+@dataclass
+class Outcome:
+    """What became of one batch: results, items given back untouched, and items lost with a
+    worker that died (``lost_reason`` says how)."""
+
+    results: list[ItemResult] = field(default_factory=list)
+    returned: list[WorkItem] = field(default_factory=list)
+    lost: list[WorkItem] = field(default_factory=list)
+    lost_reason: str = ""
+
+
+class InlineEngine:
+    """One worker: this process (no hand-backs needed, nothing to start)."""
+
+    name = "inline"
+    slots = 1
+    max_batch = 1
+
+    def __init__(self) -> None:
+        self._pending: list[tuple[list[WorkItem], float]] = []
+
+    def start(self, setup: SearchSetup) -> None:
+        self.setup = setup
+
+    def threads(self) -> int:
+        return 0  # this process keeps its verifier threads
+
+    def free(self) -> int:
+        return 0 if self._pending else 1
+
+    def busy(self) -> int:
+        return len(self._pending)
+
+    def submit(self, items: list[WorkItem], seconds: float) -> None:
+        self._pending.append((items, seconds))
+
+    def set_hungry(self, hungry: bool) -> None:
+        pass
+
+    def wait(self, timeout: float) -> list[Outcome]:
+        if not self._pending:
+            return []
+        items, seconds = self._pending.pop()
+        results, returned = run_batch(self.setup, items, seconds, worker="inline")
+        return [Outcome(results, returned)]
+
+    def close(self) -> None:
+        self._pending.clear()
+
+
+@dataclass
+class _Worker:
+    conn: Connection
+    handle: Any  # subprocess.Popen or multiprocessing.Process
+    batch: list[WorkItem] | None = None
+
+    def alive(self) -> bool:
+        if isinstance(self.handle, subprocess.Popen):
+            return self.handle.poll() is None
+        return self.handle.is_alive()
+
+    def kill(self) -> None:
+        with contextlib.suppress(Exception):
+            self.handle.kill()
+
+    def reap(self, timeout: float) -> None:
+        with contextlib.suppress(Exception):
+            if isinstance(self.handle, subprocess.Popen):
+                self.handle.wait(timeout)
+            else:
+                self.handle.join(timeout)
+        self.conn.close()
+
+    def exit_text(self) -> str:
+        code = self.handle.returncode if isinstance(self.handle, subprocess.Popen) else (
+            self.handle.exitcode)  # fmt: skip
+        if code is None:
+            return "its channel closed"
+        if code < 0:
+            return f"killed by signal {signal.Signals(-code).name}"
+        return f"exit code {code}"
+
+
+class ProcessPool:
+    """``workers`` local worker processes (see the module docstring)."""
+
+    name = "local"
+    max_batch = 32
+
+    def __init__(self, workers: int, start_method: str | None = None) -> None:
+        method = start_method or DEFAULT_START_METHOD
+        if method not in START_METHODS:
+            raise EngineError(
+                f"superoptimize: start_method must be one of {list(START_METHODS)}, "
+                f"got {start_method!r}"
+            )
+        if method != "exec" and method not in multiprocessing.get_all_start_methods():
+            raise EngineError(f"superoptimize: start_method {method!r} is not available here")
+        self.method = method
+        self.slots = workers
+        self.workers: list[_Worker] = []
+        self._hunger_file: Path | None = None
+        self._hunger: mmap.mmap | None = None
+        self._hungry = False
+        self._closed = False
+        self._deaths = 0
+        self.shared = False
+        self.in_use = False
+
+    @classmethod
+    def acquire(cls, workers: int, start_method: str | None) -> ProcessPool:
+        """This process's pool for ``start_method``, resized to ``workers`` (its workers
+        outlive a search, so the next one does not start them again); a private pool when
+        that one is in use (searches running in several threads at once)."""
+        method = start_method or DEFAULT_START_METHOD
+        with _SHARED_LOCK:
+            pool = _SHARED.get(method)
+            if pool is None or pool.in_use:
+                pool = cls(workers, method)
+                if method not in _SHARED:
+                    pool.shared = True
+                    _SHARED[method] = pool
+            pool.slots = workers
+            pool.in_use = True
+        return pool
+
+    # ---- life cycle ----------------------------------------------------------------------
+
+    def threads(self) -> int:
+        """Verifier threads per worker: the workers share the cores."""
+        from mugraph.semantics import field_arith
+
+        return max(1, min(field_arith._MAX_WORKERS, (os.cpu_count() or 1) // self.slots))
+
+    def start(self, setup: SearchSetup) -> None:
+        """Load ``setup`` into every worker (starting the missing ones)."""
+        self.setup = setup
+        self._closed = False
+        self._deaths = 0
+        if self._hunger is None:
+            folder = "/dev/shm" if os.path.isdir("/dev/shm") else None
+            fd, name = tempfile.mkstemp(prefix="mugraph-hunger-", dir=folder)
+            os.write(fd, b"\0" * 8)
+            self._hunger = mmap.mmap(fd, 8)
+            os.close(fd)
+            self._hunger_file = Path(name)
+        self._hungry = True
+        self.set_hungry(False)
+        for w in [w for w in self.workers if not w.alive()]:
+            w.reap(0.1)
+            self.workers.remove(w)
+        for w in self.workers[self.slots :]:
+            self._stop(w)
+        del self.workers[self.slots :]
+        for w in list(self.workers):
+            try:
+                w.conn.send(("setup", setup))
+            except OSError:
+                w.kill()
+                w.reap(1.0)
+                self.workers.remove(w)
+        self.workers += [self._spawn() for _ in range(self.slots - len(self.workers))]
+        self._await_ready(self.workers)
+
+    def _await_ready(self, workers: list[_Worker], timeout: float = STARTUP_TIMEOUT_S) -> None:
+        """Wait until every worker has loaded the search; one that dies first is an error."""
+        waiting = {w.conn: w for w in workers}
+        limit = time.monotonic() + timeout
+        while waiting:
+            ready = wait(list(waiting), max(0.0, limit - time.monotonic()))
+            if not ready:
+                self._fail()
+                raise EngineError(f"search workers did not start within {timeout:.0f} s")
+            for conn in ready:
+                worker = waiting.pop(conn)
+                try:
+                    conn.recv()
+                except (EOFError, OSError):
+                    worker.reap(2.0)
+                    reason = worker.exit_text()
+                    self._fail()
+                    raise EngineError(
+                        f"a search worker ({self.method}) died while starting ({reason})"
+                        + _MAIN_HINT.get(self.method, "")
+                    ) from None
+
+    def _spawn(self) -> _Worker:
+        if self.method == "exec":
+            worker = self._spawn_exec()
+        else:
+            worker = self._spawn_mp()
+        worker.conn.send(("setup", self.setup))
+        return worker
+
+    def _spawn_exec(self) -> _Worker:
+        mine, theirs = socket.socketpair()
+        root = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [root, *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]
+        )
+        command = [sys.executable, "-m", "mugraph.search.pool", str(theirs.fileno()),
+                   str(self._hunger_file)]  # fmt: skip
+        handle = subprocess.Popen(
+            command, pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL
+        )
+        theirs.close()
+        return _Worker(Connection(mine.detach()), handle)
+
+    def _spawn_mp(self) -> _Worker:
+        ctx = multiprocessing.get_context(self.method)
+        mine, theirs = ctx.Pipe()
+        process = ctx.Process(
+            target=worker_main, args=(theirs, str(self._hunger_file)), daemon=True
+        )
+        if self.method == "fork":
+            # every object this process holds stays out of the children's garbage collector
+            # (a child freeing an inherited e-graph or lock owner is how forks hang)
+            gc.collect()
+            gc.freeze()
+            try:
+                process.start()
+            finally:
+                gc.unfreeze()
+        else:
+            process.start()
+        theirs.close()
+        return _Worker(mine, process)
+
+    def close(self) -> None:
+        """End of a search: stop the workers still busy (what they do is no longer wanted);
+        idle ones stay for the next search of this process unless the pool is private."""
+        if self._closed:
+            return
+        self._closed = True
+        self.set_hungry(False)
+        for w in [w for w in self.workers if w.batch is not None]:
+            w.kill()
+            w.reap(2.0)
+            self.workers.remove(w)
+        if not self.shared:
+            self.shutdown()
+        self.in_use = False
+
+    def _fail(self) -> None:
+        self._closed = True
+        self.in_use = False
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        """Stop every worker and remove the pool's files."""
+        for w in self.workers:
+            self._stop(w)
+        self.workers.clear()
+        if self._hunger is not None:
+            self._hunger.close()
+            self._hunger = None
+        if self._hunger_file is not None:
+            with contextlib.suppress(OSError):
+                self._hunger_file.unlink()
+            self._hunger_file = None
+
+    @staticmethod
+    def _stop(worker: _Worker) -> None:
+        with contextlib.suppress(OSError):
+            worker.conn.send(("stop",))
+        worker.reap(2.0)
+        if worker.alive():
+            worker.kill()
+            worker.reap(2.0)
+
+    # ---- work ----------------------------------------------------------------------------
+
+    def free(self) -> int:
+        return sum(1 for w in self.workers if w.batch is None)
+
+    def busy(self) -> int:
+        return sum(1 for w in self.workers if w.batch is not None)
+
+    def submit(self, items: list[WorkItem], seconds: float) -> None:
+        worker = next(w for w in self.workers if w.batch is None)
+        worker.batch = list(items)
+        try:
+            worker.conn.send(("run", worker.batch, seconds, SLICE_SECONDS))
+        except OSError:
+            pass  # a dead worker: wait() finds its channel closed and gives the batch back
+
+    def set_hungry(self, hungry: bool) -> None:
+        if hungry != self._hungry and self._hunger is not None:
+            self._hunger[0] = 1 if hungry else 0
+            self._hungry = hungry
+
+    def wait(self, timeout: float) -> list[Outcome]:
+        busy = {w.conn: w for w in self.workers if w.batch is not None}
+        if not busy:
+            return []
+        outcomes = []
+        for conn in wait(list(busy), timeout):
+            worker = busy[conn]
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                outcomes.append(self._replace(worker))
+                continue
+            batch, worker.batch = worker.batch or [], None
+            if message[0] == "failed":  # an error in the worker: its text, the batch again
+                outcomes.append(Outcome(lost=batch, lost_reason=f"worker error: {message[1]}"))
+            else:
+                outcomes.append(Outcome(message[1], message[2]))
+        return outcomes
+
+    def _replace(self, dead: _Worker) -> Outcome:
+        """A worker died: its batch is lost (the driver queues it again); start another."""
+        dead.kill()
+        dead.reap(1.0)
+        reason = f"worker {dead.exit_text()}"
+        outcome = Outcome(lost=list(dead.batch or []), lost_reason=reason)
+        self.workers.remove(dead)
+        self._deaths += 1
+        if self._deaths > MAX_DEATHS_PER_SLOT * self.slots:
+            self.close()
+            raise EngineError(f"search workers keep dying ({self._deaths} times; last: {reason})")
+        if not self._closed:
+            fresh = self._spawn()
+            self.workers.append(fresh)
+            self._await_ready([fresh])
+        return outcome
+
+
+# ---- the worker side ---------------------------------------------------------------------
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this process when the one that started it dies."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def worker_main(conn: Connection, hunger_path: str) -> None:
+    """Serve batches until told to stop or the channel closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent()
+    with open(hunger_path, "r+b") as file:
+        hunger = mmap.mmap(file.fileno(), 8)
+    setup: SearchSetup | None = None
+    name = f"pid {os.getpid()}"
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message[0] == "setup":
+            setup = message[1]
+            prepared(setup)
+            conn.send(("ready",))
+        elif message[0] == "run":
+            _, items, seconds, slice_s = message
+            timer = SliceTimer(lambda: hunger[0] == 1, slice_s)
+            try:
+                results, returned = run_batch(setup, items, seconds, timer, worker=name)
+            except Exception:  # noqa: BLE001 - reported to the driver, which goes on
+                conn.send(("failed", traceback.format_exc(limit=8).strip().splitlines()[-1]))
+                continue
+            conn.send(("done", results, returned))
+        else:
+            return
+
+
+def _main(argv: list[str]) -> None:
+    fd, hunger_path = int(argv[0]), argv[1]
+    worker_main(Connection(fd), hunger_path)
+
+
+def engine_for(engine: str, workers: int, *, start_method: str | None, address: str | None):
+    """The engine a search asked for (``engine`` "local" or "ray")."""
+    if engine == "ray":
+        from mugraph.search.cluster import RayEngine
+
+        return RayEngine(workers=workers, address=address)
+    if engine != "local":
+        raise EngineError(f"superoptimize: engine must be 'local' or 'ray', got {engine!r}")
+    if address is not None:
+        raise EngineError("superoptimize: address is a Ray cluster's address: use engine='ray'")
+    if workers == 1 and start_method is None:
+        return InlineEngine()
+    return ProcessPool.acquire(workers, start_method)
+
+
+_SHARED: dict[str, ProcessPool] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shutdown() -> None:
+    """Stop the worker processes this process keeps for later searches."""
+    with _SHARED_LOCK:
+        pools = list(_SHARED.values())
+        _SHARED.clear()
+    for pool in pools:
+        pool.shutdown()
+
+
+atexit.register(shutdown)
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1:])

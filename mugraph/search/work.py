@@ -1,0 +1,205 @@
+"""Work items of a search and how a worker runs them, whatever runs the worker (this process,
+a local process pool or a Ray cluster).
+
+A search's *units* are the first custom kernel's schedules (see ``driver.plan_units``). A
+*work item* is a unit, or a region of a unit's tree handed back by a worker that stopped early
+so that idle workers could share it (:class:`mugraph.search.generator.Trail`). Every item is
+enumerated by exactly one worker, which verifies the complete candidates it meets and returns
+them in the order it met them, so the driver can merge the items of a unit in DFS order and
+get the same answer as one worker running the whole unit.
+
+Everything here is plain data that pickles: the program travels as JSON, the oracle as its
+exported tables (no e-graph library object is sent or used by a worker).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from mugraph.errors import MugraphError
+from mugraph.ir.rebuild import rebuild_kernel_graph
+from mugraph.ir.serialize import from_json, to_json
+from mugraph.search.config import SearchConfig
+from mugraph.search.generator import (
+    _WORKER_MEMO,
+    CustomChoice,
+    Enumerator,
+    HandBack,
+    SearchTimeout,
+    Stats,
+    Trail,
+)
+from mugraph.search.verify import NotVerifiableError
+from mugraph.semantics import field_arith
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """A unit (``region == ()``) or a region of one (see ``Trail``)."""
+
+    kernels: int
+    cap: int
+    choice: CustomChoice
+    region: tuple[int, ...] = ()
+
+    @property
+    def unit_key(self) -> str:
+        return f"{self.kernels}|{self.cap}|{self.choice.key()}"
+
+    @property
+    def key(self) -> str:
+        return f"{self.unit_key}@{'.'.join(map(str, self.region))}"
+
+    def part(self, region: tuple[int, ...]) -> WorkItem:
+        return WorkItem(self.kernels, self.cap, self.choice, tuple(region))
+
+
+@dataclass
+class ItemResult:
+    """What a worker did with one item.
+
+    ``found``: verified candidates (``{"graph", "hash", "verification"}``) in the order met,
+    at most ``max_candidates`` distinct ones; ``rest``: regions handed back (the item stopped
+    early); ``timed_out``: the time budget ended it. Complete when neither."""
+
+    item: WorkItem
+    found: list[dict]
+    stats: Stats
+    timed_out: bool = False
+    rest: list[tuple[int, ...]] = field(default_factory=list)
+    seconds: float = 0.0
+    worker: str = ""
+
+    @property
+    def complete(self) -> bool:
+        return not self.timed_out and not self.rest
+
+
+@dataclass
+class SearchSetup:
+    """What every worker needs for a search; ``token`` names it in workers' caches."""
+
+    token: str
+    program_json: str
+    config: SearchConfig
+    oracle: Any  # the driver's oracle adapter (exported tables) or None
+    threads: int = 0  # verification threads per worker (0: this process's default)
+
+
+_SETUPS: dict[str, tuple[Any, SearchConfig, Any]] = {}
+
+
+def prepared(setup: SearchSetup) -> tuple[Any, SearchConfig, Any]:
+    """(program, config, oracle) of ``setup``, kept per process for later items."""
+    ready = _SETUPS.get(setup.token)
+    if ready is None:
+        _SETUPS.clear()
+        _WORKER_MEMO.clear()  # continuations of an earlier search (bounded memory)
+        if setup.threads:  # a worker's share of the cores for the verifier's threads
+            field_arith._MAX_WORKERS = setup.threads
+        ready = _SETUPS[setup.token] = (from_json(setup.program_json), setup.config, setup.oracle)
+    return ready
+
+
+def run_batch(
+    setup: SearchSetup,
+    items: list[WorkItem],
+    seconds: float,
+    due: Callable[[], bool] | None = None,
+    worker: str = "",
+) -> tuple[list[ItemResult], list[WorkItem]]:
+    """Run ``items`` one after the other within ``seconds``; returns their results and the
+    items given back untouched (when ``due`` says to stop between two items)."""
+    started = time.monotonic()
+    deadline = started + seconds
+    results: list[ItemResult] = []
+    for i, item in enumerate(items):
+        if results and due is not None and due():
+            return results, items[i:]
+        result = run_item(setup, item, deadline, due)
+        result.worker = worker
+        results.append(result)
+        if result.timed_out:
+            return results, items[i + 1 :]
+    return results, []
+
+
+def run_item(
+    setup: SearchSetup, item: WorkItem, deadline: float, due: Callable[[], bool] | None = None
+) -> ItemResult:
+    """Enumerate one item (this process's clock ``deadline``), verifying what it finds."""
+    started = time.monotonic()
+    program, base, oracle = prepared(setup)
+    if started > deadline:
+        return ItemResult(item, [], Stats(), timed_out=True)
+    # a unit enumerates graphs of exactly ``kernels`` custom kernels (plus, when
+    # kernel_kinds allows them, pre-defined operators after the first custom kernel)
+    config = base.with_overrides(
+        max_block_ops=item.cap,
+        max_custom_kernels=item.kernels,
+        max_kernel_ops=base.max_kernel_ops if base.kernel_kinds else item.kernels,
+    )
+    gen = Enumerator(program, config, oracle, deadline)
+    found: dict[str, dict] = {}
+
+    def visit(ops, outputs) -> None:
+        try:
+            graph = rebuild_kernel_graph(ops, outputs)
+        except MugraphError:
+            gen.stats.pruned["invalid_graph"] += 1
+            return
+        key = graph.structural_hash()
+        gen.stats.candidates += 1
+        if key in found or len(found) >= config.max_candidates:
+            return
+        try:
+            check = _verify(graph, program, config.delta, config.verify_rounds)
+        except NotVerifiableError:
+            gen.stats.pruned["not_verifiable"] += 1
+            return
+        if not check.passed:
+            gen.stats.pruned["verification"] += 1
+            return
+        found[key] = {
+            "graph": json.loads(to_json(graph, indent=None)),
+            "hash": key,
+            "verification": str(check),
+        }
+
+    trail = Trail(item.region, due)
+    result = ItemResult(item, [], gen.stats)
+    try:
+        gen.run(visit, first=item.choice, trail=trail)
+    except SearchTimeout:
+        result.timed_out = True
+    except HandBack:
+        result.rest = trail.rest
+    result.found = list(found.values())
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _verify(graph, program, delta, rounds):
+    from mugraph.search.verify import verify
+
+    return verify(graph, program, delta=delta, max_rounds=rounds)
+
+
+class SliceTimer:
+    """``due`` for a worker: stop early once ``slice_s`` seconds have passed since ``start()``
+    and ``hungry()`` says other workers wait for work."""
+
+    def __init__(self, hungry: Callable[[], bool], slice_s: float) -> None:
+        self.hungry = hungry
+        self.slice_s = slice_s
+        self.started = time.monotonic()
+
+    def start(self) -> None:
+        self.started = time.monotonic()
+
+    def __call__(self) -> bool:
+        return time.monotonic() - self.started > self.slice_s and self.hungry()

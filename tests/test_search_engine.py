@@ -1,0 +1,469 @@
+"""The search engine's reliability: worker pools that cannot hang on the e-graph library
+(whatever the start method), one result type for split programs, clear errors for search
+options, splitting of work items, and fault tests with real processes and real signals
+(a search killed with SIGINT or SIGKILL at a random point resumes from its checkpoint and ends
+with the same result as one never interrupted)."""
+
+from __future__ import annotations
+
+import gc
+import json
+import multiprocessing
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+import mugraph as mi
+from mugraph.errors import MugraphError
+from mugraph.search import pool as pool_module
+from mugraph.search.config import default_config
+from mugraph.search.driver import (
+    SearchOptionError,
+    _OracleAdapter,
+    plan_units,
+    program_terms,
+    superoptimize,
+)
+from mugraph.search.generator import Stats
+from mugraph.search.journal import CheckpointError, Journal
+from mugraph.search.work import SearchSetup, WorkItem, run_item
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+# a search of about 2 s on one core: 60 units, 12 verified candidates
+SMALL = {"max_custom_kernels": 1, "max_block_ops": 5}
+
+
+def tiny_rmsnorm_linear():
+    g = mi.new_kernel_graph()
+    x = g.new_input((4, 64), dtype=mi.float32)
+    w = g.new_input((64, 32), dtype=mi.float32)
+    g.mark_output(g.matmul(g.rms_norm(x, 64), w))
+    return g
+
+
+def two_exps_program():
+    g = mi.new_kernel_graph()
+    x = g.new_input((8, 64), dtype=mi.float16)
+    w = g.new_input((64, 64), dtype=mi.float16)
+    g.mark_output(g.exp(g.exp(g.matmul(x, w))))
+    return g
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """The uninterrupted search every other run must agree with."""
+    result = superoptimize(tiny_rmsnorm_linear(), time_limit=120, workers=1, **SMALL)
+    assert not result.timed_out and result.candidates
+    return result
+
+
+def hashes(result):
+    return [c.hash for c in result.candidates]
+
+
+# ---- the hang: e-graphs freed in forked workers ------------------------------------------------
+
+
+def _collect_in_child(queue) -> None:
+    gc.collect()  # the old oracle left its e-graph to this: a forked child then hung here
+    queue.put("collected")
+
+
+def test_oracle_frees_its_egraph_before_a_fork_can_inherit_it():
+    """The cause of the hangs: egglog leaves an e-graph that ran rules in a reference cycle,
+    so the cyclic collector freed it later, anywhere: in a forked child that waits forever
+    for rayon threads that exist only in the parent. The oracle now frees it at once."""
+    ctx = multiprocessing.get_context("fork")
+    gc.collect()
+    gc.disable()  # nothing collects the oracle's garbage in this process before the fork
+    try:
+        oracle = _OracleAdapter(program_terms(tiny_rmsnorm_linear()))
+        queue = ctx.Queue()
+        child = ctx.Process(target=_collect_in_child, args=(queue,))
+        child.start()
+    finally:
+        gc.enable()
+    assert oracle.is_subexpr(program_terms(tiny_rmsnorm_linear())[0])
+    child.join(30)
+    hung = child.is_alive()
+    if hung:
+        child.kill()
+        child.join()
+    assert not hung and queue.get(timeout=1) == "collected"
+
+
+@pytest.mark.parametrize("method", ["exec", "fork", "spawn", "forkserver"])
+def test_every_start_method_gives_the_same_answer(method, reference):
+    if method != "exec" and method not in multiprocessing.get_all_start_methods():
+        pytest.skip(f"{method} is not available here")
+    result = superoptimize(
+        tiny_rmsnorm_linear(), time_limit=120, workers=2, start_method=method, **SMALL
+    )
+    assert result.engine == "local, 2 workers"
+    assert not result.timed_out and hashes(result) == hashes(reference)
+    assert result.stats.states == reference.stats.states
+
+
+SCRIPT_TWO_EXPS = """
+import mugraph as mi
+g = mi.new_kernel_graph()
+x = g.new_input((8, 64), dtype=mi.float16)
+w = g.new_input((64, 64), dtype=mi.float16)
+g.mark_output(g.exp(g.exp(g.matmul(x, w))))
+best = g.superoptimize(time_limit=4, workers=2, start_method={method!r})
+print(type(best.search_result).__name__, len(best.search_result.parts))
+print(best.verification.passed, best.search_result.summary().splitlines()[0])
+"""
+
+
+@pytest.mark.parametrize("method", ["exec", "fork"])
+def test_two_exponentials_with_two_workers_end(method):
+    """Issue 15: exp(exp(X @ W)) with the default workers hung (a forked worker freed an
+    e-graph inherited from the parent); with one worker the result had no summary."""
+    script = SCRIPT_TWO_EXPS.format(method=method)
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=ENV, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    kind, parts, passed, head = done.stdout.split(maxsplit=3)
+    assert (kind, parts, passed) == ("SearchResult", "2", "True")
+    assert "split into 2 subprograms" in head
+
+
+def test_cli_optimizes_two_exponentials(tmp_path):
+    program = tmp_path / "two_exps.py"
+    program.write_text(
+        textwrap.dedent("""
+            import mugraph as mi
+
+            def program():
+                g = mi.new_kernel_graph()
+                x = g.new_input((8, 64), dtype=mi.float16)
+                w = g.new_input((64, 64), dtype=mi.float16)
+                g.mark_output(g.exp(g.exp(g.matmul(x, w))))
+                return g
+        """)
+    )
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mugraph.cli",
+            "optimize",
+            str(program),
+            "--time-limit",
+            "4",
+            "--out",
+            str(out),
+            "--no-progress",
+        ],  # fmt: skip
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    search = json.loads((out / "search.json").read_text())
+    assert "split into 2 subprograms" in search["summary"]
+    assert (out / "best.json").exists()
+    assert "by parts" in search["report"]["verification"]
+
+
+SCRIPT_COMPILE_THEN_SEARCH = """
+import gc, os
+os.environ["TRITON_INTERPRET"] = "1"
+import mugraph as mi
+gc.set_threshold(50)  # collect often: whatever the parent left to collect is met at once
+for i in range(2):
+    g = mi.new_kernel_graph()
+    x = g.new_input((8, 64), dtype=mi.float32)
+    w = g.new_input((64, 64), dtype=mi.float32)
+    g.mark_output(g.exp(g.matmul(x, w)))
+    mi.compile(g)
+    h = mi.new_kernel_graph()
+    y = h.new_input((8, 64), dtype=mi.float32)
+    h.mark_output(y)
+    best = h.superoptimize(time_limit=20, workers=2, start_method="fork")
+    print(i, best is h, best.search_result.summary().splitlines()[0], flush=True)
+"""
+
+
+def test_compile_then_search_of_an_identity_program_ends():
+    """Issue 15: mugraph.compile then superoptimize of an identity program hung (the same
+    cause: an e-graph of an earlier search freed in a forked worker's garbage collection)."""
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT_COMPILE_THEN_SEARCH],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2 and all(" True search complete" in line for line in lines)
+
+
+# ---- options --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [0, -5, float("nan"), float("inf"), "10", True])
+def test_a_time_limit_that_allows_no_search_is_an_error(value):
+    program = tiny_rmsnorm_linear()
+    with pytest.raises(SearchOptionError, match=r"time_limit must be a positive number.*got"):
+        program.superoptimize(time_limit=value)
+    with pytest.raises(SearchOptionError, match=r"time_limit .* got " + repr(value)[:3]):
+        superoptimize(program, time_limit=value)
+    assert issubclass(SearchOptionError, MugraphError)
+
+
+@pytest.mark.parametrize("value", [0, -1, 2.5])
+def test_workers_must_be_a_positive_integer(value):
+    with pytest.raises(SearchOptionError, match=f"workers must be a positive integer, got {value}"):
+        superoptimize(tiny_rmsnorm_linear(), time_limit=5, workers=value)
+
+
+def test_unknown_engine_or_start_method_is_an_error():
+    with pytest.raises(MugraphError, match="engine must be 'local' or 'ray'"):
+        superoptimize(tiny_rmsnorm_linear(), time_limit=5, engine="dask")
+    with pytest.raises(MugraphError, match="start_method must be one of"):
+        superoptimize(tiny_rmsnorm_linear(), time_limit=5, workers=2, start_method="thread")
+
+
+def test_asking_for_ray_without_ray_installed_is_a_clear_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # what an environment without Ray has
+    with pytest.raises(MugraphError, match=r"needs Ray: pip install 'mugraph\[cluster\]'"):
+        superoptimize(tiny_rmsnorm_linear(), time_limit=5, engine="ray")
+
+
+# ---- splitting work items ---------------------------------------------------------------------
+
+
+def test_items_handed_back_at_every_step_merge_to_the_whole_unit(reference):
+    """Each item stops as soon as it may; running every region handed back, in any order,
+    finds the same candidates in the same DFS order and counts the same states."""
+    program = tiny_rmsnorm_linear()
+    cfg = default_config(program).with_overrides(time_limit=120, **SMALL)
+    oracle = _OracleAdapter(program_terms(program))
+    units = plan_units(program, cfg, oracle)
+    setup = SearchSetup("split-test", program.to_json(), cfg, oracle)
+    # the unit with the most states
+    kernels, cap, choice = units[-1]
+    whole = run_item(setup, WorkItem(kernels, cap, choice), time.monotonic() + 120)
+    assert whole.complete
+    rng = random.Random(15)
+    pending = [WorkItem(kernels, cap, choice)]
+    pieces, states, items = {}, Stats(), 0
+    while pending:
+        item = pending.pop(rng.randrange(len(pending)))
+        result = run_item(setup, item, time.monotonic() + 120, due=lambda: True)
+        items += 1
+        assert not result.timed_out
+        pieces[item.region] = result.found
+        states.merge(result.stats)
+        pending += [item.part(r) for r in result.rest]
+    assert items > 3  # it did split
+    merged = [c["hash"] for region in sorted(pieces) for c in pieces[region]]
+    assert merged == [c["hash"] for c in whole.found]
+    assert states.states == whole.stats.states
+
+
+def test_busy_workers_hand_work_to_idle_ones_without_changing_the_answer(monkeypatch, reference):
+    """With no minimum slice, a worker hands back the rest of its unit whenever another waits:
+    many regions travel between processes, and the answer and the counts stay the same."""
+    monkeypatch.setattr(pool_module, "SLICE_SECONDS", 0.0)
+    result = superoptimize(tiny_rmsnorm_linear(), time_limit=120, workers=2, **SMALL)
+    assert result.handed_back > 0 and "handed back" in result.summary()
+    assert hashes(result) == hashes(reference)
+    assert result.stats.states == reference.stats.states
+
+
+def test_a_worker_killed_mid_search_loses_no_unit(reference):
+    """The local pool: SIGKILL one worker while it works; its items run again elsewhere."""
+    killed = []
+
+    def kill_one():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not killed:
+            shared = pool_module._SHARED.get("exec")
+            busy = [w for w in (shared.workers if shared else []) if w.batch]
+            if busy:
+                os.kill(busy[0].handle.pid, signal.SIGKILL)
+                killed.append(busy[0].handle.pid)
+            time.sleep(0.05)
+
+    pool_module.shutdown()  # fresh workers, started by this search
+    thread = threading.Thread(target=kill_one)
+    thread.start()
+    result = superoptimize(tiny_rmsnorm_linear(), time_limit=120, workers=2, **SMALL)
+    thread.join()
+    assert killed
+    assert result.units_done == result.units_total and not result.failed_items
+    assert hashes(result) == hashes(reference)
+    assert any("retried" in line for line in result.log)
+
+
+def _fail_on_one_unit(setup, item, deadline, due=None):
+    if item.unit_key == FAILING_UNIT:
+        raise RuntimeError("a bug in one unit")
+    return _RUN_ITEM(setup, item, deadline, due)
+
+
+_RUN_ITEM = run_item
+FAILING_UNIT: str = ""
+
+
+def test_an_error_in_a_worker_is_reported_and_the_search_goes_on(monkeypatch, reference):
+    """A unit whose enumeration raises is retried, then reported and skipped; the others run.
+    (The error is planted in forked workers: they inherit this module's patch.)"""
+    from mugraph.search import work
+
+    program = tiny_rmsnorm_linear()
+    cfg = default_config(program).with_overrides(**SMALL)
+    units = plan_units(program, cfg, _OracleAdapter(program_terms(program)))
+    monkeypatch.setattr(sys.modules[__name__], "FAILING_UNIT", WorkItem(*units[0]).unit_key)
+    monkeypatch.setattr(work, "run_item", _fail_on_one_unit)
+    result = superoptimize(program, time_limit=60, workers=2, start_method="fork", **SMALL)
+    assert result.failed_items == [WorkItem(*units[0]).key]
+    assert result.units_done == result.units_total - 1
+    assert "work items lost" in result.summary()
+    assert any("a bug in one unit" in line for line in result.log)
+
+
+# ---- the checkpoint journal ---------------------------------------------------------------
+
+
+def test_journal_drops_a_torn_last_record_and_reports_a_damaged_one(tmp_path):
+    path = tmp_path / "search.ckpt"
+    journal = Journal.open(path, "key")
+    for i in range(3):
+        journal.append({"unit": f"u{i}", "region": [], "found": []})
+    journal.close()
+    text = path.read_text()
+    path.write_text(text[: text.rindex("\n", 0, len(text) - 1) + 12])  # tear the last record
+    journal = Journal.open(path, "key")
+    assert [r["unit"] for r in journal.records] == ["u0", "u1"]
+    journal.close()
+    lines = path.read_text().splitlines(keepends=True)
+    lines[1] = lines[1].replace('"u0"', '"u9"')  # a flipped byte: its checksum fails
+    path.write_text("".join(lines))
+    with pytest.warns(UserWarning, match="line 2 is damaged"):
+        journal = Journal.open(path, "key")
+    assert journal.records == []
+    journal.close()
+
+
+def test_journal_refuses_a_foreign_file_and_restarts_for_another_search(tmp_path):
+    foreign = tmp_path / "notes.txt"
+    foreign.write_text("my notes\n")
+    with pytest.raises(CheckpointError, match="not a mugraph search checkpoint"):
+        Journal.open(foreign, "key")
+    assert foreign.read_text() == "my notes\n"
+    path = tmp_path / "search.ckpt"
+    Journal.open(path, "one").close()
+    with pytest.warns(UserWarning, match="another program or search space"):
+        journal = Journal.open(path, "two")
+    journal.close()
+
+
+def test_journal_is_for_one_search_at_a_time(tmp_path):
+    path = tmp_path / "search.ckpt"
+    first = Journal.open(path, "key")
+    with pytest.raises(CheckpointError, match="in use by another search"):
+        Journal.open(path, "key")
+    first.close()
+
+
+# ---- fault tests: real processes, real signals --------------------------------------------------
+
+SCRIPT_SEARCH = """
+import sys
+import mugraph as mi
+from mugraph.search.driver import superoptimize
+g = mi.new_kernel_graph()
+x = g.new_input((4, 64), dtype=mi.float32)
+w = g.new_input((64, 32), dtype=mi.float32)
+g.mark_output(g.matmul(g.rms_norm(x, 64), w))
+def progress(line):
+    print(line, flush=True)
+result = superoptimize(g, time_limit=120, workers=2, max_custom_kernels=1, max_block_ops=5,
+                       checkpoint=sys.argv[1], progress=progress)
+print("RESULT", result.interrupted, result.resumed_units, result.units_done,
+      result.units_total, ",".join(c.hash for c in result.candidates), flush=True)
+"""
+
+
+def _search(checkpoint: Path, stop_after_units: int | None = None, sig=None, seed=0):
+    """Run SCRIPT_SEARCH; with ``sig``, send it once ``stop_after_units`` units are reported
+    done (plus a random delay). Returns (exit code, the RESULT line or None)."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", SCRIPT_SEARCH, str(checkpoint)],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    result_line = None
+    rng = random.Random(seed)
+    try:
+        for line in process.stdout:
+            if line.startswith("RESULT"):
+                result_line = line.split()
+            elif sig is not None and " units " in line:
+                done = int(line.split(" units ")[1].split("/")[0])
+                if done >= stop_after_units:
+                    time.sleep(rng.uniform(0, 0.05))
+                    process.send_signal(sig)
+                    sig = None
+        process.wait(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return process.returncode, result_line
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
+def test_a_search_stopped_by_a_signal_resumes_to_the_same_result(sig, reference, tmp_path):
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    total = reference.units_total
+    stop_after = rng.randrange(1, total - 20)
+    checkpoint = tmp_path / "search.ckpt"
+    code, line = _search(checkpoint, stop_after, sig, seed)
+    context = f"seed {seed}, signal {sig.name} after {stop_after}/{total} units"
+    if sig is signal.SIGKILL:
+        assert code == -signal.SIGKILL and line is None, context
+    elif line is not None:  # SIGINT: the search stops, keeps what it found and says so
+        assert line[1] == "True", context
+    code, line = _search(checkpoint)
+    assert code == 0 and line is not None, context
+    _, interrupted, resumed, done, units, found = line
+    assert interrupted == "False", context
+    assert int(resumed) >= stop_after and int(done) == int(units) == total, context
+    assert found.split(",") == hashes(reference), context
+
+
+def test_a_checkpoint_left_by_a_finished_search_gives_its_answer_at_once(reference, tmp_path):
+    checkpoint = tmp_path / "search.ckpt"
+    first = superoptimize(
+        tiny_rmsnorm_linear(), time_limit=120, workers=1, checkpoint=checkpoint, **SMALL
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = superoptimize(
+            tiny_rmsnorm_linear(), time_limit=120, workers=2, checkpoint=checkpoint, **SMALL
+        )
+    assert again.resumed_units == again.units_total == first.units_total
+    assert hashes(again) == hashes(first) == hashes(reference)
+    assert again.stats.states == first.stats.states
