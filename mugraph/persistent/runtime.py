@@ -250,10 +250,14 @@ class PersistentProgram:
         """All programs must fit on the GPU at once, or a wait may never be satisfied."""
         import torch
 
-        compiled = self.fn.warmup(*self._args(), grid=self.grid, num_warps=self.num_warps,
-                                  num_stages=1)
-        if hasattr(compiled, "_init_handles"):
-            compiled._init_handles()
+        try:
+            compiled = self.fn.warmup(*self._args(), grid=self.grid, num_warps=self.num_warps,
+                                      num_stages=1)
+            if hasattr(compiled, "_init_handles"):
+                compiled._init_handles()
+        except (AttributeError, TypeError) as error:  # pragma: no cover - Triton API drift
+            self.resources = {"unchecked": f"{type(error).__name__}: {error}"}
+            return
         regs = int(getattr(compiled, "n_regs", 0) or 0)
         shared = int(getattr(compiled.metadata, "shared", 0) or 0)
         props = torch.cuda.get_device_properties(self.device)
