@@ -292,44 +292,104 @@ def run_torch(model, prompt, ref_tokens, max_seq, device, sync, record, args) ->
             record(copy_bandwidth_GBs=round(bw / 1e9, 1), floor_bytes=nbytes, floor_s=nbytes / bw)
 
 
+VARIANTS = {
+    # name: (compile options, TilePolicy options)
+    "default": ({}, {}),
+    "warps4": ({"num_warps": 4}, {}),
+    "warps16": ({"num_warps": 16}, {}),
+    "no_prefetch": ({"prefetch": False}, {}),
+    "per_kernel_tasks": ({"task_allocation": "kernel"}, {}),
+    "no_hoist_no_fuse": ({"hoist": False, "task_allocation": "kernel"},
+                         {"fuse_attention_output": False}),
+}
+
+
+def fp32_logits(model, prompt, ref_tokens):
+    """Float32 logits of the reference's token sequence, one forward pass (causal)."""
+    import copy
+
+    import torch
+
+    m32 = copy.deepcopy(model).float()
+    seq = torch.tensor([prompt + ref_tokens[:-1]], device=next(model.parameters()).device)
+    with torch.no_grad():
+        out = m32(seq).logits[0, len(prompt) - 1:].float()
+    del m32
+    return out
+
+
+def relative_errors(rows, ref):
+    return [float((a - b).norm() / b.norm()) for a, b in zip(rows, ref, strict=True)]
+
+
 def run_persistent(model, prompt, ref_tokens, ref_logits, max_seq, sync, record, args) -> None:
+    import torch
+
+    cuda = torch.cuda.is_available()
+    exact = fp32_logits(model, prompt, ref_tokens) if cuda else None
+    if exact is not None:
+        hf_err = relative_errors(ref_logits, exact)
+        hf_agree = sum(int(a.argmax()) == int(b.argmax()) for a, b in zip(ref_logits, exact,
+                                                                           strict=True))
+        record(hf_bf16_vs_fp32_err=round(statistics.median(hf_err), 5),
+               hf_bf16_argmax_vs_fp32=f"{hf_agree}/{len(hf_err)}")
+    names = args.variants if cuda else ["default"]
+    for i, name in enumerate(names):
+        compile_options, tile_options = VARIANTS[name]
+        suffix = "" if i == 0 else f"@{name}"
+        run_variant(model, prompt, ref_tokens, ref_logits, exact, max_seq, sync, record, args,
+                    compile_options, tile_options, suffix, trace=args.trace and i == 0)
+
+
+def run_variant(model, prompt, ref_tokens, ref_logits, exact, max_seq, sync, record, args,
+                compile_options, tile_options, suffix, trace) -> None:
     import torch
 
     from mugraph.persistent import TilePolicy, build_decoder
 
     cuda = torch.cuda.is_available()
     t1 = time.perf_counter()
-    tiles = (TilePolicy(min_blocks=args.min_blocks) if cuda
+    tiles = (TilePolicy(min_blocks=args.min_blocks, **tile_options) if cuda
              else TilePolicy(attention_chunk=32, min_blocks=4))
     decoder = build_decoder(model, max_seq, tiles=tiles)
     t2 = time.perf_counter()
-    program = decoder.compile(num_warps=args.warps)
-    record(build_s=round(t2 - t1, 1), codegen_s=round(time.perf_counter() - t2, 1),
-           tasks=program.describe())
-    (Path(args.out) / f"{args.model}_persistent.py").write_text(program.source)
+    options = {"num_warps": args.warps, **compile_options}
+    program = decoder.compile(**options)
+    key = lambda k: k + suffix  # noqa: E731
+    record(**{key("build_s"): round(t2 - t1, 1), key("codegen_s"): round(time.perf_counter() - t2, 1),
+              key("tasks"): program.describe()})
+    if not suffix:
+        (Path(args.out) / f"{args.model}_persistent.py").write_text(program.source)
     with torch.no_grad():
         t3 = time.perf_counter()
         tokens = program.generate(prompt, args.new_tokens)
-        record(first_run_s=round(time.perf_counter() - t3, 1),
-               persistent_tokens_match=tokens == ref_tokens,
-               first_mismatch=next((i for i, (a, b) in enumerate(zip(tokens, ref_tokens, strict=True))
-                                    if a != b), None),
-               resources=getattr(program, "resources", None))
+        mismatch = next((i for i, (a, b) in enumerate(zip(tokens, ref_tokens, strict=True))
+                         if a != b), None)
+        record(**{key("first_run_s"): round(time.perf_counter() - t3, 1),
+                  key("persistent_tokens_match"): tokens == ref_tokens,
+                  key("first_mismatch"): mismatch,
+                  key("resources"): getattr(program, "resources", None)})
         # teacher forcing: the reference's tokens in, our logits against its logits
         program.reset()
-        errors, agree = [], 0
+        ours = []
         feed = prompt + ref_tokens[:-1]
         logits_buf = program.buffer(decoder.logits)
         for i, tok in enumerate(feed):
             program.step(tok)
             if i >= len(prompt) - 1:
-                ours = logits_buf[0].float()
-                ref = ref_logits[i - len(prompt) + 1]
-                errors.append(float((ours - ref).norm() / ref.norm()))
-                agree += int(ours.argmax()) == int(ref.argmax())
+                ours.append(logits_buf[0].float().clone())
         program.check_errors()
-        record(logits_rel_err_max=max(errors), logits_rel_err_median=statistics.median(errors),
-               argmax_agree=f"{agree}/{len(errors)}")
+        errors = relative_errors(ours, ref_logits)
+        agree = sum(int(a.argmax()) == int(b.argmax()) for a, b in zip(ours, ref_logits,
+                                                                       strict=True))
+        row = {key("logits_rel_err_vs_hf_bf16"): round(statistics.median(errors), 5),
+               key("argmax_agree_hf_bf16"): f"{agree}/{len(errors)}"}
+        if exact is not None:
+            e32 = relative_errors(ours, exact)
+            a32 = sum(int(a.argmax()) == int(b.argmax()) for a, b in zip(ours, exact, strict=True))
+            row.update({key("logits_rel_err_vs_fp32"): round(statistics.median(e32), 5),
+                        key("argmax_agree_fp32"): f"{a32}/{len(e32)}"})
+        record(**row)
         if cuda:
             # the rest of the cache holds random values (masked: they change nothing)
             for cache in decoder.k_caches + decoder.v_caches:
@@ -337,8 +397,53 @@ def run_persistent(model, prompt, ref_tokens, ref_logits, max_seq, sync, record,
             program.capture()
             left = max_seq - program.pos
             calls = min(args.calls, (left - 10) // 4)
-            record(persistent_s=time_calls(program.launch, 5, calls, 3, sync))
+            record(**{key("persistent_s"): time_calls(program.launch, 5, calls, 3, sync)})
             program.check_errors()
+    if trace and cuda:
+        traced = decoder.compile(**options, trace=True, cuda_graph=False)
+        traced.step(prompt[0])
+        traced.step(prompt[1])
+        sync()
+        summary = trace_summary(traced)
+        record(trace=summary)
+        (Path(args.out) / f"{args.model}_trace.json").write_text(json.dumps(summary, indent=1))
+
+
+def trace_summary(program) -> dict:
+    """Where a step's time goes, from the per-task globaltimer stamps of the last step."""
+    import numpy as np
+
+    tg = program.tasks
+    stamps = program.trace.view(-1, 3).cpu().numpy().astype(np.float64) / 1e3  # µs
+    t0 = stamps[:, 0].min()
+    start, woke, end = stamps[:, 0] - t0, stamps[:, 1] - t0, stamps[:, 2] - t0
+    depth = np.array([t.depth for t in tg.tasks])
+    kind = {}
+    for t in tg.tasks:
+        label = program.kernel.roles[t.kernel].part if t.kernel in program.kernel.roles else "?"
+        kind.setdefault(label, []).append(t.index)
+    per_kind = {
+        k: {"tasks": len(ix), "blocks": int(sum(tg.tasks[i].num_blocks for i in ix)),
+            "wait_us": round(float(np.mean(woke[ix] - start[ix])), 2),
+            "work_us": round(float(np.mean(end[ix] - woke[ix])), 2)}
+        for k, ix in kind.items()
+    }
+    levels = []
+    for d in range(int(depth.max()) + 1):
+        ix = np.where(depth == d)[0]
+        levels.append((float(woke[ix].min()), float(end[ix].max())))
+    gaps = [levels[d][0] - levels[d - 1][1] for d in range(1, len(levels))]
+    spans = [levels[d][1] - levels[d - 1][1] for d in range(1, len(levels))]
+    busy = float(np.sum(end - woke))
+    total = float(end.max())
+    return {
+        "step_us": round(total, 1),
+        "levels": len(levels),
+        "mean_level_us": round(float(np.mean(spans)), 2),
+        "mean_wake_after_previous_level_us": round(float(np.mean(gaps)), 2),
+        "busy_fraction": round(busy / (total * program.grid[0]), 3),
+        "per_kind": per_kind,
+    }
 
 
 def table(rows: list[dict]) -> str:
@@ -372,6 +477,11 @@ def main(argv=None) -> int:
     p.add_argument("--warps", type=int, default=8)
     p.add_argument("--min-blocks", type=int, default=256)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--variants", nargs="+", default=["default"], choices=sorted(VARIANTS),
+                   help="persistent-kernel variants (the first is the table's column)")
+    p.add_argument("--trace", action="store_true", help="trace one step of the first variant")
+    p.add_argument("--parts", nargs="+", default=["persistent", "torch"],
+                   choices=("persistent", "torch"))
     p.add_argument("--part", choices=("persistent", "torch", "all"), default="all",
                    help=argparse.SUPPRESS)
     p.add_argument("--limits", type=int, nargs=2, default=(150, 110), metavar=("P", "T"),
@@ -385,7 +495,10 @@ def main(argv=None) -> int:
     rows_path.unlink(missing_ok=True)
     for name in args.models:
         for part, limit in zip(("persistent", "torch"), args.limits, strict=True):
+            if part not in args.parts:
+                continue
             cmd = [sys.executable, __file__, "--model", name, "--out", args.out, "--part", part]
+            cmd += ["--variants", *args.variants] + (["--trace"] if args.trace else [])
             for key in ("layers", "cache", "prompt", "new_tokens", "calls", "warps",
                         "min_blocks", "seed"):
                 value = getattr(args, key)

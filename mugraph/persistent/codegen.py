@@ -44,7 +44,7 @@ from mugraph.codegen.triton_gen import (
 from mugraph.errors import UnsupportedError
 from mugraph.ir.graph import BlockGraph, Op
 from mugraph.ir.ops import OpKind
-from mugraph.ir.phase import Phase
+from mugraph.ir.phase import Phase, block_phases
 from mugraph.ir.tensor import TensorRef, TensorType
 from mugraph.persistent.tensors import MetaSlot
 
@@ -65,12 +65,16 @@ class PersistentOptions:
     max_spins: polls of an event before a wait gives up (1 in topological mode).
     prefetch: L2 prefetch of the next block's static tiles (GPU only).
     cache_hint: load tiles written in this step with ``.cg`` (L2 only, GPU only).
+    hoist: compute block-invariant values once per task rather than once per block.
+    trace: record globaltimer stamps per task (start, after the wait, end; GPU only).
     """
 
     interpret: bool = False
     max_spins: int = 1 << 22
     prefetch: bool = True
     cache_hint: bool = True
+    hoist: bool = True
+    trace: bool = False
 
     @property
     def codegen(self) -> CodegenOptions:
@@ -105,13 +109,64 @@ class KernelSpec:
     argmax: str | None = None
 
 
+def block_invariant_ops(block: BlockGraph) -> frozenset[int]:
+    """Operators whose value is the same in every block of the grid, which a task computes
+    once for all its blocks: inputs no grid axis splits, and what is computed from them only.
+    A for-loop is hoisted as a whole (when every value in it is block-invariant) or not at all.
+    """
+    phases = block_phases(block)
+    inv: list[bool] = []
+    for op in block.ops:
+        if op.kind is OpKind.BLOCK_INPUT:
+            grid_map = zip(block.grid_dim, op.attr("imap"), strict=True)
+            inv.append(not any(g > 1 and d >= 0 for g, d in grid_map))
+        elif op.kind is OpKind.BLOCK_OUTPUT:
+            inv.append(False)
+        else:
+            inv.append(all(inv[r.op] for r in op.inputs))
+    loop_ok = all(inv[i] for i, p in enumerate(phases)
+                  if p is LOOP and block.ops[i].kind is not OpKind.BLOCK_OUTPUT)
+    return frozenset(i for i, v in enumerate(inv) if v and (phases[i] is PRE or loop_ok))
+
+
 class TaskEmitter(KernelEmitter):
-    """The block-graph emitter, with the loads of tiles written this step marked ``.cg``."""
+    """The block-graph emitter, with two changes for task bodies: values that are the same in
+    every block go to a *task* section emitted once per task, and loads of tiles written in
+    this step are marked ``.cg``."""
 
     def __init__(self, spec: KernelSpec, name: str, options: PersistentOptions) -> None:
         super().__init__(spec.block, name, spec.label, options.codegen)
         self.spec = spec
         self.hint = options.cache_hint and not options.interpret
+        self.hoisted = block_invariant_ops(spec.block) if options.hoist else frozenset()
+        self.task_lines: dict[Phase, list[str]] = {PRE: [], LOOP: [], POST: []}
+        self._route = [False]
+        self._hoisted_names: set[str] = set()
+
+    def emit(self, sec: Phase, line: str) -> None:
+        (self.task_lines if self._route[-1] else self.lines)[sec].append(line)
+
+    def get(self, ref: TensorRef, wanted: Phase):
+        hoist = ref.op in self.hoisted
+        self._route.append(hoist)
+        try:
+            val = super().get(ref, wanted)
+        finally:
+            self._route.pop()
+        if hoist:
+            self._hoisted_names.add(val.name)
+        return val
+
+    def derived(self, val, tag: str, expr: str, **kw):
+        hoist = val.name in self._hoisted_names
+        self._route.append(hoist)
+        try:
+            out = super().derived(val, tag, expr, **kw)
+        finally:
+            self._route.pop()
+        if hoist:
+            self._hoisted_names.add(out.name)
+        return out
 
     def load_input(self, op: Op, pad, shift=None, region=None) -> str:
         text = super().load_input(op, pad, shift, region)
@@ -148,6 +203,7 @@ def _pid_lines(grid: tuple[int, int, int], blk: str) -> list[str]:
 
 
 def _wait_lines(options: PersistentOptions) -> list[str]:
+    """Wait for the task's event (once per task, before its first block)."""
     spins = 1 if options.interpret else options.max_spins
     poll = 'tl.atomic_add(evt_ptr + wait_evt, 0, sem="acquire", scope="gpu")'
     return [
@@ -253,16 +309,23 @@ class BodySource:
     kernels: list[str] = field(default_factory=list)  # labels of the kernels that use it
 
 
+def _section(em: TaskEmitter, lines: dict[Phase, list[str]], tail: list[str]) -> list[str]:
+    out = list(lines[PRE])
+    if em.loop and lines[LOOP]:
+        out += loop_header(em)
+        out += [INDENT + line for line in lines[LOOP] + em.loop_tail]
+    else:
+        out += lines[LOOP]
+    return out + lines[POST] + tail
+
+
 def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> BodySource:
     """The task body (and its prefetch function) of one custom kernel."""
     em = TaskEmitter(spec, name, options)
-    for pos, op in enumerate(spec.block.ops):  # static tiles first: they load while it waits
-        if op.kind is OpKind.BLOCK_INPUT and op.attr("index") in spec.static_inputs:
-            if op.attr("forloop_dim") < 0:
-                em.get(TensorRef(pos, 0), PRE)
-    split = len(em.lines[PRE])
     emit_outputs(em)
     tail = _argmax_lines(em, spec) if spec.argmax else []
+    if em.task_lines[LOOP] and em.loop_tail:
+        raise UnsupportedError(f"{spec.label}: a hoisted for-loop with a running maximum")
     prefetch = _static_prefetchable(spec) if options.prefetch and not options.interpret else []
     pf_name = f"{name}_prefetch" if prefetch else None
 
@@ -276,21 +339,21 @@ def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> Bo
     ]
     if em.scratch_used:
         body.append(f"scratch_blk = scratch_ptr + program * {em.scratch_used}")
+    if options.trace:
+        body.append(f"tl.store(trace_ptr + tl.load(desc + {FIELD_TASK}) * 3, {_CLOCK})")
+    body += _wait_lines(options)
+    if options.trace:
+        body.append(f"tl.store(trace_ptr + tl.load(desc + {FIELD_TASK}) * 3 + 1, {_CLOCK})")
+    body += _section(em, em.task_lines, [])
     block = _pid_lines(spec.block.grid_dim, "blk")
     if pf_name:
         block += ["if blk + 1 < end:", f"    {pf_name}(desc, blk + 1, pos, meta_ptr)"]
-    block += em.lines[PRE][:split]
-    block += ["if blk == first:"] + [INDENT + line for line in _wait_lines(options)]
-    block += em.lines[PRE][split:]
-    if em.loop and em.lines[LOOP]:
-        block += loop_header(em)
-        block += [INDENT + line for line in em.lines[LOOP] + em.loop_tail]
-    else:
-        block += em.lines[LOOP] + em.loop_tail
-    block += em.lines[POST] + tail
+    block += _section(em, em.lines, tail)
     body += ["for blk in range(first, end):"] + [INDENT + line for line in block]
     body += _trigger_lines()
-    sig = "desc, evt_ptr, trig_ptr, meta_ptr, scratch_ptr, pos, step, epoch, program"
+    if options.trace:
+        body.append(f"tl.store(trace_ptr + tl.load(desc + {FIELD_TASK}) * 3 + 2, {_CLOCK})")
+    sig = "desc, evt_ptr, trig_ptr, meta_ptr, scratch_ptr, trace_ptr, pos, step, epoch, program"
     text = ["@triton.jit", f"def {name}({sig}):"] + [INDENT + line for line in body]
     if pf_name:
         static_args = {a for a in spec.args if a.role == "in" and a.index in
@@ -303,7 +366,13 @@ def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> Bo
     return BodySource(name, pf_name, "\n".join(text) + "\n", em.scratch_used)
 
 
-DISPATCH_SIG = "desc_ptr, queue_ptr, qstart_ptr, evt_ptr, trig_ptr, meta_ptr, scratch_ptr"
+_CLOCK = ('tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [program], '
+          "dtype=tl.int64, is_pure=False, pack=1)")
+
+
+DISPATCH_SIG = (
+    "desc_ptr, queue_ptr, qstart_ptr, evt_ptr, trig_ptr, meta_ptr, scratch_ptr, trace_ptr"
+)
 
 
 def generate_program(
@@ -337,7 +406,8 @@ def generate_program(
     for k, b in enumerate(bodies):
         d += [
             f"    if kind == {k}:  # {', '.join(b.kernels)}",
-            f"        {b.name}(desc, evt_ptr, trig_ptr, meta_ptr, scratch_ptr, pos, step, epoch, program)",
+            f"        {b.name}(desc, evt_ptr, trig_ptr, meta_ptr, scratch_ptr, trace_ptr, pos, step, "
+            "epoch, program)",
         ]
     d += [
         "tl.debug_barrier()",

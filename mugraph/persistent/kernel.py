@@ -47,7 +47,9 @@ class TilePolicy:
     max_tile_n: most output columns per projection block;
     attention_chunk: most cached positions per attention block;
     copy_tile: most elements per block of copies (embedding) and all-reduces;
-    argmax_parts: most slices of the logits in the first argmax stage.
+    argmax_parts: most slices of the logits in the first argmax stage;
+    fuse_attention_output: an attention output read only by the next linear + residual
+        layer is combined inside that layer's kernel (one dependency level fewer).
     """
 
     weight_tile_bytes: int = 64 * 1024
@@ -56,6 +58,7 @@ class TilePolicy:
     attention_chunk: int = 64
     copy_tile: int = 1024
     argmax_parts: int = 128
+    fuse_attention_output: bool = True
 
     def gemv(self, n: int, k: int, itemsize: int, weights: int = 1) -> L.GemvTiles:
         """The widest tile of output columns dividing ``n`` whose weight rows fit the budget
@@ -291,6 +294,8 @@ class PersistentKernel:
     def _read(self, layer: str, arg: str, t: object) -> DTensor:
         """The DTensor of a layer input, which must be written already."""
         p = self._check_handle(layer, arg, t)
+        if p.pending is not None:
+            self._materialize(p)
         if p.dtensor is None:
             raise GraphStructureError(
                 f"{layer}: {arg} {p.name!r} is read before any layer writes it"
@@ -344,7 +349,7 @@ class PersistentKernel:
         return (len(g._ops), g._num_inputs, len(g._outputs), dict(self.tensors),
                 dict(self._by_ref), dict(self._rows), dict(self._constants), dict(self.roles),
                 dict(self.companions), self.token_output,
-                {n: (t.dtensor, t.writer) for n, t in self.tensors.items()})
+                {n: (t.dtensor, t.writer, t.pending) for n, t in self.tensors.items()})
 
     def _restore(self, saved: tuple) -> None:
         g = self.graph
@@ -356,8 +361,9 @@ class PersistentKernel:
         self.tensors, self._by_ref, self._rows = tensors, by_ref, rows
         self._constants, self.roles, self.companions = constants, roles, companions
         self.token_output = token
-        for name, (dtensor, writer) in handles.items():
-            self.tensors[name].dtensor, self.tensors[name].writer = dtensor, writer
+        for name, (dtensor, writer, pending) in handles.items():
+            t = self.tensors[name]
+            t.dtensor, t.writer, t.pending = dtensor, writer, pending
 
     def _role(self, record: LayerRecord, t: DTensor, part: str, **kw) -> None:
         self.roles[t.ref.op] = KernelRole(t.ref.op, record.name, part, **kw)
@@ -418,10 +424,16 @@ class PersistentKernel:
         record = self._layer("linear_residual", name)
 
         def build():
-            x = self._read(record.name, "input", input)
+            pending = self._check_handle(record.name, "input", input).pending
             w = self._read(record.name, "weight", weight)
             r = self._read(record.name, "residual", residual)
             tiles = self.tiles.gemv(w.dims[0], w.dims[-1], w.dtype.itemsize)
+            if pending is not None and self.world_size == 1:
+                _, parts, shape = pending
+                out = L.attention_output_projection(self.graph, *parts, shape, w, r, tiles)
+                self._role(record, out, "combine_proj")
+                return self._write(record.name, out, output, f"{record.name}.out")
+            x = self._read(record.name, "input", input)
             if self.world_size == 1:
                 out = L.linear_residual(self.graph, x, w, r, tiles)
                 self._role(record, out, "proj")
@@ -555,11 +567,26 @@ class PersistentKernel:
                 self._write(record.name, row, None, f"{cache.name}[pos]",
                             Row(cache.binding.tensor, MetaSlot.POS))
                 self.graph.mark_output(row)
-            out = L.attention_combine(self.graph, o_part, l_part, o_new, l_new, shape)
+            parts = (o_part, l_part, o_new, l_new)
+            if output is None and self.tiles.fuse_attention_output and self.world_size == 1:
+                # deferred: a linear + residual layer reading it fuses the combination
+                name = self._fresh(f"{record.name}.out")
+                return self._register(PTensor(name, (1, num_heads * head_dim), tq.dtype,
+                                              Scratch(), pending=(record, parts, shape)))
+            out = L.attention_combine(self.graph, *parts, shape)
             self._role(record, out, "combine")
             return self._write(record.name, out, output, f"{record.name}.out")
 
         return self._run(record, build)
+
+    def _materialize(self, p: PTensor) -> None:
+        """Build the combine kernel of a deferred attention output."""
+        record, parts, shape = p.pending
+        p.pending = None
+        out = L.attention_combine(self.graph, *parts, shape)
+        self._role(record, out, "combine")
+        p.dtensor, p.writer = out, record.name
+        self._by_ref[(out.ref.op, out.ref.index)] = p
 
     def _cache(self, layer: str, arg: str, t: object) -> PTensor:
         p = self._check_handle(layer, arg, t)
@@ -662,7 +689,8 @@ class PersistentKernel:
         """The step must end in an argmax (the next token) and write every placeholder."""
         if self.token_output is None:
             raise GraphStructureError("persistent kernel has no argmax layer: no next token")
-        unwritten = [t.name for t in self.tensors.values() if t.dtensor is None]
+        unwritten = [t.name for t in self.tensors.values()
+                     if t.dtensor is None and t.pending is None]
         if unwritten:
             raise GraphStructureError(f"placeholders never written by a layer: {unwritten}")
         self.graph.check()

@@ -387,6 +387,40 @@ def attention_combine(
     return out
 
 
+def attention_output_projection(
+    g: KernelGraph,
+    o_part: DTensor,
+    l_part: DTensor,
+    o_new: DTensor,
+    l_new: DTensor,
+    shape: AttentionShape,
+    w: DTensor,
+    residual: DTensor,
+    tiles: GemvTiles,
+) -> DTensor:
+    """``combine(partials) @ W.T + residual`` in one kernel: every block adds up the partial
+    sums of all heads (the same for every block: a persistent task does it once for all its
+    blocks) and multiplies the attention row by its rows of W. One dependency level fewer than
+    ``attention_combine`` followed by ``linear_residual``."""
+    layer = "linear_residual_layer"
+    width = shape.num_heads * shape.head_dim
+    n = _check_weight(layer, "weight", w, width)
+    _require(tuple(residual.dims) == (1, n), layer, f"the residual must be (1, {n})")
+    tb = new_threadblock_graph(tiles.grid(layer, n), BLOCK_DIM, shape.num_chunks)
+    to = tb.new_input(o_part, REPLICATE, 1)
+    tl_ = tb.new_input(l_part, REPLICATE, 1)
+    ton = tb.new_input(o_new, REPLICATE, -1)
+    tln = tb.new_input(l_new, REPLICATE, -1)
+    tw = tb.new_input(w, ALONG_X_DIM0, -1)
+    tr = tb.new_input(residual, ALONG_X_DIM1, -1)
+    num = tb.add(tb.forloop_accum(to), ton)
+    den = tb.add(tb.forloop_accum(tl_), tln)
+    attn = tb.reshape(tb.div(num, den), (1, width))
+    tb.new_output(tb.add(row_dot(tb, tw, attn), tr), ALONG_X_DIM1)
+    (out,) = g.customized([o_part, l_part, o_new, l_new, w, residual], tb)
+    return out
+
+
 def argmax_partials(g: KernelGraph, logits: DTensor, parts: int) -> DTensor:
     """The maximum of each of ``parts`` slices of the logits row: (1, parts)."""
     layer = "argmax_layer"

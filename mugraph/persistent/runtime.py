@@ -100,7 +100,9 @@ class PersistentProgram:
         num_warps: int = 8,
         prefetch: bool = True,
         cuda_graph: bool = True,
-        tasks_per_kernel: int | None = None,
+        hoist: bool = True,
+        trace: bool = False,
+        task_allocation: str = "level",
     ) -> None:
         import torch
 
@@ -127,11 +129,12 @@ class PersistentProgram:
             )
         self.num_programs = num_programs
         self.num_warps = num_warps
+        gpu = on_cuda and not interpret
         self.options = PersistentOptions(
-            interpret=interpret, prefetch=prefetch and on_cuda and not interpret,
-            cache_hint=on_cuda and not interpret,
+            interpret=interpret, prefetch=prefetch and gpu, cache_hint=gpu, hoist=hoist,
+            trace=trace and gpu,
         )
-        self.tasks: TaskGraph = kernel.task_graph(num_programs, tasks_per_kernel=tasks_per_kernel)
+        self.tasks: TaskGraph = kernel.task_graph(num_programs, allocation=task_allocation)
         self.specs = kernel_specs(kernel)
         self.kinds, self.bodies = self._bodies()
         self.desc_width = DESC_HEADER + max(len(s.args) for s in self.specs)
@@ -187,6 +190,8 @@ class PersistentProgram:
         scratch = max((b.scratch for b in self.bodies), default=0)
         self.scratch = torch.zeros(max(1, scratch * self.num_programs), dtype=torch.float32,
                                    device=dev)
+        slots = 3 * len(self.tasks.tasks) if self.options.trace else 1
+        self.trace = torch.zeros(slots, dtype=torch.int64, device=dev)
 
     def _address(self, ref: TensorRef) -> int:
         graph = self.kernel.graph
@@ -244,7 +249,7 @@ class PersistentProgram:
 
     def _args(self) -> tuple:
         return (self.desc, self.queue, self.qstart, self.events, self.triggers, self.meta,
-                self.scratch)
+                self.scratch, self.trace)
 
     def _check_residency(self) -> None:
         """All programs must fit on the GPU at once, or a wait may never be satisfied."""

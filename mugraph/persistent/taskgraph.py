@@ -350,10 +350,45 @@ def block_dependencies(graph: KernelGraph) -> dict[tuple[int, int], frozenset[tu
     return out
 
 
+def kernel_depths(graph: KernelGraph, ops: list[int]) -> dict[int, int]:
+    """Longest chain of custom kernels ending at each kernel (0 for those reading only inputs)."""
+    depth: dict[int, int] = {}
+    for k in ops:
+        producers = [depth[r.op] for r in graph.ops[k].inputs if r.op in depth]
+        depth[k] = 1 + max(producers, default=-1)
+    return depth
+
+
+def allocate_tasks(graph: KernelGraph, ops: list[int], num_programs: int, allocation: str,
+                   tasks_per_kernel: int | None = None) -> dict[int, int]:
+    """How many tasks each kernel gets.
+
+    "kernel": up to ``tasks_per_kernel`` (default ``num_programs``) per kernel;
+    "level": the kernels at one depth share ``num_programs`` tasks in proportion to the bytes
+    their blocks move, so each program runs about one task per level (one wait, one trigger).
+    """
+    blocks = {k: graph.ops[k].attr("graph").num_blocks for k in ops}
+    if allocation == "kernel":
+        cap = tasks_per_kernel or num_programs
+        return {k: min(blocks[k], cap) for k in ops}
+    if allocation != "level":
+        raise UnsupportedError(f"task allocation {allocation!r}: expected 'kernel' or 'level'")
+    depth = kernel_depths(graph, ops)
+    weight = {k: blocks[k] * _block_bytes(graph, graph.ops[k]) for k in ops}
+    total: dict[int, int] = {}
+    for k in ops:
+        total[depth[k]] = total.get(depth[k], 0) + weight[k]
+    return {
+        k: max(1, min(blocks[k], round(num_programs * weight[k] / total[depth[k]])))
+        for k in ops
+    }
+
+
 def build_task_graph(
     source,
     num_programs: int,
     *,
+    allocation: str = "level",
     tasks_per_kernel: int | None = None,
     reduce: bool = True,
     task_overhead_s: float = 2e-6,
@@ -361,20 +396,22 @@ def build_task_graph(
 ) -> TaskGraph:
     """The task graph of a persistent kernel (or of any kernel graph of custom kernels).
 
-    ``tasks_per_kernel`` caps the tasks of one kernel (default: ``num_programs``; a kernel's
-    blocks are spread evenly over its tasks). ``reduce`` drops dependencies implied by others before making events.
+    ``allocation`` decides how many tasks each kernel gets (:func:`allocate_tasks`); a
+    kernel's blocks are spread evenly over its tasks. ``reduce`` drops dependencies implied by
+    others before making events.
     """
     if not isinstance(num_programs, int) or num_programs < 1:
         raise GraphStructureError(f"build_task_graph: num_programs must be >= 1, got {num_programs!r}")
     src = _source(source)
     graph = src.graph
-    cap = tasks_per_kernel or num_programs
+    ops = _kernel_ops(graph)
+    counts = allocate_tasks(graph, ops, num_programs, allocation, tasks_per_kernel)
     kernels: dict[int, KernelTasks] = {}
     first = 0
-    for k in _kernel_ops(graph):
+    for k in ops:
         op = graph.ops[k]
         block: BlockGraph = op.attr("graph")
-        count = min(block.num_blocks, cap)
+        count = counts[k]
         kernels[k] = KernelTasks(k, src.labels.get(k, f"%{k}"), block.grid_dim, block.num_blocks,
                                  first, count, _block_bytes(graph, op))
         first += count
