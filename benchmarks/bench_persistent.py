@@ -37,23 +37,52 @@ from pathlib import Path
 
 MODELS = {
     "qwen3-0.6b": dict(
-        kind="qwen3", vocab_size=151936, hidden_size=1024, intermediate_size=3072,
-        num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
-        rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True,
+        kind="qwen3",
+        vocab_size=151936,
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        rms_norm_eps=1e-6,
+        rope_theta=1000000.0,
+        tie_word_embeddings=True,
         max_position_embeddings=40960,
     ),
     "llama-3.2-1b": dict(
-        kind="llama", vocab_size=128256, hidden_size=2048, intermediate_size=8192,
-        num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8, head_dim=64,
-        rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=True,
+        kind="llama",
+        vocab_size=128256,
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=64,
+        rms_norm_eps=1e-5,
+        rope_theta=500000.0,
+        tie_word_embeddings=True,
         max_position_embeddings=131072,
-        rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
-                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+        rope_scaling={
+            "rope_type": "llama3",
+            "factor": 32.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
     ),
     "tiny-qwen3": dict(
-        kind="qwen3", vocab_size=256, hidden_size=64, intermediate_size=128,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-        rms_norm_eps=1e-6, tie_word_embeddings=True, max_position_embeddings=256,
+        kind="qwen3",
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        max_position_embeddings=256,
     ),
 }
 COLUMNS = ["eager", "compile", "eager_graph", "compile_graph", "persistent", "floor"]
@@ -94,7 +123,9 @@ class TorchDecode:
         self.norm = inner.norm.weight
         self.lm_head = model.lm_head.weight
         self.cos, self.sin = rope_tables(model, max_seq)
-        self.k = torch.zeros(s.layers, s.kv_heads, max_seq, s.head_dim, dtype=p.dtype, device=p.device)
+        self.k = torch.zeros(
+            s.layers, s.kv_heads, max_seq, s.head_dim, dtype=p.dtype, device=p.device
+        )
         self.v = torch.zeros_like(self.k)
         j = torch.arange(max_seq, device=p.device)
         self.mask = torch.where(j[None, :] <= j[:, None], 0.0, float("-inf")).to(p.dtype)
@@ -114,7 +145,6 @@ class TorchDecode:
 
     def step(self, token, pos):
         """``token`` and ``pos``: (1,) int64 device tensors. Returns the logits (1, vocab)."""
-        import torch
         import torch.nn.functional as F
 
         s = self.shape
@@ -133,13 +163,18 @@ class TorchDecode:
             self.k[i].index_copy_(1, pos, k.unsqueeze(1))
             self.v[i].index_copy_(1, pos, v.unsqueeze(1))
             o = F.scaled_dot_product_attention(
-                q.view(1, s.heads, 1, s.head_dim), self.k[i].unsqueeze(0), self.v[i].unsqueeze(0),
-                attn_mask=mask, enable_gqa=True,
+                q.view(1, s.heads, 1, s.head_dim),
+                self.k[i].unsqueeze(0),
+                self.v[i].unsqueeze(0),
+                attn_mask=mask,
+                enable_gqa=True,
             )
             x = x + F.linear(o.reshape(1, -1), attn.o_proj.weight)
             h = self.rms(x, layer.post_attention_layernorm.weight)
-            x = x + F.linear(F.silu(F.linear(h, mlp.gate_proj.weight)) * F.linear(h, mlp.up_proj.weight),
-                             mlp.down_proj.weight)
+            x = x + F.linear(
+                F.silu(F.linear(h, mlp.gate_proj.weight)) * F.linear(h, mlp.up_proj.weight),
+                mlp.down_proj.weight,
+            )
         return F.linear(self.rms(x, self.norm), self.lm_head)
 
     def generate(self, prompt: list[int], n: int) -> list[int]:
@@ -254,10 +289,15 @@ def run_model(name: str, args) -> None:
 
     # reference: transformers' own greedy decoding
     with torch.no_grad():
-        out = model.generate(torch.tensor([prompt], device=device), max_new_tokens=args.new_tokens,
-                             min_new_tokens=args.new_tokens, do_sample=False,
-                             output_logits=True, return_dict_in_generate=True)
-    ref_tokens = out.sequences[0, len(prompt):].tolist()
+        out = model.generate(
+            torch.tensor([prompt], device=device),
+            max_new_tokens=args.new_tokens,
+            min_new_tokens=args.new_tokens,
+            do_sample=False,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
+    ref_tokens = out.sequences[0, len(prompt) :].tolist()
     ref_logits = [x[0].float() for x in out.logits]
 
     sync = torch.cuda.synchronize if cuda else (lambda: None)
@@ -299,8 +339,10 @@ VARIANTS = {
     "warps16": ({"num_warps": 16}, {}),
     "no_prefetch": ({"prefetch": False}, {}),
     "per_kernel_tasks": ({"task_allocation": "kernel"}, {}),
-    "no_hoist_no_fuse": ({"hoist": False, "task_allocation": "kernel"},
-                         {"fuse_attention_output": False}),
+    "no_hoist_no_fuse": (
+        {"hoist": False, "task_allocation": "kernel"},
+        {"fuse_attention_output": False},
+    ),
 }
 
 
@@ -313,7 +355,7 @@ def fp32_logits(model, prompt, ref_tokens):
     m32 = copy.deepcopy(model).float()
     seq = torch.tensor([prompt + ref_tokens[:-1]], device=next(model.parameters()).device)
     with torch.no_grad():
-        out = m32(seq).logits[0, len(prompt) - 1:].float()
+        out = m32(seq).logits[0, len(prompt) - 1 :].float()
     del m32
     return out
 
@@ -329,46 +371,88 @@ def run_persistent(model, prompt, ref_tokens, ref_logits, max_seq, sync, record,
     exact = fp32_logits(model, prompt, ref_tokens) if cuda else None
     if exact is not None:
         hf_err = relative_errors(ref_logits, exact)
-        hf_agree = sum(int(a.argmax()) == int(b.argmax()) for a, b in zip(ref_logits, exact,
-                                                                           strict=True))
-        record(hf_bf16_vs_fp32_err=round(statistics.median(hf_err), 5),
-               hf_bf16_argmax_vs_fp32=f"{hf_agree}/{len(hf_err)}")
+        hf_agree = sum(
+            int(a.argmax()) == int(b.argmax()) for a, b in zip(ref_logits, exact, strict=True)
+        )
+        record(
+            hf_bf16_vs_fp32_err=round(statistics.median(hf_err), 5),
+            hf_bf16_argmax_vs_fp32=f"{hf_agree}/{len(hf_err)}",
+        )
     names = args.variants if cuda else ["default"]
     for i, name in enumerate(names):
         compile_options, tile_options = VARIANTS[name]
         suffix = "" if i == 0 else f"@{name}"
-        run_variant(model, prompt, ref_tokens, ref_logits, exact, max_seq, sync, record, args,
-                    compile_options, tile_options, suffix, trace=args.trace and i == 0)
+        run_variant(
+            model,
+            prompt,
+            ref_tokens,
+            ref_logits,
+            exact,
+            max_seq,
+            sync,
+            record,
+            args,
+            compile_options,
+            tile_options,
+            suffix,
+            trace=args.trace and i == 0,
+        )
 
 
-def run_variant(model, prompt, ref_tokens, ref_logits, exact, max_seq, sync, record, args,
-                compile_options, tile_options, suffix, trace) -> None:
+def run_variant(
+    model,
+    prompt,
+    ref_tokens,
+    ref_logits,
+    exact,
+    max_seq,
+    sync,
+    record,
+    args,
+    compile_options,
+    tile_options,
+    suffix,
+    trace,
+) -> None:
     import torch
 
     from mugraph.persistent import TilePolicy, build_decoder
 
     cuda = torch.cuda.is_available()
     t1 = time.perf_counter()
-    tiles = (TilePolicy(min_blocks=args.min_blocks, **tile_options) if cuda
-             else TilePolicy(attention_chunk=32, min_blocks=4))
+    tiles = (
+        TilePolicy(min_blocks=args.min_blocks, **tile_options)
+        if cuda
+        else TilePolicy(attention_chunk=32, min_blocks=4)
+    )
     decoder = build_decoder(model, max_seq, tiles=tiles)
     t2 = time.perf_counter()
     options = {"num_warps": args.warps, **compile_options}
     program = decoder.compile(**options)
     key = lambda k: k + suffix  # noqa: E731
-    record(**{key("build_s"): round(t2 - t1, 1), key("codegen_s"): round(time.perf_counter() - t2, 1),
-              key("tasks"): program.describe()})
+    record(
+        **{
+            key("build_s"): round(t2 - t1, 1),
+            key("codegen_s"): round(time.perf_counter() - t2, 1),
+            key("tasks"): program.describe(),
+        }
+    )
     if not suffix:
         (Path(args.out) / f"{args.model}_persistent.py").write_text(program.source)
     with torch.no_grad():
         t3 = time.perf_counter()
         tokens = program.generate(prompt, args.new_tokens)
-        mismatch = next((i for i, (a, b) in enumerate(zip(tokens, ref_tokens, strict=True))
-                         if a != b), None)
-        record(**{key("first_run_s"): round(time.perf_counter() - t3, 1),
-                  key("persistent_tokens_match"): tokens == ref_tokens,
-                  key("first_mismatch"): mismatch,
-                  key("resources"): getattr(program, "resources", None)})
+        mismatch = next(
+            (i for i, (a, b) in enumerate(zip(tokens, ref_tokens, strict=True)) if a != b), None
+        )
+        record(
+            **{
+                key("first_run_s"): round(time.perf_counter() - t3, 1),
+                key("persistent_tokens_match"): tokens == ref_tokens,
+                key("first_mismatch"): mismatch,
+                key("resources"): getattr(program, "resources", None),
+            }
+        )
         # teacher forcing: the reference's tokens in, our logits against its logits
         program.reset()
         ours = []
@@ -380,20 +464,27 @@ def run_variant(model, prompt, ref_tokens, ref_logits, exact, max_seq, sync, rec
                 ours.append(logits_buf[0].float().clone())
         program.check_errors()
         errors = relative_errors(ours, ref_logits)
-        agree = sum(int(a.argmax()) == int(b.argmax()) for a, b in zip(ours, ref_logits,
-                                                                       strict=True))
-        row = {key("logits_rel_err_vs_hf_bf16"): round(statistics.median(errors), 5),
-               key("argmax_agree_hf_bf16"): f"{agree}/{len(errors)}"}
+        agree = sum(
+            int(a.argmax()) == int(b.argmax()) for a, b in zip(ours, ref_logits, strict=True)
+        )
+        row = {
+            key("logits_rel_err_vs_hf_bf16"): round(statistics.median(errors), 5),
+            key("argmax_agree_hf_bf16"): f"{agree}/{len(errors)}",
+        }
         if exact is not None:
             e32 = relative_errors(ours, exact)
             a32 = sum(int(a.argmax()) == int(b.argmax()) for a, b in zip(ours, exact, strict=True))
-            row.update({key("logits_rel_err_vs_fp32"): round(statistics.median(e32), 5),
-                        key("argmax_agree_fp32"): f"{a32}/{len(e32)}"})
+            row.update(
+                {
+                    key("logits_rel_err_vs_fp32"): round(statistics.median(e32), 5),
+                    key("argmax_agree_fp32"): f"{a32}/{len(e32)}",
+                }
+            )
         record(**row)
         if cuda:
             # the rest of the cache holds random values (masked: they change nothing)
             for cache in decoder.k_caches + decoder.v_caches:
-                cache[program.pos:].normal_()
+                cache[program.pos :].normal_()
             program.capture()
             left = max_seq - program.pos
             calls = min(args.calls, (left - 10) // 4)
@@ -423,9 +514,12 @@ def trace_summary(program) -> dict:
         label = program.kernel.roles[t.kernel].part if t.kernel in program.kernel.roles else "?"
         kind.setdefault(label, []).append(t.index)
     per_kind = {
-        k: {"tasks": len(ix), "blocks": int(sum(tg.tasks[i].num_blocks for i in ix)),
+        k: {
+            "tasks": len(ix),
+            "blocks": int(sum(tg.tasks[i].num_blocks for i in ix)),
             "wait_us": round(float(np.mean(woke[ix] - start[ix])), 2),
-            "work_us": round(float(np.mean(end[ix] - woke[ix])), 2)}
+            "work_us": round(float(np.mean(end[ix] - woke[ix])), 2),
+        }
         for k, ix in kind.items()
     }
     levels = []
@@ -450,16 +544,37 @@ def table(rows: list[dict]) -> str:
     def us(v):
         return f"{v * 1e6:.0f} µs" if isinstance(v, (int, float)) else "-"
 
-    head = ["model", "eager", "torch.compile", "eager + CUDA graph", "compile + CUDA graph",
-            "mugraph persistent", "floor", "persistent / floor", "tokens = reference"]
+    head = [
+        "model",
+        "eager",
+        "torch.compile",
+        "eager + CUDA graph",
+        "compile + CUDA graph",
+        "mugraph persistent",
+        "floor",
+        "persistent / floor",
+        "tokens = reference",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        ratio = (f"{r['persistent_s'] / r['floor_s']:.2f}x"
-                 if "persistent_s" in r and "floor_s" in r else "-")
-        match = f"{r.get('persistent_tokens_match', '-')} (torch step {r.get('torch_tokens_match', '-')})"
-        cells = [r["model"], us(r.get("eager_s")), us(r.get("compile_s")), us(r.get("eager_graph_s")),
-                 us(r.get("compile_graph_s")), us(r.get("persistent_s")), us(r.get("floor_s")),
-                 ratio, match]
+        ratio = (
+            f"{r['persistent_s'] / r['floor_s']:.2f}x"
+            if "persistent_s" in r and "floor_s" in r
+            else "-"
+        )
+        ours, torch_step = r.get("persistent_tokens_match", "-"), r.get("torch_tokens_match", "-")
+        match = f"{ours} (torch step {torch_step})"
+        cells = [
+            r["model"],
+            us(r.get("eager_s")),
+            us(r.get("compile_s")),
+            us(r.get("eager_graph_s")),
+            us(r.get("compile_graph_s")),
+            us(r.get("persistent_s")),
+            us(r.get("floor_s")),
+            ratio,
+            match,
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -477,15 +592,28 @@ def main(argv=None) -> int:
     p.add_argument("--warps", type=int, default=8)
     p.add_argument("--min-blocks", type=int, default=256)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--variants", nargs="+", default=["default"], choices=sorted(VARIANTS),
-                   help="persistent-kernel variants (the first is the table's column)")
+    p.add_argument(
+        "--variants",
+        nargs="+",
+        default=["default"],
+        choices=sorted(VARIANTS),
+        help="persistent-kernel variants (the first is the table's column)",
+    )
     p.add_argument("--trace", action="store_true", help="trace one step of the first variant")
-    p.add_argument("--parts", nargs="+", default=["persistent", "torch"],
-                   choices=("persistent", "torch"))
-    p.add_argument("--part", choices=("persistent", "torch", "all"), default="all",
-                   help=argparse.SUPPRESS)
-    p.add_argument("--limits", type=int, nargs=2, default=(150, 110), metavar=("P", "T"),
-                   help="seconds for the persistent and the PyTorch part of each model")
+    p.add_argument(
+        "--parts", nargs="+", default=["persistent", "torch"], choices=("persistent", "torch")
+    )
+    p.add_argument(
+        "--part", choices=("persistent", "torch", "all"), default="all", help=argparse.SUPPRESS
+    )
+    p.add_argument(
+        "--limits",
+        type=int,
+        nargs=2,
+        default=(150, 110),
+        metavar=("P", "T"),
+        help="seconds for the persistent and the PyTorch part of each model",
+    )
     args = p.parse_args(argv)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     if args.model:
@@ -499,8 +627,16 @@ def main(argv=None) -> int:
                 continue
             cmd = [sys.executable, __file__, "--model", name, "--out", args.out, "--part", part]
             cmd += ["--variants", *args.variants] + (["--trace"] if args.trace else [])
-            for key in ("layers", "cache", "prompt", "new_tokens", "calls", "warps",
-                        "min_blocks", "seed"):
+            for key in (
+                "layers",
+                "cache",
+                "prompt",
+                "new_tokens",
+                "calls",
+                "warps",
+                "min_blocks",
+                "seed",
+            ):
                 value = getattr(args, key)
                 if value is not None:
                     cmd += [f"--{key.replace('_', '-')}", str(value)]

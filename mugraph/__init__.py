@@ -25,6 +25,7 @@ from mugraph.ir.graph import BlockGraph, Op
 from mugraph.ir.ops import AccumKind, Group, Level, OpKind
 from mugraph.ir.serialize import from_json
 from mugraph.ir.tensor import DTensor, STensor, TensorType
+from mugraph.persistent import PersistentKernel, PersistentProgram, build_decoder
 from mugraph.runtime.compiled import CompiledProgram, compile_graph
 from mugraph.search.config import SearchConfig
 from mugraph.search.verify import NotVerifiableError, VerificationResult, verify
@@ -54,6 +55,8 @@ __all__ = [
     "NotVerifiableError",
     "Op",
     "OpKind",
+    "PersistentKernel",
+    "PersistentProgram",
     "STensor",
     "SearchConfig",
     "SerializationError",
@@ -64,6 +67,7 @@ __all__ = [
     "UnsupportedError",
     "VerificationResult",
     "bfloat16",
+    "build_decoder",
     "compile",
     "default_cache_dir",
     "float16",

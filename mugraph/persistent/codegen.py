@@ -124,8 +124,11 @@ def block_invariant_ops(block: BlockGraph) -> frozenset[int]:
             inv.append(False)
         else:
             inv.append(all(inv[r.op] for r in op.inputs))
-    loop_ok = all(inv[i] for i, p in enumerate(phases)
-                  if p is LOOP and block.ops[i].kind is not OpKind.BLOCK_OUTPUT)
+    loop_ok = all(
+        inv[i]
+        for i, p in enumerate(phases)
+        if p is LOOP and block.ops[i].kind is not OpKind.BLOCK_OUTPUT
+    )
     return frozenset(i for i, v in enumerate(inv) if v and (phases[i] is PRE or loop_ok))
 
 
@@ -183,7 +186,11 @@ def _pointer_lines(spec: KernelSpec, only=None) -> list[str]:
         ptr = f"tl.pointer_type({arg.dtype})"
         lines.append(f"{arg.name}_ptr = tl.load(desc + {DESC_HEADER + pos}).to({ptr})")
         if arg.row_slot is not None:
-            index = "pos" if arg.row_slot is MetaSlot.POS else f"tl.load(meta_ptr + {int(arg.row_slot)})"
+            index = (
+                "pos"
+                if arg.row_slot is MetaSlot.POS
+                else f"tl.load(meta_ptr + {int(arg.row_slot)})"
+            )
             lines.append(f"{arg.name}_ptr = {arg.name}_ptr + {index} * {arg.row_stride}")
         for d, s in enumerate(arg.strides):
             lines.append(f"{arg.name}_s{d} = {s}")
@@ -212,7 +219,7 @@ def _wait_lines(options: PersistentOptions) -> list[str]:
         f"    while (({poll}) < wait_target) & (spins < {spins}):",
         "        spins += 1",
         f"    if spins >= {spins}:",
-        f"        if tl.atomic_add(evt_ptr + wait_evt, 0, sem=\"acquire\", scope=\"gpu\") < wait_target:",
+        f"        if ({poll}) < wait_target:",
         f"            tl.atomic_xchg(meta_ptr + {int(MetaSlot.ERROR)}, "
         f"tl.load(desc + {FIELD_TASK}).to(tl.int32) + 1)",
     ]
@@ -356,18 +363,27 @@ def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> Bo
     sig = "desc, evt_ptr, trig_ptr, meta_ptr, scratch_ptr, trace_ptr, pos, step, epoch, program"
     text = ["@triton.jit", f"def {name}({sig}):"] + [INDENT + line for line in body]
     if pf_name:
-        static_args = {a for a in spec.args if a.role == "in" and a.index in
-                       {op.attr("index") for op in prefetch}}
+        static_args = {
+            a
+            for a in spec.args
+            if a.role == "in" and a.index in {op.attr("index") for op in prefetch}
+        }
         pf = _pointer_lines(spec, only=static_args) + _pid_lines(spec.block.grid_dim, "blk")
         for op in prefetch:
             pf += _prefetch_lines(em, op)
-        text = ["@triton.jit", f"def {pf_name}(desc, blk, pos, meta_ptr):"] + [
-            INDENT + line for line in pf] + ["", ""] + text
+        text = (
+            ["@triton.jit", f"def {pf_name}(desc, blk, pos, meta_ptr):"]
+            + [INDENT + line for line in pf]
+            + ["", ""]
+            + text
+        )
     return BodySource(name, pf_name, "\n".join(text) + "\n", em.scratch_used)
 
 
-_CLOCK = ('tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [program], '
-          "dtype=tl.int64, is_pure=False, pack=1)")
+_CLOCK = (
+    'tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [program], '
+    "dtype=tl.int64, is_pure=False, pack=1)"
+)
 
 
 DISPATCH_SIG = (
@@ -402,12 +418,15 @@ def generate_program(
             f"        nfirst = tl.load(nxt + {FIELD_FIRST}).to(tl.int32)",
         ]
         for k, b in prefetching:
-            d += [f"        if nkind == {k}:", f"            {b.prefetch_name}(nxt, nfirst, pos, meta_ptr)"]
+            d += [
+                f"        if nkind == {k}:",
+                f"            {b.prefetch_name}(nxt, nfirst, pos, meta_ptr)",
+            ]
     for k, b in enumerate(bodies):
         d += [
             f"    if kind == {k}:  # {', '.join(b.kernels)}",
-            f"        {b.name}(desc, evt_ptr, trig_ptr, meta_ptr, scratch_ptr, trace_ptr, pos, step, "
-            "epoch, program)",
+            f"        {b.name}(desc, evt_ptr, trig_ptr, meta_ptr, scratch_ptr, trace_ptr, pos, "
+            "step, epoch, program)",
         ]
     d += [
         "tl.debug_barrier()",

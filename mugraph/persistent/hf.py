@@ -45,9 +45,18 @@ class ModelShape:
             )
         heads = config.num_attention_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-        return ModelShape(kind, config.hidden_size, config.num_hidden_layers, heads,
-                          config.num_key_value_heads, head_dim, config.intermediate_size,
-                          config.vocab_size, float(config.rms_norm_eps), kind == "qwen3")
+        return ModelShape(
+            kind,
+            config.hidden_size,
+            config.num_hidden_layers,
+            heads,
+            config.num_key_value_heads,
+            head_dim,
+            config.intermediate_size,
+            config.vocab_size,
+            float(config.rms_norm_eps),
+            kind == "qwen3",
+        )
 
 
 def rope_tables(model: Any, max_seq_len: int) -> tuple[Any, Any]:
@@ -140,12 +149,21 @@ def build_decoder(
         decoder_v.append(v_cache)
         norms = {}
         if shape.qk_norm:
-            norms = {"q_norm": weight(attn.q_norm.weight, f"{p}.q_norm"),
-                     "k_norm": weight(attn.k_norm.weight, f"{p}.k_norm")}
+            norms = {
+                "q_norm": weight(attn.q_norm.weight, f"{p}.q_norm"),
+                "k_norm": weight(attn.k_norm.weight, f"{p}.k_norm"),
+            }
         a = pk.attention_layer(
-            proj["q"], proj["k"], proj["v"],
-            pk.attach_input(k_cache, f"{p}.k_cache"), pk.attach_input(v_cache, f"{p}.v_cache"),
-            rope, num_heads=heads, num_kv_heads=kv_heads, eps=shape.eps, name=f"{p}.attn",
+            proj["q"],
+            proj["k"],
+            proj["v"],
+            pk.attach_input(k_cache, f"{p}.k_cache"),
+            pk.attach_input(v_cache, f"{p}.v_cache"),
+            rope,
+            num_heads=heads,
+            num_kv_heads=kv_heads,
+            eps=shape.eps,
+            name=f"{p}.attn",
             **norms,
         )
         wo = weight(attn.o_proj.weight, f"{p}.o_proj", split=1)
@@ -156,10 +174,15 @@ def build_decoder(
             weight(mlp.gate_proj.weight, f"{p}.gate_proj", split=0),
             weight(mlp.up_proj.weight, f"{p}.up_proj", split=0),
             weight(mlp.down_proj.weight, f"{p}.down_proj", split=1),
-            eps=shape.eps, name=f"{p}.mlp",
+            eps=shape.eps,
+            name=f"{p}.mlp",
         )
-    logits = pk.lm_head_layer(x, weight(inner.norm.weight, "final_norm"),
-                              weight(model.lm_head.weight, "lm_head"), eps=shape.eps,
-                              name="lm_head")
+    logits = pk.lm_head_layer(
+        x,
+        weight(inner.norm.weight, "final_norm"),
+        weight(model.lm_head.weight, "lm_head"),
+        eps=shape.eps,
+        name="lm_head",
+    )
     pk.argmax_layer(logits, name="argmax")
     return Decoder(pk, shape, logits, decoder_k, decoder_v)

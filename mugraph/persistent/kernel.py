@@ -120,7 +120,9 @@ class PersistentKernel:
         gpu: GPUSpec = DEFAULT_GPU,
     ) -> None:
         if not isinstance(max_seq_len, int) or max_seq_len < 1:
-            raise ShapeError(f"PersistentKernel: max_seq_len must be a positive int, got {max_seq_len!r}")
+            raise ShapeError(
+                f"PersistentKernel: max_seq_len must be a positive int, got {max_seq_len!r}"
+            )
         if not (isinstance(world_size, int) and world_size >= 1 and 0 <= rank < world_size):
             raise ShapeError(
                 f"PersistentKernel: rank {rank!r} is not in a world of size {world_size!r}"
@@ -188,14 +190,18 @@ class PersistentKernel:
         self._adopt_dtype(dtype, what)
         if dims is None:
             dims = tuple(tensor.shape) if tensor.dim() != 1 else (1, tensor.shape[0])
-            strides = strides or (tuple(tensor.stride()) if tensor.dim() != 1 else (tensor.shape[0], 1))
+            strides = strides or (
+                tuple(tensor.stride()) if tensor.dim() != 1 else (tensor.shape[0], 1)
+            )
         dims = tuple(int(d) for d in dims)
-        strides = tuple(int(s) for s in strides) if strides is not None else contiguous_strides(dims)
+        strides = (
+            tuple(int(s) for s in strides) if strides is not None else contiguous_strides(dims)
+        )
         span = offset + sum((d - 1) * s for d, s in zip(dims, strides, strict=True)) + 1
         if span > tensor.numel() or not tensor.is_contiguous():
             raise ShapeError(
-                f"{what}: a view of dims {list(dims)}, strides {list(strides)} from offset {offset} "
-                f"does not fit a contiguous tensor of {tensor.numel()} elements"
+                f"{what}: a view of dims {list(dims)}, strides {list(strides)} from offset "
+                f"{offset} does not fit a contiguous tensor of {tensor.numel()} elements"
             )
         dt = self.graph.new_input(dims, strides, dtype)
         name = name or self._fresh(f"input{len(self.graph.input_ops) - 1}")
@@ -219,12 +225,19 @@ class PersistentKernel:
             return self._rows[key]
         dims = (1, t.dims[1])
         dt = self.graph.new_input(dims, (t.dims[1], 1), t.dtype)
-        row = PTensor(name or self._fresh(f"{t.name}[{index}]"), dims, t.dtype,
-                      Row(t.binding.tensor, slot), dt)
+        row = PTensor(
+            name or self._fresh(f"{t.name}[{index}]"),
+            dims,
+            t.dtype,
+            Row(t.binding.tensor, slot),
+            dt,
+        )
         self._rows[key] = self._register(row)
         return row
 
-    def new_tensor(self, dims, dtype: DType | str | None = None, name: str | None = None) -> PTensor:
+    def new_tensor(
+        self, dims, dtype: DType | str | None = None, name: str | None = None
+    ) -> PTensor:
         """A placeholder for an intermediate that a later layer writes (``output=``)."""
         dims = tuple(dims)
         if not dims or any(not isinstance(d, int) or d < 1 for d in dims):
@@ -265,7 +278,9 @@ class PersistentKernel:
         return self._constant(f"eps={eps!r}", lambda: [[float(eps)]]).dtensor
 
     def _rot(self, head_dim: int) -> DTensor:
-        return self._constant(f"rotate_half{head_dim}", lambda: L.rotate_half_matrix(head_dim)).dtensor
+        return self._constant(
+            f"rotate_half{head_dim}", lambda: L.rotate_half_matrix(head_dim)
+        ).dtensor
 
     def _mask_row(self) -> DTensor:
         import numpy as np
@@ -307,12 +322,19 @@ class PersistentKernel:
             )
         return p.dtensor
 
-    def _write(self, layer: str, result: DTensor, output: PTensor | None, base: str,
-               binding: Binding | None = None) -> PTensor:
+    def _write(
+        self,
+        layer: str,
+        result: DTensor,
+        output: PTensor | None,
+        base: str,
+        binding: Binding | None = None,
+    ) -> PTensor:
         """Bind a layer's result to ``output`` (a placeholder) or to a fresh named tensor."""
         if output is None:
-            t = PTensor(self._fresh(base), result.dims, result.dtype, binding or Scratch(), result,
-                        layer)
+            t = PTensor(
+                self._fresh(base), result.dims, result.dtype, binding or Scratch(), result, layer
+            )
             return self._register(t)
         p = self._check_handle(layer, "output", output)
         if p.dtensor is not None:
@@ -346,15 +368,35 @@ class PersistentKernel:
 
     def _snapshot(self) -> tuple:
         g = self.graph
-        return (len(g._ops), g._num_inputs, len(g._outputs), dict(self.tensors),
-                dict(self._by_ref), dict(self._rows), dict(self._constants), dict(self.roles),
-                dict(self.companions), self.token_output,
-                {n: (t.dtensor, t.writer, t.pending) for n, t in self.tensors.items()})
+        return (
+            len(g._ops),
+            g._num_inputs,
+            len(g._outputs),
+            dict(self.tensors),
+            dict(self._by_ref),
+            dict(self._rows),
+            dict(self._constants),
+            dict(self.roles),
+            dict(self.companions),
+            self.token_output,
+            {n: (t.dtensor, t.writer, t.pending) for n, t in self.tensors.items()},
+        )
 
     def _restore(self, saved: tuple) -> None:
         g = self.graph
-        n_ops, n_inputs, n_outputs, tensors, by_ref, rows, constants, roles, companions, \
-            token, handles = saved
+        (
+            n_ops,
+            n_inputs,
+            n_outputs,
+            tensors,
+            by_ref,
+            rows,
+            constants,
+            roles,
+            companions,
+            token,
+            handles,
+        ) = saved
         del g._ops[n_ops:]
         del g._outputs[n_outputs:]
         g._num_inputs = n_inputs
@@ -470,8 +512,15 @@ class PersistentKernel:
             wd = self._read(record.name, "weight_down", weight_down)
             r = self._read(record.name, "residual", residual if residual is not None else input)
             size = wg.dtype.itemsize
-            h = L.rmsnorm_gate_up(self.graph, x, wn, self._eps(eps), wg, wu,
-                                  self.tiles.gemv(wg.dims[0], wg.dims[1], size, weights=2))
+            h = L.rmsnorm_gate_up(
+                self.graph,
+                x,
+                wn,
+                self._eps(eps),
+                wg,
+                wu,
+                self.tiles.gemv(wg.dims[0], wg.dims[1], size, weights=2),
+            )
             self._role(record, h, "gate_up")
             self._write(record.name, h, None, f"{record.name}.hidden")
             tiles = self.tiles.gemv(wd.dims[0], wd.dims[1], size)
@@ -525,8 +574,11 @@ class PersistentKernel:
                 raise GraphStructureError(f"{record.name}: rope must be RopeTables(cos, sin)")
             cos_t = self._read(record.name, "rope.cos", rope.cos)
             self._read(record.name, "rope.sin", rope.sin)
-            if not (isinstance(num_heads, int) and isinstance(num_kv_heads, int)
-                    and num_heads >= num_kv_heads >= 1):
+            if not (
+                isinstance(num_heads, int)
+                and isinstance(num_kv_heads, int)
+                and num_heads >= num_kv_heads >= 1
+            ):
                 raise ShapeError(
                     f"{record.name}: num_heads ({num_heads!r}) and num_kv_heads "
                     f"({num_kv_heads!r}) must be ints with num_heads >= num_kv_heads >= 1"
@@ -541,7 +593,10 @@ class PersistentKernel:
                     f"{record.name}: the caches must be ({self.max_seq_len}, {width}), got "
                     f"{list(kc.dims)} and {list(vc.dims)}"
                 )
-            if tuple(rope.cos.dims) != (self.max_seq_len, head_dim) or rope.sin.dims != rope.cos.dims:
+            if (
+                tuple(rope.cos.dims) != (self.max_seq_len, head_dim)
+                or rope.sin.dims != rope.cos.dims
+            ):
                 raise ShapeError(
                     f"{record.name}: the rope tables must be ({self.max_seq_len}, {head_dim})"
                 )
@@ -553,26 +608,47 @@ class PersistentKernel:
                 q_norm=self._read(record.name, "q_norm", q_norm) if q_norm is not None else None,
                 k_norm=self._read(record.name, "k_norm", k_norm) if k_norm is not None else None,
             )
-            k_t = self.attach_input(kc.binding.tensor, self._fresh(f"{kc.name}.T"),
-                                    dims=(width, self.max_seq_len), strides=(1, width)).dtensor
-            o_part, l_part = L.attention_partials(self.graph, tq, k_t, vc.dtensor,
-                                                  self._mask_row(), heads, shape)
+            k_t = self.attach_input(
+                kc.binding.tensor,
+                self._fresh(f"{kc.name}.T"),
+                dims=(width, self.max_seq_len),
+                strides=(1, width),
+            ).dtensor
+            o_part, l_part = L.attention_partials(
+                self.graph, tq, k_t, vc.dtensor, self._mask_row(), heads, shape
+            )
             self._role(record, o_part, "partials")
             o_new, l_new, k_row, v_row = L.attention_new_token(self.graph, tq, tk, tv, heads, shape)
             self._role(record, o_new, "new_token")
-            for t, base in ((o_part, "num"), (l_part, "den"), (o_new, "new_num"),
-                            (l_new, "new_den")):
+            for t, base in (
+                (o_part, "num"),
+                (l_part, "den"),
+                (o_new, "new_num"),
+                (l_new, "new_den"),
+            ):
                 self._write(record.name, t, None, f"{record.name}.{base}")
             for row, cache in ((k_row, kc), (v_row, vc)):
-                self._write(record.name, row, None, f"{cache.name}[pos]",
-                            Row(cache.binding.tensor, MetaSlot.POS))
+                self._write(
+                    record.name,
+                    row,
+                    None,
+                    f"{cache.name}[pos]",
+                    Row(cache.binding.tensor, MetaSlot.POS),
+                )
                 self.graph.mark_output(row)
             parts = (o_part, l_part, o_new, l_new)
             if output is None and self.tiles.fuse_attention_output and self.world_size == 1:
                 # deferred: a linear + residual layer reading it fuses the combination
                 name = self._fresh(f"{record.name}.out")
-                return self._register(PTensor(name, (1, num_heads * head_dim), tq.dtype,
-                                              Scratch(), pending=(record, parts, shape)))
+                return self._register(
+                    PTensor(
+                        name,
+                        (1, num_heads * head_dim),
+                        tq.dtype,
+                        Scratch(),
+                        pending=(record, parts, shape),
+                    )
+                )
             out = L.attention_combine(self.graph, *parts, shape)
             self._role(record, out, "combine")
             return self._write(record.name, out, output, f"{record.name}.out")
@@ -665,8 +741,9 @@ class PersistentKernel:
 
         return self._run(record, build)
 
-    def _all_reduce(self, record: LayerRecord, share: PTensor, residual: DTensor | None,
-                    output: PTensor | None) -> PTensor:
+    def _all_reduce(
+        self, record: LayerRecord, share: PTensor, residual: DTensor | None, output: PTensor | None
+    ) -> PTensor:
         from mugraph.persistent.parallel import Peer
 
         shares = []
@@ -675,8 +752,13 @@ class PersistentKernel:
                 shares.append(share.dtensor)
                 continue
             dt = self.graph.new_input(share.dims, contiguous_strides(share.dims), share.dtype)
-            peer = PTensor(self._fresh(f"{share.name}@rank{r}"), share.dims, share.dtype,
-                           Peer(r, share.name), dt)
+            peer = PTensor(
+                self._fresh(f"{share.name}@rank{r}"),
+                share.dims,
+                share.dtype,
+                Peer(r, share.name),
+                dt,
+            )
             shares.append(self._register(peer).dtensor)
         tile = largest_divisor(share.dims[1], self.tiles.copy_tile)
         out = L.all_reduce_sum(self.graph, shares, residual, tile)
@@ -689,8 +771,9 @@ class PersistentKernel:
         """The step must end in an argmax (the next token) and write every placeholder."""
         if self.token_output is None:
             raise GraphStructureError("persistent kernel has no argmax layer: no next token")
-        unwritten = [t.name for t in self.tensors.values()
-                     if t.dtensor is None and t.pending is None]
+        unwritten = [
+            t.name for t in self.tensors.values() if t.dtensor is None and t.pending is None
+        ]
         if unwritten:
             raise GraphStructureError(f"placeholders never written by a layer: {unwritten}")
         self.graph.check()
@@ -725,7 +808,9 @@ def _torch_tensor(value: Any, what: str):
     if not isinstance(value, torch.Tensor):
         raise GraphStructureError(f"{what}: expected a torch.Tensor, got {type(value).__name__}")
     if value.dim() not in (1, 2):
-        raise ShapeError(f"{what}: expected a 1-D or 2-D tensor, got {value.dim()}-D {list(value.shape)}")
+        raise ShapeError(
+            f"{what}: expected a 1-D or 2-D tensor, got {value.dim()}-D {list(value.shape)}"
+        )
     return value
 
 
@@ -733,4 +818,3 @@ def _torch_dtype(dtype: DType):
     import torch
 
     return getattr(torch, dtype.torch_name)
-

@@ -111,7 +111,8 @@ def embedding_copy(g: KernelGraph, row: DTensor, tile: int) -> DTensor:
 
 def _check_row(layer: str, x: DTensor, k: int | None = None) -> int:
     _require(
-        x.num_dims == 2 and x.dims[0] == 1, layer,
+        x.num_dims == 2 and x.dims[0] == 1,
+        layer,
         f"expects one token per step: an input of shape (1, K), got {list(x.dims)}",
     )
     if k is not None:
@@ -121,7 +122,8 @@ def _check_row(layer: str, x: DTensor, k: int | None = None) -> int:
 
 def _check_weight(layer: str, name: str, w: DTensor, k: int) -> int:
     _require(
-        w.num_dims == 2 and w.dims[1] == k, layer,
+        w.num_dims == 2 and w.dims[1] == k,
+        layer,
         f"{name} must be (N, {k}) (PyTorch's Linear layout), got {list(w.dims)}",
     )
     return w.dims[0]
@@ -129,7 +131,9 @@ def _check_weight(layer: str, name: str, w: DTensor, k: int) -> int:
 
 def _check_norm(layer: str, norm: DTensor, k: int, eps: DTensor) -> None:
     _require(
-        tuple(norm.dims) == (1, k), layer, f"the norm weight must be (1, {k}), got {list(norm.dims)}"
+        tuple(norm.dims) == (1, k),
+        layer,
+        f"the norm weight must be (1, {k}), got {list(norm.dims)}",
     )
     _require(tuple(eps.dims) == (1, 1), layer, f"eps must be a (1, 1) tensor, got {list(eps.dims)}")
 
@@ -162,7 +166,8 @@ def linear_residual(
     k = _check_row(layer, x)
     n = _check_weight(layer, "weight", w, k)
     _require(
-        tuple(residual.dims) == (1, n), layer,
+        tuple(residual.dims) == (1, n),
+        layer,
         f"the residual must be (1, {n}), got {list(residual.dims)}",
     )
     tb = new_threadblock_graph(tiles.grid(layer, n), BLOCK_DIM)
@@ -202,7 +207,8 @@ def rmsnorm_gate_up(
     _check_norm(layer, norm, k, eps)
     n = _check_weight(layer, "gate weight", w_gate, k)
     _require(
-        tuple(w_up.dims) == (n, k), layer,
+        tuple(w_up.dims) == (n, k),
+        layer,
         f"the up weight must match the gate weight ({n}, {k}), got {list(w_up.dims)}",
     )
     tb = new_threadblock_graph(tiles.grid(layer, n), BLOCK_DIM)
@@ -310,9 +316,15 @@ def attention_partials(
     """
     layer = "attention_layer"
     d, h, gq, c = shape.head_dim, shape.num_kv_heads, shape.group, shape.chunk
-    _require(tuple(q.dims) == (1, shape.num_heads * d), layer, f"q must be (1, {shape.num_heads * d})")
-    _require(tuple(k_cache_t.dims) == (h * d, shape.max_seq), layer, "key cache has the wrong shape")
-    _require(tuple(v_cache.dims) == (shape.max_seq, h * d), layer, "value cache has the wrong shape")
+    _require(
+        tuple(q.dims) == (1, shape.num_heads * d), layer, f"q must be (1, {shape.num_heads * d})"
+    )
+    _require(
+        tuple(k_cache_t.dims) == (h * d, shape.max_seq), layer, "key cache has the wrong shape"
+    )
+    _require(
+        tuple(v_cache.dims) == (shape.max_seq, h * d), layer, "value cache has the wrong shape"
+    )
     _require(tuple(mask.dims) == (1, shape.max_seq), layer, f"mask must be (1, {shape.max_seq})")
     tb = new_threadblock_graph((h, shape.num_chunks, 1), BLOCK_DIM)
     tq = tb.new_input(q, ALONG_X_DIM1, -1)
@@ -347,7 +359,9 @@ def attention_new_token(
     layer = "attention_layer"
     d, h, gq = shape.head_dim, shape.num_kv_heads, shape.group
     for name, t in (("k", k), ("v", v)):
-        _require(tuple(t.dims) == (1, h * d), layer, f"{name} must be (1, {h * d}), got {list(t.dims)}")
+        _require(
+            tuple(t.dims) == (1, h * d), layer, f"{name} must be (1, {h * d}), got {list(t.dims)}"
+        )
     tb = new_threadblock_graph((h, 1, 1), BLOCK_DIM)
     tq = tb.new_input(q, ALONG_X_DIM1, -1)
     tk = tb.new_input(k, ALONG_X_DIM1, -1)

@@ -39,11 +39,13 @@ class Peer:
 
 def shard(weight: Any, rank: int, world_size: int, dim: int, what: str) -> Any:
     """Rank ``rank``'s contiguous slice of ``weight`` along ``dim`` (a contiguous copy)."""
+    import torch
+
     size = weight.shape[dim]
     if size % world_size:
         raise ShapeError(f"{what}: dim {dim} ({size}) does not split over {world_size} ranks")
     part = size // world_size
-    return weight.narrow(dim, rank * part, part).contiguous()
+    return weight.narrow(dim, rank * part, part).clone(memory_format=torch.contiguous_format)
 
 
 def simulate_ranks(kernels: list, inputs: list[dict[str, Any]]) -> list[dict[tuple[int, int], Any]]:
@@ -56,8 +58,14 @@ def simulate_ranks(kernels: list, inputs: list[dict[str, Any]]) -> list[dict[tup
     from mugraph.semantics.reference import REFERENCE
 
     values: list[dict[tuple[int, int], Any]] = [{} for _ in kernels]
-    names = [{(t.dtensor.ref.op, t.dtensor.ref.index): t for t in k.tensors.values()
-              if t.dtensor is not None} for k in kernels]
+    names = [
+        {
+            (t.dtensor.ref.op, t.dtensor.ref.index): t
+            for t in k.tensors.values()
+            if t.dtensor is not None
+        }
+        for k in kernels
+    ]
     first = kernels[0].graph
     for pos, op in enumerate(first.ops):
         for r, k in enumerate(kernels):

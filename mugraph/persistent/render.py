@@ -58,8 +58,7 @@ def render_text(tg: TaskGraph, max_lines: int = 60) -> str:
 
 
 def caption(tg: TaskGraph) -> str:
-    return (f"task graph: {len(tg.tasks)} tasks, {len(tg.events)} events, "
-            f"{tg.num_programs} programs")
+    return f"task graph: {len(tg.tasks)} tasks, {len(tg.events)} events, {tg.num_programs} programs"
 
 
 def layout(tg: TaskGraph, max_tasks: int = MAX_TASKS) -> Layout:
@@ -75,8 +74,9 @@ def layout(tg: TaskGraph, max_tasks: int = MAX_TASKS) -> Layout:
     boxes = []
     for key, (kind, text) in texts.items():
         node = engine.nodes[key]
-        boxes.append(Box(key, kind, node.x - node.w / 2 + MARGIN, node.y + top, node.w, node.h,
-                         text))
+        boxes.append(
+            Box(key, kind, node.x - node.w / 2 + MARGIN, node.y + top, node.w, node.h, text)
+        )
     edges = [Edge(_shift(engine.route(link), MARGIN, top), "kernel") for link in engine.links]
     width = max(engine.width, text_width(caption(tg), "caption")) + 2 * MARGIN
     return Layout(width, engine.height + top + MARGIN, boxes, edges, [], caption(tg))
@@ -84,14 +84,14 @@ def layout(tg: TaskGraph, max_tasks: int = MAX_TASKS) -> Layout:
 
 def _task_nodes(tg: TaskGraph, engine: LayeredLayout, texts: dict) -> None:
     for t in tg.tasks:
-        text = _lines((f"t{t.index} {tg.label(t.index)}", "name"),
-                      (f"program {t.program}", "type"))
+        text = _lines((f"t{t.index} {tg.label(t.index)}", "name"), (f"program {t.program}", "type"))
         texts[f"t{t.index}"] = ("op", text)
         engine.add_node(f"t{t.index}", *_box_size(text), 2 * t.depth)
     for e in tg.events:
         depth = min(tg.tasks[c].depth for c in e.consumers)
-        note = f"e{e.index}: {e.count}" + (f" ({len(e.remote_producers)} remote)"
-                                            if e.remote_producers else "")
+        note = f"e{e.index}: {e.count}" + (
+            f" ({len(e.remote_producers)} remote)" if e.remote_producers else ""
+        )
         text = _lines((note, "note"))
         texts[f"e{e.index}"] = ("accum", text)
         engine.add_node(f"e{e.index}", *_box_size(text), 2 * depth - 1)
@@ -107,8 +107,9 @@ def _kernel_nodes(tg: TaskGraph, engine: LayeredLayout, texts: dict) -> None:
     for k in tg.kernels:
         for t in range(k.first_task, k.first_task + k.num_tasks):
             owner[t] = k.op
-        depth[k.op] = min(tg.tasks[t].depth for t in range(k.first_task,
-                                                              k.first_task + k.num_tasks))
+        depth[k.op] = min(
+            tg.tasks[t].depth for t in range(k.first_task, k.first_task + k.num_tasks)
+        )
         text = _lines((k.label, "name"), (f"{k.num_tasks} tasks, {k.num_blocks} blocks", "type"))
         texts[f"k{k.op}"] = ("op", text)
         engine.add_node(f"k{k.op}", *_box_size(text), depth[k.op])

@@ -125,13 +125,17 @@ class PersistentProgram:
         if num_programs is None:
             num_programs = (
                 torch.cuda.get_device_properties(self.device).multi_processor_count
-                if on_cuda else 4
+                if on_cuda
+                else 4
             )
         self.num_programs = num_programs
         self.num_warps = num_warps
         gpu = on_cuda and not interpret
         self.options = PersistentOptions(
-            interpret=interpret, prefetch=prefetch and gpu, cache_hint=gpu, hoist=hoist,
+            interpret=interpret,
+            prefetch=prefetch and gpu,
+            cache_hint=gpu,
+            hoist=hoist,
             trace=trace and gpu,
         )
         self.tasks: TaskGraph = kernel.task_graph(num_programs, allocation=task_allocation)
@@ -163,8 +167,9 @@ class PersistentProgram:
                 texts[src.text] = k
                 name = f"mg_task{k}"
                 pf = src.prefetch_name.replace(placeholder, name) if src.prefetch_name else None
-                bodies.append(BodySource(name, pf, src.text.replace(placeholder, name),
-                                         src.scratch))
+                bodies.append(
+                    BodySource(name, pf, src.text.replace(placeholder, name), src.scratch)
+                )
             kinds[spec.op] = texts[src.text]
             bodies[kinds[spec.op]].kernels.append(spec.label)
         return kinds, bodies
@@ -182,14 +187,17 @@ class PersistentProgram:
                 if isinstance(self.kernel.binding(TensorRef(k, j)), Scratch):
                     dtype = getattr(torch, t.dtype.torch_name)
                     self.buffers[(k, j)] = torch.zeros(t.dims, dtype=dtype, device=dev)
-        self.companions = {name: torch.zeros(n, dtype=torch.int32, device=dev)
-                           for name, n in self.kernel.companions.items()}
+        self.companions = {
+            name: torch.zeros(n, dtype=torch.int32, device=dev)
+            for name, n in self.kernel.companions.items()
+        }
         self.history = torch.zeros(self.kernel.max_seq_len, dtype=torch.int32, device=dev)
         self.meta = torch.zeros(META_SIZE, dtype=torch.int32, device=dev)
         self.events = torch.zeros(max(1, len(self.tasks.events)), dtype=torch.int32, device=dev)
         scratch = max((b.scratch for b in self.bodies), default=0)
-        self.scratch = torch.zeros(max(1, scratch * self.num_programs), dtype=torch.float32,
-                                   device=dev)
+        self.scratch = torch.zeros(
+            max(1, scratch * self.num_programs), dtype=torch.float32, device=dev
+        )
         slots = 3 * len(self.tasks.tasks) if self.options.trace else 1
         self.trace = torch.zeros(slots, dtype=torch.int64, device=dev)
 
@@ -203,7 +211,9 @@ class PersistentProgram:
             return t.data_ptr() + binding.offset * t.element_size()
         if isinstance(binding, Row):
             return binding.table.data_ptr()
-        raise UnsupportedError(f"persistent runtime: no memory for tensor {ref}")  # pragma: no cover
+        raise UnsupportedError(
+            f"persistent runtime: no memory for tensor {ref}"
+        )  # pragma: no cover
 
     def _tables(self) -> None:
         """Descriptors, triggers, queues as device arrays."""
@@ -231,7 +241,7 @@ class PersistentProgram:
                 if role.argmax == "final":
                     addresses.append(self.history.data_ptr())
             assert len(addresses) == len(specs[t.kernel].args)
-            row[DESC_HEADER:DESC_HEADER + len(addresses)] = addresses
+            row[DESC_HEADER : DESC_HEADER + len(addresses)] = addresses
         if self.mode == "persistent":
             queues = tg.queues
         else:
@@ -248,16 +258,25 @@ class PersistentProgram:
     # ---- launching ------------------------------------------------------------------------
 
     def _args(self) -> tuple:
-        return (self.desc, self.queue, self.qstart, self.events, self.triggers, self.meta,
-                self.scratch, self.trace)
+        return (
+            self.desc,
+            self.queue,
+            self.qstart,
+            self.events,
+            self.triggers,
+            self.meta,
+            self.scratch,
+            self.trace,
+        )
 
     def _check_residency(self) -> None:
         """All programs must fit on the GPU at once, or a wait may never be satisfied."""
         import torch
 
         try:
-            compiled = self.fn.warmup(*self._args(), grid=self.grid, num_warps=self.num_warps,
-                                      num_stages=1)
+            compiled = self.fn.warmup(
+                *self._args(), grid=self.grid, num_warps=self.num_warps, num_stages=1
+            )
             if hasattr(compiled, "_init_handles"):
                 compiled._init_handles()
         except (AttributeError, TypeError) as error:  # pragma: no cover - Triton API drift
@@ -273,8 +292,12 @@ class PersistentProgram:
             THREADS_PER_SM // threads,
             smem // max(1, shared) if shared else THREADS_PER_SM,
         )
-        self.resources = {"registers": regs, "shared_bytes": shared, "programs_per_sm": per_sm,
-                          "spills": int(getattr(compiled, "n_spills", 0) or 0)}
+        self.resources = {
+            "registers": regs,
+            "shared_bytes": shared,
+            "programs_per_sm": per_sm,
+            "spills": int(getattr(compiled, "n_spills", 0) or 0),
+        }
         if per_sm * props.multi_processor_count < self.grid[0]:
             raise PersistentRuntimeError(
                 f"persistent kernel: {self.grid[0]} programs cannot be resident at once "
@@ -325,7 +348,8 @@ class PersistentProgram:
         """Decode one token at the current position: ``token`` (default: the last argmax)."""
         if self.pos >= self.kernel.max_seq_len:
             raise GraphInputError(
-                f"persistent step: position {self.pos} is past the cache ({self.kernel.max_seq_len})"
+                f"persistent step: position {self.pos} is past the cache "
+                f"({self.kernel.max_seq_len} positions)"
             )
         if token is not None:
             vocab = self._vocab()
@@ -358,7 +382,7 @@ class PersistentProgram:
             self.step()
         self.check_errors()
         first = start + len(prompt) - 1
-        return [int(x) for x in self.history[first:first + max_new_tokens].tolist()]
+        return [int(x) for x in self.history[first : first + max_new_tokens].tolist()]
 
     def check_errors(self) -> None:
         """Raise if a wait of the last launches gave up (synchronises)."""
@@ -381,13 +405,16 @@ class PersistentProgram:
             return self.buffers[(ref.op, ref.index)]
         if isinstance(t.binding, Attached):
             return t.binding.tensor
-        raise GraphInputError(f"tensor {name!r} has no buffer of its own ({type(t.binding).__name__})")
+        raise GraphInputError(
+            f"tensor {name!r} has no buffer of its own ({type(t.binding).__name__})"
+        )
 
     def task_count(self) -> int:
         return len(self.tasks.tasks)
 
     def describe(self) -> str:
         kinds = len(self.bodies)
-        return (f"{self.tasks.summary()}; {kinds} task bodies; mode {self.mode}, "
-                f"{self.grid[0]} programs x {self.num_warps} warps")
-
+        return (
+            f"{self.tasks.summary()}; {kinds} task bodies; mode {self.mode}, "
+            f"{self.grid[0]} programs x {self.num_warps} warps"
+        )

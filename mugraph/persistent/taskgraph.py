@@ -219,20 +219,39 @@ class TaskGraph:
         try:
             doc = json.loads(text)
             if doc.get("format") != FORMAT:
-                raise SerializationError(f"not a task graph document (format {doc.get('format')!r})")
+                raise SerializationError(
+                    f"not a task graph document (format {doc.get('format')!r})"
+                )
             kernels = [KernelTasks(**{**k, "grid": tuple(k["grid"])}) for k in doc["kernels"]]
             tasks = [
-                Task(**{**t, "triggers": tuple(t["triggers"]),
-                        "remote_triggers": tuple(tuple(r) for r in t["remote_triggers"])})
+                Task(
+                    **{
+                        **t,
+                        "triggers": tuple(t["triggers"]),
+                        "remote_triggers": tuple(tuple(r) for r in t["remote_triggers"]),
+                    }
+                )
                 for t in doc["tasks"]
             ]
             events = [
-                Event(e["index"], tuple(e["producers"]), tuple(e["consumers"]),
-                      tuple(tuple(r) for r in e["remote_producers"]))
+                Event(
+                    e["index"],
+                    tuple(e["producers"]),
+                    tuple(e["consumers"]),
+                    tuple(tuple(r) for r in e["remote_producers"]),
+                )
                 for e in doc["events"]
             ]
-            return TaskGraph(doc["num_programs"], kernels, tasks, events, doc["queues"],
-                             doc["order"], doc["rank"], doc["world_size"])
+            return TaskGraph(
+                doc["num_programs"],
+                kernels,
+                tasks,
+                events,
+                doc["queues"],
+                doc["order"],
+                doc["rank"],
+                doc["world_size"],
+            )
         except SerializationError:
             raise
         except (KeyError, TypeError, ValueError) as error:
@@ -266,7 +285,8 @@ def _source(obj) -> _Source:
         return _Source(obj, labels, {}, 0, 1)
     if not isinstance(obj, PersistentKernel):
         raise GraphStructureError(
-            f"build_task_graph: expected a PersistentKernel or KernelGraph, got {type(obj).__name__}"
+            "build_task_graph: expected a PersistentKernel or KernelGraph, got "
+            f"{type(obj).__name__}"
         )
     labels = {op: f"%{op} {role.label}" for op, role in obj.roles.items()}
     peers = {}
@@ -359,8 +379,13 @@ def kernel_depths(graph: KernelGraph, ops: list[int]) -> dict[int, int]:
     return depth
 
 
-def allocate_tasks(graph: KernelGraph, ops: list[int], num_programs: int, allocation: str,
-                   tasks_per_kernel: int | None = None) -> dict[int, int]:
+def allocate_tasks(
+    graph: KernelGraph,
+    ops: list[int],
+    num_programs: int,
+    allocation: str,
+    tasks_per_kernel: int | None = None,
+) -> dict[int, int]:
     """How many tasks each kernel gets.
 
     "kernel": up to ``tasks_per_kernel`` (default ``num_programs``) per kernel;
@@ -379,8 +404,7 @@ def allocate_tasks(graph: KernelGraph, ops: list[int], num_programs: int, alloca
     for k in ops:
         total[depth[k]] = total.get(depth[k], 0) + weight[k]
     return {
-        k: max(1, min(blocks[k], round(num_programs * weight[k] / total[depth[k]])))
-        for k in ops
+        k: max(1, min(blocks[k], round(num_programs * weight[k] / total[depth[k]]))) for k in ops
     }
 
 
@@ -401,7 +425,9 @@ def build_task_graph(
     others before making events.
     """
     if not isinstance(num_programs, int) or num_programs < 1:
-        raise GraphStructureError(f"build_task_graph: num_programs must be >= 1, got {num_programs!r}")
+        raise GraphStructureError(
+            f"build_task_graph: num_programs must be >= 1, got {num_programs!r}"
+        )
     src = _source(source)
     graph = src.graph
     ops = _kernel_ops(graph)
@@ -412,8 +438,15 @@ def build_task_graph(
         op = graph.ops[k]
         block: BlockGraph = op.attr("graph")
         count = counts[k]
-        kernels[k] = KernelTasks(k, src.labels.get(k, f"%{k}"), block.grid_dim, block.num_blocks,
-                                 first, count, _block_bytes(graph, op))
+        kernels[k] = KernelTasks(
+            k,
+            src.labels.get(k, f"%{k}"),
+            block.grid_dim,
+            block.num_blocks,
+            first,
+            count,
+            _block_bytes(graph, op),
+        )
         first += count
     deps = _Dependencies(graph)
     task_sets: dict[tuple, frozenset[int]] = {}
@@ -450,18 +483,37 @@ def build_task_graph(
     kept = _transitive_reduction(raw) if reduce else [frozenset(s) for s in raw]
     order = sorted(range(len(raw)), key=lambda t: (depth[t], owners[t][0], t))
     events, waits, triggers, remote_triggers = _events(kept, remote, src)
-    programs = _schedule(order, raw, owners, kernels, num_programs, task_overhead_s,
-                         bandwidth_per_program)
+    programs = _schedule(
+        order, raw, owners, kernels, num_programs, task_overhead_s, bandwidth_per_program
+    )
     tasks = [
-        Task(t, owners[t][0], owners[t][1], owners[t][2], depth[t], programs[t], waits[t],
-             tuple(sorted(triggers[t])), tuple(sorted(remote_triggers[t])))
+        Task(
+            t,
+            owners[t][0],
+            owners[t][1],
+            owners[t][2],
+            depth[t],
+            programs[t],
+            waits[t],
+            tuple(sorted(triggers[t])),
+            tuple(sorted(remote_triggers[t])),
+        )
         for t in range(len(raw))
     ]
     queues: list[list[int]] = [[] for _ in range(num_programs)]
     for t in order:
         queues[programs[t]].append(t)
-    graph_out = TaskGraph(num_programs, list(kernels.values()), tasks, events, queues, order,
-                          src.rank, src.world_size, [frozenset(s) for s in raw])
+    graph_out = TaskGraph(
+        num_programs,
+        list(kernels.values()),
+        tasks,
+        events,
+        queues,
+        order,
+        src.rank,
+        src.world_size,
+        [frozenset(s) for s in raw],
+    )
     graph_out.check()
     return graph_out
 
@@ -568,4 +620,3 @@ def describe_program(graph: TaskGraph, program: int) -> list[str]:
         trig = ", ".join(f"e{e}" for e in task.triggers) or "-"
         lines.append(f"    t{t} {graph.label(t)}: {wait}; triggers {trig}")
     return lines
-
