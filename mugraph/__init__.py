@@ -26,6 +26,7 @@ from mugraph.ir.ops import AccumKind, Group, Level, OpKind
 from mugraph.ir.serialize import from_json
 from mugraph.ir.tensor import DTensor, STensor, TensorType
 from mugraph.optimize.ranking import RankingOptions, RankingResult
+from mugraph.persistent import PersistentKernel, PersistentProgram, build_decoder
 from mugraph.runtime.compiled import CompiledProgram, compile_graph
 from mugraph.search.config import SearchConfig
 from mugraph.search.verify import NotVerifiableError, VerificationResult, verify
@@ -57,6 +58,8 @@ __all__ = [
     "OpKind",
     "RankingOptions",
     "RankingResult",
+    "PersistentKernel",
+    "PersistentProgram",
     "STensor",
     "SearchConfig",
     "SerializationError",
@@ -67,6 +70,7 @@ __all__ = [
     "UnsupportedError",
     "VerificationResult",
     "bfloat16",
+    "build_decoder",
     "compile",
     "default_cache_dir",
     "float16",

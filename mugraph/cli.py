@@ -514,10 +514,13 @@ def _json_value(value: Any) -> Any:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    """Print a μGraph; optionally write it as an SVG picture or an HTML page."""
+    """Print a μGraph (or a persistent kernel's task graph); optionally write it as an SVG
+    picture or an HTML page."""
     from mugraph import visualize
     from mugraph.optimize.cost_model import estimate
 
+    if _is_task_graph(args.graph):
+        return _show_task_graph(args)
     graph = load_graph(args.graph)
     say = _printer(sys.stdout)
     say(str(graph))
@@ -527,6 +530,39 @@ def cmd_show(args: argparse.Namespace) -> int:
         say(f"wrote {args.svg}")
     if args.html:
         _write_text(args.html, visualize.to_html(graph, title=Path(args.graph).name))
+        say(f"wrote {args.html}")
+    return EXIT_OK
+
+
+def _is_task_graph(path: str) -> bool:
+    from mugraph.persistent.taskgraph import is_task_graph_document
+
+    file = Path(path)
+    if not file.is_file():
+        return False
+    with open(file, encoding="utf-8", errors="replace") as handle:
+        return is_task_graph_document(handle.read(200))
+
+
+def _show_task_graph(args: argparse.Namespace) -> int:
+    """``mugraph show TASKS.json``: a task graph written by ``TaskGraph.to_json``."""
+    from mugraph.persistent import render
+    from mugraph.persistent.taskgraph import TaskGraph
+
+    tg = TaskGraph.from_json(Path(args.graph).read_text(encoding="utf-8"))
+    say = _printer(sys.stdout)
+    say(render.render_text(tg))
+    picture = render.to_svg(tg) if (args.svg or args.html) else None
+    if args.svg:
+        _write_text(args.svg, picture)
+        say(f"wrote {args.svg}")
+    if args.html:
+        import html
+
+        page = (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>"
+                f"{html.escape(Path(args.graph).name)}</title></head><body>{picture}"
+                f"<pre>{html.escape(render.render_text(tg, max_lines=10**6))}</pre></body></html>")
+        _write_text(args.html, page)
         say(f"wrote {args.html}")
     return EXIT_OK
 
@@ -708,7 +744,8 @@ def _add_show(sub, common) -> None:
     p = sub.add_parser(
         "show", parents=[common], help="print a μGraph, draw it as SVG / HTML",
         description="Print the μGraph in GRAPH.json; --svg / --html write a picture of it "
-        "(the kernel graph with each custom kernel's block graph drawn inside it).",
+        "(the kernel graph with each custom kernel's block graph drawn inside it). A task "
+        "graph of a persistent kernel (TaskGraph.to_json) is shown as tasks and events.",
     )
     p.add_argument("graph", metavar="GRAPH.json", help="a μGraph written by mugraph")
     p.add_argument("--svg", metavar="FILE", help="write an SVG picture")

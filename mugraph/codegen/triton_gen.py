@@ -971,6 +971,21 @@ def _store_scales(em: KernelEmitter, op: Op, j: int, ref: TensorRef, sec: Phase,
     em.emit(sec, _store_text(f"sout{j}_ptr + {offs}", expr, tiles.valid_mask(rows, row_pad)))
 
 
+def emit_outputs(em: KernelEmitter) -> None:
+    """Emit the stores of every output (and, on demand, everything they need)."""
+    for j, op in enumerate(em.block.output_ops):
+        _emit_store(em, op, j)
+
+
+def loop_header(em: KernelEmitter) -> list[str]:
+    """The for-loop statement(s) of a kernel with a for-loop, before its indented body."""
+    loop = "tl.static_range" if unrolled(em.block, em.options) else "range"
+    lines = [f"for it in {loop}(0, {em.block.forloop_range}):"]
+    if em.options.index64:
+        lines.append("    it_ = tl.full([], 0, tl.int64) + it")
+    return lines
+
+
 def _signature(block: BlockGraph, scratch: bool, carry: KernelCarry) -> list[str]:
     args = []
     for op in block.input_ops:
@@ -1014,10 +1029,7 @@ def _body(em: KernelEmitter) -> list[str]:
     pad = "    "
     lines = [pad + line for line in _prologue(em) + em.lines[PRE]]
     if em.loop and em.lines[LOOP]:
-        loop = "tl.static_range" if unrolled(em.block, em.options) else "range"
-        lines.append(f"{pad}for it in {loop}(0, {em.block.forloop_range}):")
-        if em.options.index64:
-            lines.append(f"{pad}    it_ = tl.full([], 0, tl.int64) + it")
+        lines += [pad + line for line in loop_header(em)]
         lines += [pad * 2 + line for line in em.lines[LOOP] + em.loop_tail]
     else:
         lines += [pad + line for line in em.lines[LOOP] + em.loop_tail]
@@ -1047,8 +1059,7 @@ def generate_kernel(
     label = label or f"kernel {name}"
     _check_grid(block, label)
     em = KernelEmitter(block, name, label, options, carry)
-    for j, op in enumerate(block.output_ops):
-        _emit_store(em, op, j)
+    emit_outputs(em)
     header = [
         "import triton",
         "import triton.language as tl",

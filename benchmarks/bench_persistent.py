@@ -1,0 +1,661 @@
+"""Per-token decode latency: mugraph's persistent kernel against PyTorch, and the floor.
+
+One call measures, for a Qwen3-0.6B-shaped and a Llama-3.2-1B-shaped model (bfloat16, random
+weights, batch 1, KV cache of 1024 positions), the time of one decode step with:
+
+- eager: a plain PyTorch decode step over the transformers module's weights, with a static KV
+  cache (attention over all 1024 positions with a mask, SDPA), run from Python;
+- torch.compile of that step; eager + CUDA graph; torch.compile + CUDA graph (manual capture);
+- mugraph persistent: ``build_decoder(model)`` compiled to one persistent Triton kernel, replayed
+  from a CUDA graph (the kernel advances the position itself);
+- the floor: every weight read once (the tied LM head reads the embedding table) plus the KV
+  cache, over the measured device-to-device copy bandwidth.
+
+Correctness first: transformers' ``generate`` (greedy, 32 new tokens after a random prompt) is
+the reference; the persistent kernel's greedy tokens and the PyTorch step's are compared with
+it, and teacher-forced logits give a relative error per step.
+
+Each model runs in a subprocess under a time limit (a hung kernel cannot eat the whole run);
+results go to ``--out`` as JSON and a table is printed last::
+
+    timeout 530 python benchmarks/bench_persistent.py --out $OUT
+
+``--layers N`` shrinks the models (smoke tests); on a machine without a GPU the script runs the
+eager and persistent (interpreter) columns of a tiny model only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+MODELS = {
+    "qwen3-0.6b": dict(
+        kind="qwen3",
+        vocab_size=151936,
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        rms_norm_eps=1e-6,
+        rope_theta=1000000.0,
+        tie_word_embeddings=True,
+        max_position_embeddings=40960,
+    ),
+    "llama-3.2-1b": dict(
+        kind="llama",
+        vocab_size=128256,
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=64,
+        rms_norm_eps=1e-5,
+        rope_theta=500000.0,
+        tie_word_embeddings=True,
+        max_position_embeddings=131072,
+        rope_scaling={
+            "rope_type": "llama3",
+            "factor": 32.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+    ),
+    "tiny-qwen3": dict(
+        kind="qwen3",
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        max_position_embeddings=256,
+    ),
+}
+COLUMNS = ["eager", "compile", "eager_graph", "compile_graph", "persistent", "floor"]
+
+
+def make_model(name: str, layers: int | None, device, dtype):
+    import torch
+    import transformers
+
+    spec = dict(MODELS[name])
+    kind = spec.pop("kind")
+    if layers:
+        spec["num_hidden_layers"] = layers
+    config_cls = transformers.Qwen3Config if kind == "qwen3" else transformers.LlamaConfig
+    config = config_cls(**spec)
+    with torch.device(device):
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+    return model.eval()
+
+
+# ---- a plain PyTorch decode step with a static cache (the baselines) ---------------------------
+
+
+class TorchDecode:
+    """One decode step in plain PyTorch over the module's weights, static KV caches."""
+
+    def __init__(self, model, max_seq: int) -> None:
+        import torch
+
+        from mugraph.persistent.hf import ModelShape, rope_tables
+
+        self.shape = s = ModelShape.of(model.config)
+        p = next(model.parameters())
+        self.dtype, self.device = p.dtype, p.device
+        inner = model.model
+        self.embed = inner.embed_tokens.weight
+        self.layers = list(inner.layers)
+        self.norm = inner.norm.weight
+        self.lm_head = model.lm_head.weight
+        self.cos, self.sin = rope_tables(model, max_seq)
+        self.k = torch.zeros(
+            s.layers, s.kv_heads, max_seq, s.head_dim, dtype=p.dtype, device=p.device
+        )
+        self.v = torch.zeros_like(self.k)
+        j = torch.arange(max_seq, device=p.device)
+        self.mask = torch.where(j[None, :] <= j[:, None], 0.0, float("-inf")).to(p.dtype)
+
+    def rms(self, x, w):
+        import torch
+
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.shape.eps)).to(x.dtype) * w
+
+    def rope(self, x, cos, sin):
+        import torch
+
+        half = x.shape[-1] // 2
+        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+        return x * cos + rotated * sin
+
+    def step(self, token, pos):
+        """``token`` and ``pos``: (1,) int64 device tensors. Returns the logits (1, vocab)."""
+        import torch.nn.functional as F
+
+        s = self.shape
+        x = self.embed[token]
+        cos, sin = self.cos[pos], self.sin[pos]
+        mask = self.mask[pos].view(1, 1, 1, -1)
+        for i, layer in enumerate(self.layers):
+            attn, mlp = layer.self_attn, layer.mlp
+            h = self.rms(x, layer.input_layernorm.weight)
+            q = F.linear(h, attn.q_proj.weight).view(s.heads, s.head_dim)
+            k = F.linear(h, attn.k_proj.weight).view(s.kv_heads, s.head_dim)
+            v = F.linear(h, attn.v_proj.weight).view(s.kv_heads, s.head_dim)
+            if s.qk_norm:
+                q, k = self.rms(q, attn.q_norm.weight), self.rms(k, attn.k_norm.weight)
+            q, k = self.rope(q, cos, sin), self.rope(k, cos, sin)
+            self.k[i].index_copy_(1, pos, k.unsqueeze(1))
+            self.v[i].index_copy_(1, pos, v.unsqueeze(1))
+            o = F.scaled_dot_product_attention(
+                q.view(1, s.heads, 1, s.head_dim),
+                self.k[i].unsqueeze(0),
+                self.v[i].unsqueeze(0),
+                attn_mask=mask,
+                enable_gqa=True,
+            )
+            x = x + F.linear(o.reshape(1, -1), attn.o_proj.weight)
+            h = self.rms(x, layer.post_attention_layernorm.weight)
+            x = x + F.linear(
+                F.silu(F.linear(h, mlp.gate_proj.weight)) * F.linear(h, mlp.up_proj.weight),
+                mlp.down_proj.weight,
+            )
+        return F.linear(self.rms(x, self.norm), self.lm_head)
+
+    def generate(self, prompt: list[int], n: int) -> list[int]:
+        import torch
+
+        out = []
+        token = torch.tensor([prompt[0]], device=self.device)
+        for i in range(len(prompt) + n - 1):
+            logits = self.step(token, torch.tensor([i], device=self.device))
+            nxt = int(logits.argmax(-1))
+            if i + 1 < len(prompt):
+                token = torch.tensor([prompt[i + 1]], device=self.device)
+            else:
+                out.append(nxt)
+                token = torch.tensor([nxt], device=self.device)
+        return out
+
+
+# ---- timing ---------------------------------------------------------------------------------
+
+
+def time_calls(fn, warmup: int, calls: int, repeats: int, sync) -> float:
+    """Median over ``repeats`` of the mean seconds per call of ``calls`` calls."""
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    sync()
+    results = []
+    for _ in range(repeats):
+        if torch.cuda.is_available():
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(calls):
+                fn()
+            end.record()
+            end.synchronize()
+            results.append(start.elapsed_time(end) / 1e3 / calls)
+        else:
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            results.append((time.perf_counter() - t0) / calls)
+    return statistics.median(results)
+
+
+def copy_bandwidth(device) -> float:
+    """Bytes per second of a large device-to-device copy (read + write counted)."""
+    import torch
+
+    n = 1 << 28  # 256 Mi float32 = 1 GiB
+    a = torch.empty(n, dtype=torch.float32, device=device).uniform_()
+    b = torch.empty_like(a)
+    t = time_calls(lambda: b.copy_(a), 3, 10, 3, torch.cuda.synchronize)
+    return 2 * a.numel() * 4 / t
+
+
+def floor_bytes(model, max_seq: int) -> int:
+    from mugraph.persistent.hf import ModelShape
+
+    s = ModelShape.of(model.config)
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    kv = 2 * s.layers * max_seq * s.kv_heads * s.head_dim * next(model.parameters()).element_size()
+    return weights + kv
+
+
+def graph_of(fn):
+    import torch
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return g
+
+
+# ---- one model ------------------------------------------------------------------------------
+
+
+class Recorder:
+    def __init__(self, path: Path, name: str) -> None:
+        self.path, self.name = path, name
+        self.row: dict = {"model": name}
+
+    def __call__(self, **kw) -> None:
+        self.row.update(kw)
+        with open(self.path, "a") as f:
+            f.write(json.dumps({"model": self.name, **kw}) + "\n")
+        print(f"[{self.name}] " + ", ".join(f"{k}={v}" for k, v in kw.items()), flush=True)
+
+
+def run_model(name: str, args) -> None:
+    import torch
+
+    cuda = torch.cuda.is_available()
+    if not cuda:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    record = Recorder(Path(args.out) / "rows.jsonl", name)
+    device = "cuda" if cuda else "cpu"
+    dtype = torch.bfloat16 if cuda else torch.float32
+    torch.manual_seed(args.seed)
+    t0 = time.perf_counter()
+    model = make_model(name, args.layers, device, dtype)
+    max_seq = args.cache if cuda else 64
+    prompt = torch.randint(0, model.config.vocab_size, (args.prompt,)).tolist()
+    record(setup_s=round(time.perf_counter() - t0, 1), max_seq=max_seq)
+
+    # reference: transformers' own greedy decoding
+    with torch.no_grad():
+        out = model.generate(
+            torch.tensor([prompt], device=device),
+            max_new_tokens=args.new_tokens,
+            min_new_tokens=args.new_tokens,
+            do_sample=False,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
+    ref_tokens = out.sequences[0, len(prompt) :].tolist()
+    ref_logits = [x[0].float() for x in out.logits]
+
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    if args.part in ("torch", "all"):
+        run_torch(model, prompt, ref_tokens, max_seq, device, sync, record, args)
+    if args.part in ("persistent", "all"):
+        run_persistent(model, prompt, ref_tokens, ref_logits, max_seq, sync, record, args)
+
+
+def run_torch(model, prompt, ref_tokens, max_seq, device, sync, record, args) -> None:
+    import torch
+
+    cuda = device == "cuda"
+    base = TorchDecode(model, max_seq)
+    with torch.no_grad():
+        record(torch_tokens_match=base.generate(prompt, args.new_tokens) == ref_tokens)
+        token = torch.tensor([prompt[-1]], device=device)
+        pos = torch.tensor([len(prompt) + 40], device=device)
+        step = lambda: base.step(token, pos)  # noqa: E731
+        record(eager_s=time_calls(step, 3, args.calls, 3, sync))
+        if cuda:
+            record(eager_graph_s=time_calls(graph_of(step).replay, 5, args.calls, 3, sync))
+            t1 = time.perf_counter()
+            compiled = torch.compile(base.step)
+            cstep = lambda: compiled(token, pos)  # noqa: E731
+            cstep()
+            record(compile_time_s=round(time.perf_counter() - t1, 1))
+            record(compile_s=time_calls(cstep, 3, args.calls, 3, sync))
+            record(compile_graph_s=time_calls(graph_of(cstep).replay, 5, args.calls, 3, sync))
+            bw = copy_bandwidth(device)
+            nbytes = floor_bytes(model, max_seq)
+            record(copy_bandwidth_GBs=round(bw / 1e9, 1), floor_bytes=nbytes, floor_s=nbytes / bw)
+
+
+VARIANTS = {
+    # name: (compile options, TilePolicy options)
+    "default": ({}, {}),
+    "warps4": ({"num_warps": 4}, {}),
+    "warps16": ({"num_warps": 16}, {}),
+    "no_prefetch": ({"prefetch": False}, {}),
+    "per_kernel_tasks": ({"task_allocation": "kernel"}, {}),
+    "no_hoist_no_fuse": (
+        {"hoist": False, "task_allocation": "kernel"},
+        {"fuse_attention_output": False},
+    ),
+}
+
+
+def fp32_logits(model, prompt, ref_tokens):
+    """Float32 logits of the reference's token sequence, one forward pass (causal)."""
+    import copy
+
+    import torch
+
+    m32 = copy.deepcopy(model).float()
+    seq = torch.tensor([prompt + ref_tokens[:-1]], device=next(model.parameters()).device)
+    with torch.no_grad():
+        out = m32(seq).logits[0, len(prompt) - 1 :].float()
+    del m32
+    return out
+
+
+def relative_errors(rows, ref):
+    return [float((a - b).norm() / b.norm()) for a, b in zip(rows, ref, strict=True)]
+
+
+def run_persistent(model, prompt, ref_tokens, ref_logits, max_seq, sync, record, args) -> None:
+    import torch
+
+    cuda = torch.cuda.is_available()
+    exact = fp32_logits(model, prompt, ref_tokens) if cuda else None
+    if exact is not None:
+        hf_err = relative_errors(ref_logits, exact)
+        hf_agree = sum(
+            int(a.argmax()) == int(b.argmax()) for a, b in zip(ref_logits, exact, strict=True)
+        )
+        record(
+            hf_bf16_vs_fp32_err=round(statistics.median(hf_err), 5),
+            hf_bf16_argmax_vs_fp32=f"{hf_agree}/{len(hf_err)}",
+        )
+    names = args.variants if cuda else ["default"]
+    for i, name in enumerate(names):
+        compile_options, tile_options = VARIANTS[name]
+        suffix = "" if i == 0 else f"@{name}"
+        run_variant(
+            model,
+            prompt,
+            ref_tokens,
+            ref_logits,
+            exact,
+            max_seq,
+            sync,
+            record,
+            args,
+            compile_options,
+            tile_options,
+            suffix,
+            trace=args.trace and i == 0,
+        )
+
+
+def run_variant(
+    model,
+    prompt,
+    ref_tokens,
+    ref_logits,
+    exact,
+    max_seq,
+    sync,
+    record,
+    args,
+    compile_options,
+    tile_options,
+    suffix,
+    trace,
+) -> None:
+    import torch
+
+    from mugraph.persistent import TilePolicy, build_decoder
+
+    cuda = torch.cuda.is_available()
+    t1 = time.perf_counter()
+    tiles = (
+        TilePolicy(min_blocks=args.min_blocks, **tile_options)
+        if cuda
+        else TilePolicy(attention_chunk=32, min_blocks=4)
+    )
+    decoder = build_decoder(model, max_seq, tiles=tiles)
+    t2 = time.perf_counter()
+    options = {"num_warps": args.warps, **compile_options}
+    program = decoder.compile(**options)
+    key = lambda k: k + suffix  # noqa: E731
+    record(
+        **{
+            key("build_s"): round(t2 - t1, 1),
+            key("codegen_s"): round(time.perf_counter() - t2, 1),
+            key("tasks"): program.describe(),
+        }
+    )
+    if not suffix:
+        (Path(args.out) / f"{args.model}_persistent.py").write_text(program.source)
+    with torch.no_grad():
+        t3 = time.perf_counter()
+        tokens = program.generate(prompt, args.new_tokens)
+        mismatch = next(
+            (i for i, (a, b) in enumerate(zip(tokens, ref_tokens, strict=True)) if a != b), None
+        )
+        record(
+            **{
+                key("first_run_s"): round(time.perf_counter() - t3, 1),
+                key("persistent_tokens_match"): tokens == ref_tokens,
+                key("first_mismatch"): mismatch,
+                key("resources"): getattr(program, "resources", None),
+            }
+        )
+        # teacher forcing: the reference's tokens in, our logits against its logits
+        program.reset()
+        ours = []
+        feed = prompt + ref_tokens[:-1]
+        logits_buf = program.buffer(decoder.logits)
+        for i, tok in enumerate(feed):
+            program.step(tok)
+            if i >= len(prompt) - 1:
+                ours.append(logits_buf[0].float().clone())
+        program.check_errors()
+        errors = relative_errors(ours, ref_logits)
+        agree = sum(
+            int(a.argmax()) == int(b.argmax()) for a, b in zip(ours, ref_logits, strict=True)
+        )
+        row = {
+            key("logits_rel_err_vs_hf_bf16"): round(statistics.median(errors), 5),
+            key("argmax_agree_hf_bf16"): f"{agree}/{len(errors)}",
+        }
+        if exact is not None:
+            e32 = relative_errors(ours, exact)
+            a32 = sum(int(a.argmax()) == int(b.argmax()) for a, b in zip(ours, exact, strict=True))
+            row.update(
+                {
+                    key("logits_rel_err_vs_fp32"): round(statistics.median(e32), 5),
+                    key("argmax_agree_fp32"): f"{a32}/{len(e32)}",
+                }
+            )
+        record(**row)
+        if cuda:
+            # the rest of the cache holds random values (masked: they change nothing)
+            for cache in decoder.k_caches + decoder.v_caches:
+                cache[program.pos :].normal_()
+            program.capture()
+            left = max_seq - program.pos
+            calls = min(args.calls, (left - 10) // 4)
+            record(**{key("persistent_s"): time_calls(program.launch, 5, calls, 3, sync)})
+            program.check_errors()
+    if trace and cuda:
+        traced = decoder.compile(**options, trace=True, cuda_graph=False)
+        traced.step(prompt[0])
+        traced.step(prompt[1])
+        sync()
+        summary = trace_summary(traced)
+        record(trace=summary)
+        (Path(args.out) / f"{args.model}_trace.json").write_text(json.dumps(summary, indent=1))
+
+
+def trace_summary(program) -> dict:
+    """Where a step's time goes, from the per-task globaltimer stamps of the last step."""
+    import numpy as np
+
+    tg = program.tasks
+    stamps = program.trace.view(-1, 3).cpu().numpy().astype(np.float64) / 1e3  # µs
+    t0 = stamps[:, 0].min()
+    start, woke, end = stamps[:, 0] - t0, stamps[:, 1] - t0, stamps[:, 2] - t0
+    depth = np.array([t.depth for t in tg.tasks])
+    kind = {}
+    for t in tg.tasks:
+        label = program.kernel.roles[t.kernel].part if t.kernel in program.kernel.roles else "?"
+        kind.setdefault(label, []).append(t.index)
+    per_kind = {
+        k: {
+            "tasks": len(ix),
+            "blocks": int(sum(tg.tasks[i].num_blocks for i in ix)),
+            "wait_us": round(float(np.mean(woke[ix] - start[ix])), 2),
+            "work_us": round(float(np.mean(end[ix] - woke[ix])), 2),
+        }
+        for k, ix in kind.items()
+    }
+    levels = []
+    for d in range(int(depth.max()) + 1):
+        ix = np.where(depth == d)[0]
+        levels.append((float(woke[ix].min()), float(end[ix].max())))
+    gaps = [levels[d][0] - levels[d - 1][1] for d in range(1, len(levels))]
+    spans = [levels[d][1] - levels[d - 1][1] for d in range(1, len(levels))]
+    busy = float(np.sum(end - woke))
+    total = float(end.max())
+    return {
+        "step_us": round(total, 1),
+        "levels": len(levels),
+        "mean_level_us": round(float(np.mean(spans)), 2),
+        "mean_wake_after_previous_level_us": round(float(np.mean(gaps)), 2),
+        "busy_fraction": round(busy / (total * program.grid[0]), 3),
+        "per_kind": per_kind,
+    }
+
+
+def table(rows: list[dict]) -> str:
+    def us(v):
+        return f"{v * 1e6:.0f} µs" if isinstance(v, (int, float)) else "-"
+
+    head = [
+        "model",
+        "eager",
+        "torch.compile",
+        "eager + CUDA graph",
+        "compile + CUDA graph",
+        "mugraph persistent",
+        "floor",
+        "persistent / floor",
+        "tokens = reference",
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        ratio = (
+            f"{r['persistent_s'] / r['floor_s']:.2f}x"
+            if "persistent_s" in r and "floor_s" in r
+            else "-"
+        )
+        ours, torch_step = r.get("persistent_tokens_match", "-"), r.get("torch_tokens_match", "-")
+        match = f"{ours} (torch step {torch_step})"
+        cells = [
+            r["model"],
+            us(r.get("eager_s")),
+            us(r.get("compile_s")),
+            us(r.get("eager_graph_s")),
+            us(r.get("compile_graph_s")),
+            us(r.get("persistent_s")),
+            us(r.get("floor_s")),
+            ratio,
+            match,
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", nargs="+", default=["qwen3-0.6b", "llama-3.2-1b"])
+    p.add_argument("--model", help=argparse.SUPPRESS)  # one model, in a subprocess
+    p.add_argument("--out", default="bench_persistent_out")
+    p.add_argument("--layers", type=int, default=None, help="fewer layers (smoke tests)")
+    p.add_argument("--cache", type=int, default=1024)
+    p.add_argument("--prompt", type=int, default=64)
+    p.add_argument("--new-tokens", type=int, default=32)
+    p.add_argument("--calls", type=int, default=50)
+    p.add_argument("--warps", type=int, default=8)
+    p.add_argument("--min-blocks", type=int, default=256)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--variants",
+        nargs="+",
+        default=["default"],
+        choices=sorted(VARIANTS),
+        help="persistent-kernel variants (the first is the table's column)",
+    )
+    p.add_argument("--trace", action="store_true", help="trace one step of the first variant")
+    p.add_argument(
+        "--parts", nargs="+", default=["persistent", "torch"], choices=("persistent", "torch")
+    )
+    p.add_argument(
+        "--part", choices=("persistent", "torch", "all"), default="all", help=argparse.SUPPRESS
+    )
+    p.add_argument(
+        "--limits",
+        type=int,
+        nargs=2,
+        default=(150, 110),
+        metavar=("P", "T"),
+        help="seconds for the persistent and the PyTorch part of each model",
+    )
+    args = p.parse_args(argv)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    if args.model:
+        run_model(args.model, args)
+        return 0
+    rows_path = Path(args.out) / "rows.jsonl"
+    rows_path.unlink(missing_ok=True)
+    for name in args.models:
+        for part, limit in zip(("persistent", "torch"), args.limits, strict=True):
+            if part not in args.parts:
+                continue
+            cmd = [sys.executable, __file__, "--model", name, "--out", args.out, "--part", part]
+            cmd += ["--variants", *args.variants] + (["--trace"] if args.trace else [])
+            for key in (
+                "layers",
+                "cache",
+                "prompt",
+                "new_tokens",
+                "calls",
+                "warps",
+                "min_blocks",
+                "seed",
+            ):
+                value = getattr(args, key)
+                if value is not None:
+                    cmd += [f"--{key.replace('_', '-')}", str(value)]
+            t0 = time.perf_counter()
+            try:
+                rc = subprocess.run(cmd, timeout=limit).returncode
+            except subprocess.TimeoutExpired:
+                rc = "timeout"
+            print(f"[{name}] {part}: exit {rc} after {time.perf_counter() - t0:.0f} s", flush=True)
+    rows: dict[str, dict] = {}
+    if rows_path.exists():
+        for line in rows_path.read_text().splitlines():
+            d = json.loads(line)
+            rows.setdefault(d["model"], {"model": d["model"]}).update(d)
+    (Path(args.out) / "results.json").write_text(json.dumps(list(rows.values()), indent=1))
+    print()
+    print(table(list(rows.values())))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

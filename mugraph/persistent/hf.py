@@ -1,0 +1,188 @@
+"""Build a persistent decoder from a ``transformers`` Llama / Qwen3 model object.
+
+``build_decoder(model, max_seq_len)`` reads the weights from the module (no copies, except the
+shards of a tensor-parallel rank), allocates the KV caches and the RoPE tables (from the model's
+own rotary embedding, so scaled RoPE variants such as Llama 3's are exact), and calls the layer
+methods of :class:`~mugraph.persistent.kernel.PersistentKernel` once per decoder layer. The
+result compiles to a :class:`~mugraph.persistent.runtime.PersistentProgram` whose ``step`` and
+``generate`` decode greedily with the caches on the device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mugraph.errors import UnsupportedError
+from mugraph.persistent.kernel import PersistentKernel, PTensor, RopeTables, TilePolicy
+from mugraph.persistent.parallel import shard
+
+SUPPORTED_MODELS = ("llama", "qwen3")
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The sizes of a decoder-only model, as its config gives them."""
+
+    model_type: str
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    eps: float
+    qk_norm: bool
+
+    @staticmethod
+    def of(config: Any) -> ModelShape:
+        kind = getattr(config, "model_type", None)
+        if kind not in SUPPORTED_MODELS:
+            raise UnsupportedError(
+                f"build_decoder: model type {kind!r} is not supported (supported: "
+                f"{', '.join(SUPPORTED_MODELS)})"
+            )
+        heads = config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        return ModelShape(
+            kind,
+            config.hidden_size,
+            config.num_hidden_layers,
+            heads,
+            config.num_key_value_heads,
+            head_dim,
+            config.intermediate_size,
+            config.vocab_size,
+            float(config.rms_norm_eps),
+            kind == "qwen3",
+        )
+
+
+def rope_tables(model: Any, max_seq_len: int) -> tuple[Any, Any]:
+    """cos and sin of every position (max_seq_len, head_dim), from the model's rotary module."""
+    import torch
+
+    inner = model.model
+    param = next(model.parameters())
+    x = torch.zeros(1, dtype=param.dtype, device=param.device)
+    positions = torch.arange(max_seq_len, device=param.device)[None]
+    with torch.no_grad():
+        cos, sin = inner.rotary_emb(x, positions)
+    return cos[0].to(param.dtype).contiguous(), sin[0].to(param.dtype).contiguous()
+
+
+@dataclass
+class Decoder:
+    """A persistent kernel for a model, with the tensors a caller needs."""
+
+    kernel: PersistentKernel
+    shape: ModelShape
+    logits: PTensor
+    k_caches: list[Any] = field(default_factory=list)
+    v_caches: list[Any] = field(default_factory=list)
+
+    def compile(self, **options):
+        return self.kernel.compile(**options)
+
+
+class _Weights:
+    """Attach each weight once (tied embeddings are one tensor), sharded for a rank."""
+
+    def __init__(self, pk: PersistentKernel, rank: int, world_size: int) -> None:
+        self.pk, self.rank, self.world = pk, rank, world_size
+        self.seen: dict[int, tuple[Any, PTensor]] = {}
+
+    def __call__(self, tensor: Any, name: str, split: int | None = None) -> PTensor:
+        key = id(tensor)  # tied weights are one Parameter object
+        if key not in self.seen:
+            value = tensor.detach()
+            if split is not None and self.world > 1:
+                value = shard(value, self.rank, self.world, split, name)
+            self.seen[key] = (tensor, self.pk.attach_input(value.contiguous(), name))
+        return self.seen[key][1]
+
+
+def build_decoder(
+    model: Any,
+    max_seq_len: int,
+    *,
+    tiles: TilePolicy | None = None,
+    world_size: int = 1,
+    rank: int = 0,
+) -> Decoder:
+    """The decode step of ``model`` (a transformers LlamaForCausalLM / Qwen3ForCausalLM) as a
+    persistent kernel with KV caches of ``max_seq_len`` positions."""
+    import torch
+
+    shape = ModelShape.of(model.config)
+    if shape.heads % world_size or shape.kv_heads % world_size:
+        raise UnsupportedError(
+            f"build_decoder: {shape.heads} heads / {shape.kv_heads} KV heads do not split over "
+            f"{world_size} ranks"
+        )
+    inner = model.model
+    for i, layer in enumerate(inner.layers):
+        attn = layer.self_attn
+        if any(getattr(attn, p).bias is not None for p in ("q_proj", "k_proj", "v_proj", "o_proj")):
+            raise UnsupportedError(f"build_decoder: layer {i} has attention biases (not supported)")
+    param = next(model.parameters())
+    pk = PersistentKernel(max_seq_len=max_seq_len, tiles=tiles, world_size=world_size, rank=rank)
+    weight = _Weights(pk, rank, world_size)
+    cos, sin = rope_tables(model, max_seq_len)
+    rope = RopeTables(pk.attach_input(cos, "rope.cos"), pk.attach_input(sin, "rope.sin"))
+    heads, kv_heads = shape.heads // world_size, shape.kv_heads // world_size
+    width = kv_heads * shape.head_dim
+    decoder_k, decoder_v = [], []
+    x = pk.embed_layer(weight(inner.embed_tokens.weight, "embed"), name="embed")
+    for i, layer in enumerate(inner.layers):
+        attn, mlp = layer.self_attn, layer.mlp
+        p = f"layer{i}"
+        ln1 = weight(layer.input_layernorm.weight, f"{p}.input_norm")
+        proj = {}
+        for part in ("q", "k", "v"):
+            w = weight(getattr(attn, f"{part}_proj").weight, f"{p}.{part}_proj", split=0)
+            proj[part] = pk.rmsnorm_linear_layer(x, ln1, w, eps=shape.eps, name=f"{p}.{part}_proj")
+        k_cache = torch.zeros(max_seq_len, width, dtype=param.dtype, device=param.device)
+        v_cache = torch.zeros_like(k_cache)
+        decoder_k.append(k_cache)
+        decoder_v.append(v_cache)
+        norms = {}
+        if shape.qk_norm:
+            norms = {
+                "q_norm": weight(attn.q_norm.weight, f"{p}.q_norm"),
+                "k_norm": weight(attn.k_norm.weight, f"{p}.k_norm"),
+            }
+        a = pk.attention_layer(
+            proj["q"],
+            proj["k"],
+            proj["v"],
+            pk.attach_input(k_cache, f"{p}.k_cache"),
+            pk.attach_input(v_cache, f"{p}.v_cache"),
+            rope,
+            num_heads=heads,
+            num_kv_heads=kv_heads,
+            eps=shape.eps,
+            name=f"{p}.attn",
+            **norms,
+        )
+        wo = weight(attn.o_proj.weight, f"{p}.o_proj", split=1)
+        x = pk.linear_residual_layer(a, wo, x, name=f"{p}.o_proj")
+        x = pk.mlp_layer(
+            x,
+            weight(layer.post_attention_layernorm.weight, f"{p}.post_norm"),
+            weight(mlp.gate_proj.weight, f"{p}.gate_proj", split=0),
+            weight(mlp.up_proj.weight, f"{p}.up_proj", split=0),
+            weight(mlp.down_proj.weight, f"{p}.down_proj", split=1),
+            eps=shape.eps,
+            name=f"{p}.mlp",
+        )
+    logits = pk.lm_head_layer(
+        x,
+        weight(inner.norm.weight, "final_norm"),
+        weight(model.lm_head.weight, "lm_head"),
+        eps=shape.eps,
+        name="lm_head",
+    )
+    pk.argmax_layer(logits, name="argmax")
+    return Decoder(pk, shape, logits, decoder_k, decoder_v)

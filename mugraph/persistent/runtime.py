@@ -1,0 +1,420 @@
+"""Running a persistent kernel: buffers, descriptors, launches, decode steps.
+
+:class:`PersistentProgram` builds the task graph, generates and loads the Triton module
+(:mod:`mugraph.persistent.codegen`), allocates the intermediates and the small device arrays
+the kernel walks (task descriptors, queues, event counters, the meta buffer) and launches it:
+
+- **persistent mode** (CUDA): one program per SM (``num_programs``), each running its queue;
+  before the first launch the compiled kernel's registers and shared memory are checked so that
+  every program is resident at once (otherwise a wait could block a program whose producer never
+  gets an SM: a deadlock). Steps can be replayed from a CUDA graph: the kernel advances the
+  position itself.
+- **topological mode** (CPU under ``TRITON_INTERPRET=1``, or on request): one program runs every
+  task in the global topological order; each wait only checks that its event has fired.
+
+A step decodes one token: the embedding of the current token (the meta buffer's TOKEN, set by
+``step(token)`` or left by the previous step's argmax), every layer, the logits, the argmax. The
+KV caches stay on the device; ``generate`` runs greedy decoding without synchronising.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mugraph.codegen.loader import interpreter_active, load_kernel
+from mugraph.errors import GraphInputError, MugraphError, UnsupportedError
+from mugraph.ir.ops import OpKind
+from mugraph.ir.tensor import TensorRef
+from mugraph.persistent.codegen import (
+    DESC_HEADER,
+    ArgSpec,
+    BodySource,
+    KernelSpec,
+    PersistentOptions,
+    generate_body,
+    generate_program,
+)
+from mugraph.persistent.kernel import PersistentKernel
+from mugraph.persistent.parallel import Peer
+from mugraph.persistent.taskgraph import TaskGraph
+from mugraph.persistent.tensors import META_SIZE, Attached, MetaSlot, Row, Scratch
+
+KERNEL_NAME = "mg_persistent"
+REGISTERS_PER_SM = 65536
+THREADS_PER_SM = 2048
+
+
+class PersistentRuntimeError(MugraphError):
+    """A persistent launch reported a failure (a wait that gave up), or cannot be made safe."""
+
+
+def kernel_specs(kernel: PersistentKernel) -> list[KernelSpec]:
+    """The generator's view of every custom kernel of the step, in graph order."""
+    from mugraph.codegen.triton_gen import TL_DTYPE
+
+    graph = kernel.graph
+    specs = []
+    for k, op in enumerate(graph.ops):
+        if op.kind is not OpKind.CUSTOMIZED:
+            continue
+        role = kernel.roles.get(k)
+        block = op.attr("graph")
+        args: list[ArgSpec] = []
+        static = set()
+        for i, ref in enumerate(op.inputs):
+            t = graph.tensor_type(ref)
+            if graph.ops[ref.op].kind is OpKind.INPUT:
+                static.add(i)
+            args.append(_arg("in", i, t, kernel.binding(ref), TL_DTYPE))
+        for j, t in enumerate(op.outputs):
+            args.append(_arg("out", j, t, kernel.binding(TensorRef(k, j)), TL_DTYPE))
+        argmax = role.argmax if role else None
+        companions = 0 if argmax is None else (1 if argmax == "partial" else 2)
+        for c in range(companions):
+            args.append(ArgSpec("cmp", c, "tl.int32", (1,)))
+        label = f"%{k} {role.label}" if role else f"%{k}"
+        specs.append(KernelSpec(k, label, block, tuple(args), frozenset(static), argmax))
+    return specs
+
+
+def _arg(role: str, index: int, t, binding, tl_dtype) -> ArgSpec:
+    if isinstance(binding, Peer):
+        raise UnsupportedError(
+            f"persistent runtime: tensor {role}{index} is another rank's buffer: multi-GPU "
+            "execution is not implemented (the task graph for it is)"
+        )
+    if isinstance(binding, Row):
+        return ArgSpec(role, index, tl_dtype[t.dtype], t.strides, binding.slot, binding.row_stride)
+    return ArgSpec(role, index, tl_dtype[t.dtype], t.strides)
+
+
+class PersistentProgram:
+    """A compiled persistent kernel bound to its tensors; see the module docstring."""
+
+    def __init__(
+        self,
+        kernel: PersistentKernel,
+        *,
+        mode: str | None = None,
+        num_programs: int | None = None,
+        num_warps: int = 8,
+        prefetch: bool = True,
+        cuda_graph: bool = True,
+        hoist: bool = True,
+        trace: bool = False,
+        task_allocation: str = "level",
+    ) -> None:
+        import torch
+
+        if kernel.world_size > 1:
+            raise UnsupportedError(
+                "persistent runtime: multi-GPU execution is not implemented (build the task "
+                "graph with PersistentKernel.task_graph for each rank)"
+            )
+        self.kernel = kernel
+        self.device = kernel.device
+        interpret = interpreter_active()
+        on_cuda = self.device is not None and self.device.type == "cuda"
+        if not on_cuda and not interpret:
+            raise UnsupportedError(
+                "persistent runtime: CPU tensors need Triton's interpreter (TRITON_INTERPRET=1)"
+            )
+        self.mode = mode or ("persistent" if on_cuda and not interpret else "topological")
+        if self.mode not in ("persistent", "topological"):
+            raise UnsupportedError(f"persistent runtime: unknown mode {self.mode!r}")
+        if num_programs is None:
+            num_programs = (
+                torch.cuda.get_device_properties(self.device).multi_processor_count
+                if on_cuda
+                else 4
+            )
+        self.num_programs = num_programs
+        self.num_warps = num_warps
+        gpu = on_cuda and not interpret
+        self.options = PersistentOptions(
+            interpret=interpret,
+            prefetch=prefetch and gpu,
+            cache_hint=gpu,
+            hoist=hoist,
+            trace=trace and gpu,
+        )
+        self.tasks: TaskGraph = kernel.task_graph(num_programs, allocation=task_allocation)
+        self.specs = kernel_specs(kernel)
+        self.kinds, self.bodies = self._bodies()
+        self.desc_width = DESC_HEADER + max(len(s.args) for s in self.specs)
+        self.source = generate_program(self.bodies, self.desc_width, KERNEL_NAME, self.options)
+        self.fn = load_kernel(KERNEL_NAME, self.source)
+        self._allocate()
+        self._tables()
+        self.cuda_graph = cuda_graph and on_cuda and self.mode == "persistent"
+        self._graph = None
+        self._checked = False
+        self.pos = 0
+        self.steps = 0
+
+    # ---- construction ---------------------------------------------------------------------
+
+    def _bodies(self) -> tuple[dict[int, int], list[BodySource]]:
+        """One body per distinct source; kernel op -> kind."""
+        placeholder = "mg_body_placeholder"
+        kinds: dict[int, int] = {}
+        texts: dict[str, int] = {}
+        bodies: list[BodySource] = []
+        for spec in self.specs:
+            src = generate_body(spec, placeholder, self.options)
+            if src.text not in texts:
+                k = len(bodies)
+                texts[src.text] = k
+                name = f"mg_task{k}"
+                pf = src.prefetch_name.replace(placeholder, name) if src.prefetch_name else None
+                bodies.append(
+                    BodySource(name, pf, src.text.replace(placeholder, name), src.scratch)
+                )
+            kinds[spec.op] = texts[src.text]
+            bodies[kinds[spec.op]].kernels.append(spec.label)
+        return kinds, bodies
+
+    def _allocate(self) -> None:
+        import torch
+
+        dev = self.device
+        graph = self.kernel.graph
+        self.buffers: dict[tuple[int, int], Any] = {}
+        for k, op in enumerate(graph.ops):
+            if op.kind is not OpKind.CUSTOMIZED:
+                continue
+            for j, t in enumerate(op.outputs):
+                if isinstance(self.kernel.binding(TensorRef(k, j)), Scratch):
+                    dtype = getattr(torch, t.dtype.torch_name)
+                    self.buffers[(k, j)] = torch.zeros(t.dims, dtype=dtype, device=dev)
+        self.companions = {
+            name: torch.zeros(n, dtype=torch.int32, device=dev)
+            for name, n in self.kernel.companions.items()
+        }
+        self.history = torch.zeros(self.kernel.max_seq_len, dtype=torch.int32, device=dev)
+        self.meta = torch.zeros(META_SIZE, dtype=torch.int32, device=dev)
+        self.events = torch.zeros(max(1, len(self.tasks.events)), dtype=torch.int32, device=dev)
+        scratch = max((b.scratch for b in self.bodies), default=0)
+        self.scratch = torch.zeros(
+            max(1, scratch * self.num_programs), dtype=torch.float32, device=dev
+        )
+        slots = 3 * len(self.tasks.tasks) if self.options.trace else 1
+        self.trace = torch.zeros(slots, dtype=torch.int64, device=dev)
+
+    def _address(self, ref: TensorRef) -> int:
+        graph = self.kernel.graph
+        binding = self.kernel.binding(ref)
+        if graph.ops[ref.op].kind is OpKind.CUSTOMIZED and isinstance(binding, Scratch):
+            return self.buffers[(ref.op, ref.index)].data_ptr()
+        if isinstance(binding, Attached):
+            t = binding.tensor
+            return t.data_ptr() + binding.offset * t.element_size()
+        if isinstance(binding, Row):
+            return binding.table.data_ptr()
+        raise UnsupportedError(
+            f"persistent runtime: no memory for tensor {ref}"
+        )  # pragma: no cover
+
+    def _tables(self) -> None:
+        """Descriptors, triggers, queues as device arrays."""
+        import numpy as np
+        import torch
+
+        graph = self.kernel.graph
+        tg = self.tasks
+        desc = np.zeros((len(tg.tasks), self.desc_width), dtype=np.int64)
+        triggers: list[int] = []
+        specs = {s.op: s for s in self.specs}
+        for t in tg.tasks:
+            op = graph.ops[t.kernel]
+            row = desc[t.index]
+            row[0], row[1], row[2] = self.kinds[t.kernel], t.first_block, t.num_blocks
+            row[3] = t.wait
+            row[4] = tg.events[t.wait].count if t.wait >= 0 else 0
+            row[5], row[6], row[7] = len(triggers), len(t.triggers), t.index
+            triggers += t.triggers
+            addresses = [self._address(r) for r in op.inputs]
+            addresses += [self._address(TensorRef(t.kernel, j)) for j in range(len(op.outputs))]
+            role = self.kernel.roles.get(t.kernel)
+            if role and role.argmax:
+                addresses.append(self.companions[role.companions[0]].data_ptr())
+                if role.argmax == "final":
+                    addresses.append(self.history.data_ptr())
+            assert len(addresses) == len(specs[t.kernel].args)
+            row[DESC_HEADER : DESC_HEADER + len(addresses)] = addresses
+        if self.mode == "persistent":
+            queues = tg.queues
+        else:
+            queues = [tg.order]
+        flat = [t for q in queues for t in q]
+        starts = np.cumsum([0] + [len(q) for q in queues])
+        dev = self.device
+        self.desc = torch.as_tensor(desc, device=dev)
+        self.triggers = torch.as_tensor(np.array(triggers or [0], dtype=np.int32), device=dev)
+        self.queue = torch.as_tensor(np.array(flat, dtype=np.int32), device=dev)
+        self.qstart = torch.as_tensor(starts.astype(np.int32), device=dev)
+        self.grid = (len(queues),)
+
+    # ---- launching ------------------------------------------------------------------------
+
+    def _args(self) -> tuple:
+        return (
+            self.desc,
+            self.queue,
+            self.qstart,
+            self.events,
+            self.triggers,
+            self.meta,
+            self.scratch,
+            self.trace,
+        )
+
+    def _check_residency(self) -> None:
+        """All programs must fit on the GPU at once, or a wait may never be satisfied."""
+        import torch
+
+        try:
+            compiled = self.fn.warmup(
+                *self._args(), grid=self.grid, num_warps=self.num_warps, num_stages=1
+            )
+            if hasattr(compiled, "_init_handles"):
+                compiled._init_handles()
+        except (AttributeError, TypeError) as error:  # pragma: no cover - Triton API drift
+            self.resources = {"unchecked": f"{type(error).__name__}: {error}"}
+            return
+        regs = int(getattr(compiled, "n_regs", 0) or 0)
+        shared = int(getattr(compiled.metadata, "shared", 0) or 0)
+        props = torch.cuda.get_device_properties(self.device)
+        threads = 32 * self.num_warps
+        smem = int(getattr(props, "shared_memory_per_multiprocessor", 228 * 1024))
+        per_sm = min(
+            REGISTERS_PER_SM // max(1, regs * threads),
+            THREADS_PER_SM // threads,
+            smem // max(1, shared) if shared else THREADS_PER_SM,
+        )
+        self.resources = {
+            "registers": regs,
+            "shared_bytes": shared,
+            "programs_per_sm": per_sm,
+            "spills": int(getattr(compiled, "n_spills", 0) or 0),
+        }
+        if per_sm * props.multi_processor_count < self.grid[0]:
+            raise PersistentRuntimeError(
+                f"persistent kernel: {self.grid[0]} programs cannot be resident at once "
+                f"({regs} registers x {threads} threads, {shared} bytes of shared memory: "
+                f"{per_sm} per SM on {props.multi_processor_count} SMs); use fewer programs "
+                "or fewer warps"
+            )
+
+    def launch(self) -> None:
+        """Run one step (no host synchronisation)."""
+        if self.mode == "persistent" and not self._checked:
+            self._check_residency()
+            self._checked = True
+        if self._graph is not None:
+            self._graph.replay()
+            return
+        self.fn[self.grid](*self._args(), num_warps=self.num_warps, num_stages=1)
+
+    def capture(self) -> None:
+        """Record one launch in a CUDA graph; later steps replay it (the kernel advances the
+        position itself, so every replay decodes the next token)."""
+        import torch
+
+        if not self.cuda_graph or self._graph is not None:
+            return
+        if not self._checked:
+            self._check_residency()  # compiles and loads the kernel outside the capture
+            self._checked = True
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self.fn[self.grid](*self._args(), num_warps=self.num_warps, num_stages=1)
+        self._graph = graph
+
+    # ---- decoding -------------------------------------------------------------------------
+
+    def reset(self, clear_caches: bool = True) -> None:
+        """Back to position 0: counters, history (and the KV caches)."""
+        self.meta.zero_()
+        self.events.zero_()
+        self.history.zero_()
+        self.pos = self.steps = 0
+        if clear_caches:
+            for t in self.kernel.tensors.values():
+                if isinstance(t.binding, Row) and t.binding.slot is MetaSlot.POS and t.writer:
+                    t.binding.table.zero_()
+
+    def step(self, token: int | None = None) -> None:
+        """Decode one token at the current position: ``token`` (default: the last argmax)."""
+        if self.pos >= self.kernel.max_seq_len:
+            raise GraphInputError(
+                f"persistent step: position {self.pos} is past the cache "
+                f"({self.kernel.max_seq_len} positions)"
+            )
+        if token is not None:
+            vocab = self._vocab()
+            if not isinstance(token, int) or not 0 <= token < vocab:
+                raise GraphInputError(f"persistent step: token {token!r} is not in [0, {vocab})")
+            self.meta[int(MetaSlot.TOKEN)] = token
+        self.launch()
+        self.pos += 1
+        self.steps += 1
+
+    def _vocab(self) -> int:
+        for t in self.kernel.tensors.values():
+            if isinstance(t.binding, Row) and t.binding.slot is MetaSlot.TOKEN:
+                return int(t.binding.table.shape[0])
+        return 2**31 - 1
+
+    def generate(self, prompt: list[int], max_new_tokens: int) -> list[int]:
+        """Greedy decoding: feed ``prompt``, then ``max_new_tokens`` tokens chosen by argmax."""
+        if not prompt or max_new_tokens < 1:
+            raise GraphInputError("generate: needs a non-empty prompt and max_new_tokens >= 1")
+        if self.pos + len(prompt) + max_new_tokens - 1 > self.kernel.max_seq_len:
+            raise GraphInputError(
+                f"generate: {len(prompt)} + {max_new_tokens} tokens from position {self.pos} do "
+                f"not fit the cache of {self.kernel.max_seq_len}"
+            )
+        start = self.steps
+        for token in prompt:
+            self.step(int(token))
+        for _ in range(max_new_tokens - 1):
+            self.step()
+        self.check_errors()
+        first = start + len(prompt) - 1
+        return [int(x) for x in self.history[first : first + max_new_tokens].tolist()]
+
+    def check_errors(self) -> None:
+        """Raise if a wait of the last launches gave up (synchronises)."""
+        flag = int(self.meta[int(MetaSlot.ERROR)].item())
+        if flag:
+            task = flag - 1
+            raise PersistentRuntimeError(
+                f"persistent kernel: task {task} ({self.tasks.label(task)}) waited for an event "
+                "that never fired"
+            )
+
+    def buffer(self, tensor) -> Any:
+        """The memory of a tensor of the kernel (a PTensor or its name)."""
+        name = tensor if isinstance(tensor, str) else tensor.name
+        t = self.kernel.tensor(name)
+        if t.dtensor is None:
+            raise GraphInputError(f"tensor {name!r} is never written")
+        ref = t.dtensor.ref
+        if (ref.op, ref.index) in self.buffers:
+            return self.buffers[(ref.op, ref.index)]
+        if isinstance(t.binding, Attached):
+            return t.binding.tensor
+        raise GraphInputError(
+            f"tensor {name!r} has no buffer of its own ({type(t.binding).__name__})"
+        )
+
+    def task_count(self) -> int:
+        return len(self.tasks.tasks)
+
+    def describe(self) -> str:
+        kinds = len(self.bodies)
+        return (
+            f"{self.tasks.summary()}; {kinds} task bodies; mode {self.mode}, "
+            f"{self.grid[0]} programs x {self.num_warps} warps"
+        )

@@ -1,0 +1,622 @@
+"""The task graph of a persistent kernel: tasks, events, queues (after seed 003 §1.2.1).
+
+From the kernel graph of a decode step (every operator a custom kernel), each kernel's blocks
+are grouped into **tasks** (consecutive blocks, one task per group; a task runs on one
+persistent program). Dependencies are computed at **tile** granularity: a block depends on
+exactly the producer blocks whose output tile overlaps the region of the input it reads —
+the region follows from the imap (and, for outputs, the omap) of the block graphs, so a
+projection block that reads the rows of one token waits for the blocks that wrote those rows,
+not for the whole previous kernel. A task depends on the union of its blocks' producers.
+
+**Events** are counters: each task waits on at most one event (the set of tasks it depends
+on, after dropping those that another dependency already implies — a transitive reduction),
+and every task in an event's set adds one to it when done. Tasks with the same set share one
+event. Under tensor parallelism an all-reduce task also depends on the tasks that produce its
+tile on the other ranks (*remote producers*); those tasks trigger the event on every rank.
+
+**Queues**: tasks are ordered by depth (longest chain of dependencies), then kernel, then
+block: a topological order. Each program runs its queue in that order, and every wait points
+backwards in it, so a persistent launch with all programs resident cannot deadlock (the first
+unfinished task in the global order always has its dependencies done). Tasks are assigned to
+programs by list scheduling on estimated times (bytes moved / bandwidth + an overhead).
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+from dataclasses import asdict, dataclass, field
+
+from mugraph.errors import GraphStructureError, SerializationError, UnsupportedError
+from mugraph.ir.builder import KernelGraph
+from mugraph.ir.graph import BlockGraph, Op
+from mugraph.ir.ops import OpKind
+from mugraph.ir.tensor import TensorRef
+
+FORMAT = "mugraph-taskgraph"
+VERSION = 1
+
+Box = tuple[tuple[int, int], ...]  # a half-open interval per tensor dim
+
+
+# ---- tile regions ----------------------------------------------------------------------------
+
+
+def block_coords(grid: tuple[int, int, int], linear: int) -> tuple[int, int, int]:
+    """Block ``linear`` of a grid, x fastest (the order tasks group blocks in)."""
+    gx, gy, _ = grid
+    return linear % gx, (linear // gx) % gy, linear // (gx * gy)
+
+
+def _split_box(dims, grid, grid_map, coords) -> Box:
+    """The part of a tensor of ``dims`` that the block at ``coords`` covers under a map."""
+    box = [(0, d) for d in dims]
+    for axis, (g, d) in enumerate(zip(grid, grid_map, strict=True)):
+        if d >= 0 and g > 1:  # (a map never names one dim twice)
+            size = dims[d] // g
+            box[d] = (coords[axis] * size, (coords[axis] + 1) * size)
+    return tuple(box)
+
+
+def read_box(block: BlockGraph, input_op: Op, coords) -> Box:
+    """The region of its kernel input that a block reads over all its for-loop iterations."""
+    dtensor = input_op.attr("dtensor")
+    return _split_box(dtensor.dims, block.grid_dim, input_op.attr("imap"), coords)
+
+
+def write_box(block: BlockGraph, output_index: int, out_dims, coords) -> Box:
+    """The region of its kernel output that a block writes."""
+    op = block.output_ops[output_index]
+    return _split_box(out_dims, block.grid_dim, op.attr("omap"), coords)
+
+
+def overlapping_blocks(block: BlockGraph, output_index: int, out_dims, box: Box) -> list[int]:
+    """The blocks of ``block``'s grid whose tile of output ``output_index`` meets ``box``."""
+    omap = block.output_ops[output_index].attr("omap")
+    ranges = []
+    for g, d in zip(block.grid_dim, omap, strict=True):
+        if d < 0 or g == 1:
+            ranges.append(range(g))
+            continue
+        size = out_dims[d] // g
+        lo, hi = box[d]
+        ranges.append(range(lo // size, (hi - 1) // size + 1))
+    gx, gy, _ = block.grid_dim
+    return [x + gx * (y + gy * z) for z in ranges[2] for y in ranges[1] for x in ranges[0]]
+
+
+# ---- the graph ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KernelTasks:
+    """One custom kernel's share of the task graph."""
+
+    op: int
+    label: str
+    grid: tuple[int, int, int]
+    num_blocks: int
+    first_task: int
+    num_tasks: int
+    bytes_per_block: int
+
+    def blocks(self, task: int) -> range:
+        """The blocks of the kernel's ``task``-th task: the blocks are spread evenly (sizes
+        differ by at most one)."""
+        n, t = self.num_blocks, self.num_tasks
+        return range(task * n // t, (task + 1) * n // t)
+
+    def task_of(self, block: int) -> int:
+        n, t = self.num_blocks, self.num_tasks
+        return self.first_task + ((block + 1) * t + n - 1) // n - 1
+
+
+@dataclass(frozen=True)
+class Task:
+    index: int
+    kernel: int  # operator position of its kernel in the kernel graph
+    first_block: int
+    num_blocks: int
+    depth: int
+    program: int
+    wait: int  # event index, -1 for none
+    triggers: tuple[int, ...]  # events of this rank it adds one to
+    remote_triggers: tuple[tuple[int, int], ...] = ()  # (rank, event) on other ranks
+
+
+@dataclass(frozen=True)
+class Event:
+    index: int
+    producers: tuple[int, ...]  # local tasks that trigger it
+    consumers: tuple[int, ...]
+    remote_producers: tuple[tuple[int, int], ...] = ()  # (rank, task)
+
+    @property
+    def count(self) -> int:
+        """How many triggers make the event fire (per step)."""
+        return len(self.producers) + len(self.remote_producers)
+
+
+@dataclass
+class TaskGraph:
+    num_programs: int
+    kernels: list[KernelTasks]
+    tasks: list[Task]
+    events: list[Event]
+    queues: list[list[int]]  # task indices per program, in execution order
+    order: list[int]  # the global topological order
+    rank: int = 0
+    world_size: int = 1
+    raw_dependencies: list[frozenset[int]] = field(default_factory=list, repr=False)
+
+    def kernel(self, op: int) -> KernelTasks:
+        for k in self.kernels:
+            if k.op == op:
+                return k
+        raise KeyError(op)
+
+    def dependencies(self, task: int) -> frozenset[int]:
+        """The local tasks ``task`` waits for directly (its event's producers)."""
+        w = self.tasks[task].wait
+        return frozenset(self.events[w].producers) if w >= 0 else frozenset()
+
+    def label(self, task: int) -> str:
+        t = self.tasks[task]
+        k = self.kernel(t.kernel)
+        last = t.first_block + t.num_blocks - 1
+        blocks = f"b{t.first_block}" if t.num_blocks == 1 else f"b{t.first_block}-{last}"
+        return f"{k.label} {blocks}"
+
+    def summary(self) -> str:
+        waits = sum(1 for t in self.tasks if t.wait >= 0)
+        triggers = sum(len(t.triggers) + len(t.remote_triggers) for t in self.tasks)
+        depth = 1 + max((t.depth for t in self.tasks), default=-1)
+        busiest = max((len(q) for q in self.queues), default=0)
+        return (
+            f"task graph: {len(self.kernels)} kernels, {len(self.tasks)} tasks, "
+            f"{len(self.events)} events ({waits} waits, {triggers} triggers), depth {depth}, "
+            f"{self.num_programs} programs (longest queue {busiest})"
+        )
+
+    def check(self) -> None:
+        """Every queue follows the global order and every wait points backwards in it."""
+        position = {t: i for i, t in enumerate(self.order)}
+        seen = set()
+        for program, queue in enumerate(self.queues):
+            for a, b in zip(queue, queue[1:], strict=False):
+                if position[a] >= position[b]:
+                    raise GraphStructureError(f"queue {program} is out of order at task {b}")
+            seen.update(queue)
+        if seen != set(range(len(self.tasks))):
+            raise GraphStructureError("the queues do not hold every task exactly once")
+        for t in self.tasks:
+            for p in self.dependencies(t.index):
+                if position[p] >= position[t.index]:
+                    raise GraphStructureError(
+                        f"task {t.index} ({self.label(t.index)}) waits for a later task {p}"
+                    )
+
+    # ---- serialization --------------------------------------------------------------------
+
+    def to_json(self) -> str:
+        doc = {
+            "format": FORMAT,
+            "version": VERSION,
+            "num_programs": self.num_programs,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "kernels": [asdict(k) for k in self.kernels],
+            "tasks": [asdict(t) for t in self.tasks],
+            "events": [asdict(e) for e in self.events],
+            "queues": self.queues,
+            "order": self.order,
+        }
+        return json.dumps(doc, indent=1)
+
+    @staticmethod
+    def from_json(text: str) -> TaskGraph:
+        try:
+            doc = json.loads(text)
+            if doc.get("format") != FORMAT:
+                raise SerializationError(
+                    f"not a task graph document (format {doc.get('format')!r})"
+                )
+            kernels = [KernelTasks(**{**k, "grid": tuple(k["grid"])}) for k in doc["kernels"]]
+            tasks = [
+                Task(
+                    **{
+                        **t,
+                        "triggers": tuple(t["triggers"]),
+                        "remote_triggers": tuple(tuple(r) for r in t["remote_triggers"]),
+                    }
+                )
+                for t in doc["tasks"]
+            ]
+            events = [
+                Event(
+                    e["index"],
+                    tuple(e["producers"]),
+                    tuple(e["consumers"]),
+                    tuple(tuple(r) for r in e["remote_producers"]),
+                )
+                for e in doc["events"]
+            ]
+            return TaskGraph(
+                doc["num_programs"],
+                kernels,
+                tasks,
+                events,
+                doc["queues"],
+                doc["order"],
+                doc["rank"],
+                doc["world_size"],
+            )
+        except SerializationError:
+            raise
+        except (KeyError, TypeError, ValueError) as error:
+            raise SerializationError(f"malformed task graph document: {error}") from None
+
+
+def is_task_graph_document(text: str) -> bool:
+    return f'"format": "{FORMAT}"' in text[:200]
+
+
+# ---- construction ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Source:
+    """What the construction needs from a persistent kernel (or a bare kernel graph)."""
+
+    graph: KernelGraph
+    labels: dict[int, str]
+    peers: dict[tuple[int, int], tuple[int, TensorRef]]  # input ref -> (rank, local source ref)
+    rank: int
+    world_size: int
+
+
+def _source(obj) -> _Source:
+    from mugraph.persistent.kernel import PersistentKernel
+    from mugraph.persistent.parallel import Peer
+
+    if isinstance(obj, KernelGraph):
+        labels = {i: f"%{i}" for i, op in enumerate(obj.ops) if op.kind is OpKind.CUSTOMIZED}
+        return _Source(obj, labels, {}, 0, 1)
+    if not isinstance(obj, PersistentKernel):
+        raise GraphStructureError(
+            "build_task_graph: expected a PersistentKernel or KernelGraph, got "
+            f"{type(obj).__name__}"
+        )
+    labels = {op: f"%{op} {role.label}" for op, role in obj.roles.items()}
+    peers = {}
+    for t in obj.tensors.values():
+        if isinstance(t.binding, Peer):
+            source = obj.tensor(t.binding.source).dtensor
+            peers[(t.dtensor.ref.op, 0)] = (t.binding.rank, source.ref)
+    return _Source(obj.graph, labels, peers, obj.rank, obj.world_size)
+
+
+def _kernel_ops(graph: KernelGraph) -> list[int]:
+    ops = []
+    for i, op in enumerate(graph.ops):
+        if op.kind is OpKind.CUSTOMIZED:
+            ops.append(i)
+        elif op.kind is not OpKind.INPUT:
+            raise UnsupportedError(
+                f"task graph: operator %{i} ({op.kind.value}) is a pre-defined kernel; a "
+                "persistent kernel runs custom kernels only (write it as a block graph)"
+            )
+    if not ops:
+        raise GraphStructureError("task graph: the kernel graph has no custom kernel")
+    return ops
+
+
+def _block_bytes(graph: KernelGraph, op: Op) -> int:
+    """Bytes one block of a kernel reads and writes (tiles of every input and output)."""
+    block: BlockGraph = op.attr("graph")
+    total = 0
+    for inp in block.input_ops:
+        total += inp.attr("dtensor").dtype.itemsize * math.prod(
+            hi - lo for lo, hi in read_box(block, inp, (0, 0, 0))
+        )
+    for t in op.outputs:
+        total += t.num_bytes // block.num_blocks
+    return total
+
+
+class _Dependencies:
+    """Block-level producer lookups, cached by (tensor, region)."""
+
+    def __init__(self, graph: KernelGraph) -> None:
+        self.graph = graph
+        self.cache: dict[tuple[int, int, Box], tuple[int, ...]] = {}
+
+    def producer_blocks(self, ref: TensorRef, box: Box) -> tuple[int, ...]:
+        """Blocks (of the kernel producing ``ref``) whose output tile meets ``box``."""
+        key = (ref.op, ref.index, box)
+        if key not in self.cache:
+            op = self.graph.ops[ref.op]
+            if op.kind is OpKind.INPUT:
+                self.cache[key] = ()
+            else:
+                block = op.attr("graph")
+                dims = op.outputs[ref.index].dims
+                self.cache[key] = tuple(overlapping_blocks(block, ref.index, dims, box))
+        return self.cache[key]
+
+    def block_reads(self, op_index: int, linear: int) -> list[tuple[int, TensorRef, Box]]:
+        """(input position, tensor, region) of every input of one block."""
+        op = self.graph.ops[op_index]
+        block: BlockGraph = op.attr("graph")
+        coords = block_coords(block.grid_dim, linear)
+        return [
+            (i, ref, read_box(block, inp, coords))
+            for i, (ref, inp) in enumerate(zip(op.inputs, block.input_ops, strict=True))
+        ]
+
+
+def block_dependencies(graph: KernelGraph) -> dict[tuple[int, int], frozenset[tuple[int, int]]]:
+    """For every block (kernel op, linear index): the producer blocks it depends on."""
+    deps = _Dependencies(graph)
+    out = {}
+    for k in _kernel_ops(graph):
+        block = graph.ops[k].attr("graph")
+        for b in range(block.num_blocks):
+            found = set()
+            for _, ref, box in deps.block_reads(k, b):
+                found.update((ref.op, p) for p in deps.producer_blocks(ref, box))
+            out[(k, b)] = frozenset(found)
+    return out
+
+
+def kernel_depths(graph: KernelGraph, ops: list[int]) -> dict[int, int]:
+    """Longest chain of custom kernels ending at each kernel (0 for those reading only inputs)."""
+    depth: dict[int, int] = {}
+    for k in ops:
+        producers = [depth[r.op] for r in graph.ops[k].inputs if r.op in depth]
+        depth[k] = 1 + max(producers, default=-1)
+    return depth
+
+
+def allocate_tasks(
+    graph: KernelGraph,
+    ops: list[int],
+    num_programs: int,
+    allocation: str,
+    tasks_per_kernel: int | None = None,
+) -> dict[int, int]:
+    """How many tasks each kernel gets.
+
+    "kernel": up to ``tasks_per_kernel`` (default ``num_programs``) per kernel;
+    "level": the kernels at one depth share ``num_programs`` tasks in proportion to the bytes
+    their blocks move, so each program runs about one task per level (one wait, one trigger).
+    """
+    blocks = {k: graph.ops[k].attr("graph").num_blocks for k in ops}
+    if allocation == "kernel":
+        cap = tasks_per_kernel or num_programs
+        return {k: min(blocks[k], cap) for k in ops}
+    if allocation != "level":
+        raise UnsupportedError(f"task allocation {allocation!r}: expected 'kernel' or 'level'")
+    depth = kernel_depths(graph, ops)
+    weight = {k: blocks[k] * _block_bytes(graph, graph.ops[k]) for k in ops}
+    total: dict[int, int] = {}
+    for k in ops:
+        total[depth[k]] = total.get(depth[k], 0) + weight[k]
+    return {
+        k: max(1, min(blocks[k], round(num_programs * weight[k] / total[depth[k]]))) for k in ops
+    }
+
+
+def build_task_graph(
+    source,
+    num_programs: int,
+    *,
+    allocation: str = "level",
+    tasks_per_kernel: int | None = None,
+    reduce: bool = True,
+    task_overhead_s: float = 2e-6,
+    bandwidth_per_program: float = 2.5e10,
+) -> TaskGraph:
+    """The task graph of a persistent kernel (or of any kernel graph of custom kernels).
+
+    ``allocation`` decides how many tasks each kernel gets (:func:`allocate_tasks`); a
+    kernel's blocks are spread evenly over its tasks. ``reduce`` drops dependencies implied by
+    others before making events.
+    """
+    if not isinstance(num_programs, int) or num_programs < 1:
+        raise GraphStructureError(
+            f"build_task_graph: num_programs must be >= 1, got {num_programs!r}"
+        )
+    src = _source(source)
+    graph = src.graph
+    ops = _kernel_ops(graph)
+    counts = allocate_tasks(graph, ops, num_programs, allocation, tasks_per_kernel)
+    kernels: dict[int, KernelTasks] = {}
+    first = 0
+    for k in ops:
+        op = graph.ops[k]
+        block: BlockGraph = op.attr("graph")
+        count = counts[k]
+        kernels[k] = KernelTasks(
+            k,
+            src.labels.get(k, f"%{k}"),
+            block.grid_dim,
+            block.num_blocks,
+            first,
+            count,
+            _block_bytes(graph, op),
+        )
+        first += count
+    deps = _Dependencies(graph)
+    task_sets: dict[tuple, frozenset[int]] = {}
+
+    def producer_tasks(ref: TensorRef, box: Box) -> frozenset[int]:
+        """The tasks whose blocks write part of ``box`` of ``ref`` (cached)."""
+        key = (ref.op, ref.index, box)
+        if key not in task_sets:
+            kt = kernels.get(ref.op)
+            blocks = deps.producer_blocks(ref, box) if kt else ()
+            task_sets[key] = frozenset(kt.task_of(p) for p in blocks) if kt else frozenset()
+        return task_sets[key]
+
+    raw: list[set[int]] = []
+    remote: list[set[tuple[int, int]]] = []
+    owners: list[tuple[int, int, int]] = []  # (kernel op, first block, blocks)
+    for k, kt in kernels.items():
+        for t in range(kt.num_tasks):
+            blocks = kt.blocks(t)
+            local: dict[int, frozenset[int]] = {}  # distinct sets, by identity
+            far: set[tuple[int, int]] = set()
+            for b in blocks:
+                for _, ref, box in deps.block_reads(k, b):
+                    peer = src.peers.get((ref.op, ref.index))
+                    found = producer_tasks(peer[1] if peer else ref, box)
+                    if peer:
+                        far.update((peer[0], p) for p in found)
+                    else:
+                        local[id(found)] = found
+            raw.append(set().union(*local.values()))
+            remote.append(far)
+            owners.append((k, blocks.start, len(blocks)))
+    depth = _depths(raw)
+    kept = _transitive_reduction(raw) if reduce else [frozenset(s) for s in raw]
+    order = sorted(range(len(raw)), key=lambda t: (depth[t], owners[t][0], t))
+    events, waits, triggers, remote_triggers = _events(kept, remote, src)
+    programs = _schedule(
+        order, raw, owners, kernels, num_programs, task_overhead_s, bandwidth_per_program
+    )
+    tasks = [
+        Task(
+            t,
+            owners[t][0],
+            owners[t][1],
+            owners[t][2],
+            depth[t],
+            programs[t],
+            waits[t],
+            tuple(sorted(triggers[t])),
+            tuple(sorted(remote_triggers[t])),
+        )
+        for t in range(len(raw))
+    ]
+    queues: list[list[int]] = [[] for _ in range(num_programs)]
+    for t in order:
+        queues[programs[t]].append(t)
+    graph_out = TaskGraph(
+        num_programs,
+        list(kernels.values()),
+        tasks,
+        events,
+        queues,
+        order,
+        src.rank,
+        src.world_size,
+        [frozenset(s) for s in raw],
+    )
+    graph_out.check()
+    return graph_out
+
+
+def _depths(raw: list[set[int]]) -> list[int]:
+    depth = [0] * len(raw)
+    for t, ds in enumerate(raw):  # producers always come first: kernels are in graph order
+        depth[t] = 1 + max((depth[p] for p in ds), default=-1)
+    return depth
+
+
+def _transitive_reduction(raw: list[set[int]]) -> list[frozenset[int]]:
+    """Each task's dependencies minus those another dependency already implies.
+
+    Ancestor sets are bit sets (Python ints); the union of the ancestors of a dependency set
+    is cached, since the tasks of one kernel mostly share theirs.
+    """
+    ancestors = [0] * len(raw)
+    cache: dict[frozenset[int], tuple[int, frozenset[int]]] = {}
+    kept: list[frozenset[int]] = []
+    for t, ds in enumerate(raw):
+        key = frozenset(ds)
+        if key not in cache:
+            implied = 0
+            for p in key:
+                implied |= ancestors[p]
+            mine = sum(1 << p for p in key)
+            cache[key] = (implied | mine, frozenset(p for p in key if not (implied >> p) & 1))
+        ancestors[t], reduced = cache[key]
+        kept.append(reduced)
+    return kept
+
+
+def _events(kept, remote, src: _Source):
+    """One event per distinct dependency set (local and remote); waits and triggers."""
+    index: dict[tuple[frozenset[int], frozenset[tuple[int, int]]], int] = {}
+    producers: list[tuple[int, ...]] = []
+    remote_producers: list[tuple[tuple[int, int], ...]] = []
+    consumers: list[list[int]] = []
+    waits = [-1] * len(kept)
+    triggers: list[set[int]] = [set() for _ in kept]
+    remote_triggers: list[set[tuple[int, int]]] = [set() for _ in kept]
+    for t, ds in enumerate(kept):
+        far = frozenset(remote[t])
+        if not ds and not far:
+            continue
+        key = (ds, far)
+        if key not in index:
+            index[key] = len(producers)
+            producers.append(tuple(sorted(ds)))
+            remote_producers.append(tuple(sorted(far)))
+            consumers.append([])
+        e = index[key]
+        waits[t] = e
+        consumers[e].append(t)
+        for p in ds:
+            triggers[p].add(e)
+        # the same tasks on the other ranks trigger this event; by symmetry of the rank
+        # graphs, this rank's copies of them trigger event e on those ranks
+        for rank, p in far:
+            remote_triggers[p].add((rank, e))
+    events = [
+        Event(e, producers[e], tuple(consumers[e]), remote_producers[e])
+        for e in range(len(producers))
+    ]
+    return events, waits, triggers, remote_triggers
+
+
+def _schedule(order, raw, owners, kernels, num_programs, overhead, bandwidth) -> list[int]:
+    """List scheduling: each task (in order) goes to the program free earliest."""
+    free = [(0.0, p) for p in range(num_programs)]
+    heapq.heapify(free)
+    finish = [0.0] * len(raw)
+    program = [0] * len(raw)
+    for t in order:
+        k, _, nb = owners[t]
+        cost = overhead + nb * kernels[k].bytes_per_block / bandwidth
+        ready = max((finish[p] for p in raw[t]), default=0.0)
+        at, p = heapq.heappop(free)
+        start = max(at, ready)
+        finish[t] = start + cost
+        program[t] = p
+        heapq.heappush(free, (finish[t], p))
+    return program
+
+
+def task_ancestors(graph: TaskGraph) -> list[int]:
+    """Per task, the bit set of the tasks its events make it wait for, transitively."""
+    anc: list[int] = [0] * len(graph.tasks)
+    for t in graph.order:
+        bits = 0
+        for p in graph.dependencies(t):
+            bits |= anc[p] | (1 << p)
+        anc[t] = bits
+    return anc
+
+
+def describe_program(graph: TaskGraph, program: int) -> list[str]:
+    """One line per task of a program's queue (for the text rendering)."""
+    lines = []
+    for t in graph.queues[program]:
+        task = graph.tasks[t]
+        wait = f"wait e{task.wait}" if task.wait >= 0 else "no wait"
+        trig = ", ".join(f"e{e}" for e in task.triggers) or "-"
+        lines.append(f"    t{t} {graph.label(t)}: {wait}; triggers {trig}")
+    return lines

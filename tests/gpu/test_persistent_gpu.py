@@ -1,0 +1,75 @@
+"""The persistent kernel on a GPU: one program per SM, waits that spin, CUDA graph replays.
+
+Tiny transformers models (float32 and bfloat16) decode through the persistent mode and are
+compared with transformers' greedy decoding; the co-residency check must pass and no wait may
+give up. Skipped without CUDA (CI runs the same kernels in topological mode on the CPU).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+transformers = pytest.importorskip("transformers")
+
+
+def _model(dtype, layers=2):
+    torch.manual_seed(0)
+    config = transformers.Qwen3Config(vocab_size=512, hidden_size=256, intermediate_size=512,
+                                      num_hidden_layers=layers, num_attention_heads=8,
+                                      num_key_value_heads=4, head_dim=32,
+                                      max_position_embeddings=256, tie_word_embeddings=True)
+    with torch.device("cuda"):
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.15) if p.dim() == 2 else p.uniform_(0.5, 1.5)
+    return model
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_persistent_mode_matches_transformers(dtype):
+    from mugraph.persistent import TilePolicy, build_decoder
+
+    model = _model(dtype)
+    prompt = [11, 42, 7, 300]
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt], device="cuda"), max_new_tokens=16,
+                             min_new_tokens=16, do_sample=False, output_logits=True,
+                             return_dict_in_generate=True)
+    ref_logits = [x[0].float() for x in out.logits]
+    decoder = build_decoder(model, 64, tiles=TilePolicy(min_blocks=64))
+    program = decoder.compile()
+    assert program.mode == "persistent"
+    logits = program.buffer(decoder.logits)
+    errors = []
+    for i, token in enumerate(prompt + out.sequences[0, len(prompt):-1].tolist()):
+        program.step(token)
+        if i >= len(prompt) - 1:
+            ref = ref_logits[i - len(prompt) + 1]
+            errors.append(float((logits[0].float() - ref).norm() / ref.norm()))
+    program.check_errors()
+    assert program.resources["programs_per_sm"] >= 1
+    assert max(errors) < (1e-4 if dtype is torch.float32 else 3e-2), errors
+    if dtype is torch.float32:
+        program.reset()
+        assert program.generate(prompt, 16) == out.sequences[0, len(prompt):].tolist()
+
+
+def test_cuda_graph_replays_decode_consecutive_tokens():
+    from mugraph.persistent import TilePolicy, build_decoder
+
+    model = _model(torch.float32, layers=1)
+    decoder = build_decoder(model, 64, tiles=TilePolicy(min_blocks=64))
+    program = decoder.compile()
+    direct = program.generate([5, 6], 8)
+    program.reset()
+    program.step(5)
+    program.step(6)
+    program.capture()
+    for _ in range(7):
+        program.step()
+    program.check_errors()
+    assert program.history[1:9].tolist() == direct

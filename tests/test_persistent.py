@@ -1,0 +1,615 @@
+"""The persistent megakernel (issue 14): layers as μGraphs, task graphs, the runtime.
+
+The decode tests build tiny transformers models (random weights, float32) and run their decode
+steps through the persistent kernel in topological mode (Triton's CPU interpreter), against
+transformers' own greedy decoding. The task-graph tests check dependencies against a brute-force
+overlap of the regions each block reads and writes.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+import pytest
+import torch
+
+if not torch.cuda.is_available():  # no GPU: the kernel runs on Triton's interpreter
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+os.environ.setdefault(
+    "MUGRAPH_CACHE_DIR", os.path.join(tempfile.gettempdir(), "mugraph-test-cache")
+)
+
+import mugraph  # noqa: E402
+import mugraph.visualize  # noqa: E402
+from mugraph.cli import main as cli_main  # noqa: E402
+from mugraph.errors import DTypeError, GraphInputError, GraphStructureError, ShapeError  # noqa: E402
+from mugraph.persistent import (  # noqa: E402
+    PersistentKernel,
+    RopeTables,
+    TaskGraph,
+    TilePolicy,
+    block_dependencies,
+    build_decoder,
+    build_task_graph,
+    simulate_ranks,
+)
+from mugraph.persistent import layers as L  # noqa: E402
+from mugraph.persistent.codegen import block_invariant_ops  # noqa: E402
+from mugraph.persistent.parallel import Peer  # noqa: E402
+from mugraph.persistent.render import render_text, to_svg  # noqa: E402
+from mugraph.persistent.taskgraph import block_coords, task_ancestors  # noqa: E402
+from mugraph.persistent.tensors import Attached, MetaSlot, Row  # noqa: E402
+
+transformers = pytest.importorskip("transformers")
+F32 = mugraph.float32
+SMALL_TILES = TilePolicy(
+    weight_tile_bytes=64 * 1024, min_blocks=2, attention_chunk=16, argmax_parts=4, copy_tile=32
+)
+
+
+def tiny_model(kind: str, layers: int = 1, seed: int = 0, vocab: int = 96):
+    """A tiny Llama or Qwen3 with random weights large enough that greedy choices are clear."""
+    torch.manual_seed(seed)
+    common = dict(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        head_dim=8,
+        max_position_embeddings=128,
+        tie_word_embeddings=True,
+    )
+    if kind == "qwen3":
+        config = transformers.Qwen3Config(num_key_value_heads=2, **common)
+    else:
+        config = transformers.LlamaConfig(
+            num_key_value_heads=1,
+            rope_scaling={
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 16,
+            },
+            **common,
+        )
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.3) if p.dim() == 2 else p.uniform_(0.5, 1.5)
+    return model
+
+
+def hf_greedy(model, prompt: list[int], n: int) -> tuple[list[int], list[torch.Tensor]]:
+    with torch.no_grad():
+        out = model.generate(
+            torch.tensor([prompt]),
+            max_new_tokens=n,
+            min_new_tokens=n,
+            do_sample=False,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
+    return out.sequences[0, len(prompt) :].tolist(), [x[0] for x in out.logits]
+
+
+# ---- decoding through the persistent runtime ---------------------------------------------------
+
+
+def test_qwen3_greedy_decode_matches_transformers_over_32_steps():
+    model = tiny_model("qwen3", layers=1)
+    prompt = [5, 17, 42]
+    ref_tokens, ref_logits = hf_greedy(model, prompt, 32)
+    decoder = build_decoder(model, 40, tiles=SMALL_TILES)
+    program = decoder.compile()
+    assert program.mode == "topological"
+    assert program.generate(prompt, 32) == ref_tokens
+    # the logits of the first generated token (a fresh run, teacher-forced prompt)
+    program.reset()
+    for token in prompt:
+        program.step(token)
+    ours = program.buffer(decoder.logits)[0]
+    ref = ref_logits[0]
+    assert float((ours - ref).norm() / ref.norm()) < 1e-4
+
+
+def test_llama_decode_logits_match_transformers_step_by_step():
+    model = tiny_model("llama", layers=2, seed=1)
+    prompt = [3, 9]
+    ref_tokens, ref_logits = hf_greedy(model, prompt, 4)
+    decoder = build_decoder(model, 16, tiles=SMALL_TILES)
+    program = decoder.compile()
+    logits = program.buffer(decoder.logits)
+    for i, token in enumerate(prompt + ref_tokens[:-1]):
+        program.step(token)
+        if i >= len(prompt) - 1:
+            ref = ref_logits[i - len(prompt) + 1]
+            assert float((logits[0] - ref).norm() / ref.norm()) < 1e-4
+            assert int(program.history[i]) == int(ref.argmax())
+    program.check_errors()
+    assert int(program.meta[MetaSlot.POS]) == len(prompt) + len(ref_tokens) - 1
+
+
+def test_runtime_rejects_bad_steps():
+    decoder = build_decoder(tiny_model("qwen3"), 2, tiles=SMALL_TILES)
+    program = decoder.compile()
+    with pytest.raises(GraphInputError, match="not in"):
+        program.step(10**6)
+    with pytest.raises(GraphInputError, match="do not fit"):
+        program.generate([1, 2], 2)
+    program.pos = 2
+    with pytest.raises(GraphInputError, match="past the cache"):
+        program.step(1)
+
+
+# ---- the layers are μGraphs ---------------------------------------------------------------------
+
+
+def _naive_rmsnorm_linear(k: int, n: int, eps: float):
+    g = mugraph.new_kernel_graph()
+    x = g.new_input((1, k), dtype=F32)
+    norm = g.new_input((1, k), dtype=F32)
+    e = g.new_input((1, 1), dtype=F32)
+    w = g.new_input((n, k), dtype=F32)
+    ms = g.mul_scalar(g.reduction(g.square(x), 1), 1.0 / k)
+    xn = g.mul(g.div(x, g.sqrt(g.add(ms, e))), norm)
+    g.mark_output(g.reshape(g.reduction(g.mul(w, xn), 1), (1, n)))
+    return g
+
+
+def test_layer_kernels_verify_against_naive_programs():
+    g = mugraph.new_kernel_graph()
+    x = g.new_input((1, 64), dtype=F32)
+    norm = g.new_input((1, 64), dtype=F32)
+    e = g.new_input((1, 1), dtype=F32)
+    w = g.new_input((32, 64), dtype=F32)
+    g.mark_output(L.rmsnorm_linear(g, x, norm, e, w, L.GemvTiles(8)))
+    result = mugraph.verify(g, _naive_rmsnorm_linear(64, 32, 1e-6), max_rounds=8, seed=0)
+    assert result.passed, str(result)
+    wrong = mugraph.new_kernel_graph()
+    xs = [wrong.new_input(t.dims, dtype=F32) for t in (x, norm, e, w)]
+    wrong.mark_output(L.linear_partial(wrong, xs[0], xs[3], L.GemvTiles(8)))  # no norm
+    assert not mugraph.verify(
+        wrong, _naive_rmsnorm_linear(64, 32, 1e-6), max_rounds=8, seed=0
+    ).passed
+
+
+def test_attention_kernels_compute_attention_with_the_reference_semantics():
+    """The three attention kernels, evaluated with mugraph's reference semantics, equal
+    softmax attention (with RoPE) of the current token over the cache and itself."""
+    from mugraph.semantics.interpret import run_kernel_graph
+    from mugraph.semantics.reference import REFERENCE
+
+    rng = np.random.default_rng(0)
+    heads, kv, d, seq, pos = 4, 2, 8, 16, 5
+    shape = L.AttentionShape(heads, kv, d, seq, chunk=4)
+    g = mugraph.new_kernel_graph()
+    q, k, v = (g.new_input((1, n * d), dtype=F32) for n in (heads, kv, kv))
+    kt = g.new_input((kv * d, seq), dtype=F32)
+    vc = g.new_input((seq, kv * d), dtype=F32)
+    mask = g.new_input((1, seq), dtype=F32)
+    rows = [g.new_input(dims, dtype=F32) for dims in ((1, d), (1, d), (d, d), (1, 1))]
+    hi = L.HeadInputs(*rows, q_norm=None, k_norm=None)
+    o_part, l_part = L.attention_partials(g, q, kt, vc, mask, hi, shape)
+    o_new, l_new, k_row, v_row = L.attention_new_token(g, q, k, v, hi, shape)
+    g.mark_output(L.attention_combine(g, o_part, l_part, o_new, l_new, shape))
+    g.mark_output(k_row)
+    angle = rng.uniform(0, 3, d // 2)
+    cos = np.concatenate([np.cos(angle)] * 2)[None]
+    sin = np.concatenate([np.sin(angle)] * 2)[None]
+    vals = {
+        "q": rng.normal(size=(1, heads * d)),
+        "k": rng.normal(size=(1, kv * d)),
+        "v": rng.normal(size=(1, kv * d)),
+        "kc": rng.normal(size=(seq, kv * d)),
+        "vc": rng.normal(size=(seq, kv * d)),
+    }
+    m = np.where(np.arange(seq) < pos, 0.0, -np.inf)[None]
+    inputs = [
+        vals["q"],
+        vals["k"],
+        vals["v"],
+        vals["kc"].T,
+        vals["vc"],
+        m,
+        cos,
+        sin,
+        L.rotate_half_matrix(d).astype(np.float64),
+        np.array([[1e-6]]),
+    ]
+    out, k_out = run_kernel_graph(REFERENCE, g.ops, g.outputs, inputs)
+
+    def rope(x):
+        half = d // 2
+        return x * cos + np.concatenate([-x[:, half:], x[:, :half]], 1) * sin
+
+    kr = rope(vals["k"].reshape(kv, d))
+    keys = np.concatenate([vals["kc"][:pos].reshape(pos, kv, d), kr[None]], 0)
+    values = np.concatenate([vals["vc"][:pos].reshape(pos, kv, d), vals["v"].reshape(1, kv, d)], 0)
+    qs = rope(vals["q"].reshape(heads, d))
+    expect = []
+    for h in range(heads):
+        s = keys[:, h // (heads // kv)] @ qs[h] / np.sqrt(d)
+        p = np.exp(s - s.max())
+        expect.append(p / p.sum() @ values[:, h // (heads // kv)])
+    np.testing.assert_allclose(out, np.concatenate(expect)[None], rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(k_out, kr.reshape(1, -1), rtol=1e-12)
+
+
+def test_persistent_kernel_graph_is_printable_and_drawable():
+    decoder = build_decoder(tiny_model("qwen3"), 8, tiles=SMALL_TILES)
+    pk = decoder.kernel
+    text = str(pk.graph)
+    assert "customized" in text
+    assert mugraph.visualize.to_svg(pk.graph).startswith("<svg")
+    assert "layer0.attn" in str(pk)
+    parts = {role.part for role in pk.roles.values()}
+    assert {
+        "copy",
+        "proj",
+        "partials",
+        "new_token",
+        "combine_proj",
+        "gate_up",
+        "down",
+        "partial",
+        "final",
+    } <= parts
+
+
+def test_block_invariant_values_are_hoisted():
+    g = mugraph.new_kernel_graph()
+    x = g.new_input((1, 64), dtype=F32)
+    norm = g.new_input((1, 64), dtype=F32)
+    e = g.new_input((1, 1), dtype=F32)
+    w = g.new_input((32, 64), dtype=F32)
+    out = L.rmsnorm_linear(g, x, norm, e, w, L.GemvTiles(8))
+    block = g.ops[out.ref.op].attr("graph")
+    hoisted = block_invariant_ops(block)
+    kinds = {block.ops[i].kind for i in hoisted}
+    assert mugraph.OpKind.SQRT in kinds  # the norm of x: the same for every block
+    assert all(
+        block.ops[i].kind is not mugraph.OpKind.REDUCTION
+        or block.ops[block.ops[i].inputs[0].op].kind is mugraph.OpKind.SQUARE
+        for i in hoisted
+    )  # the row-dot with W is per block
+    w_input = next(
+        i
+        for i, op in enumerate(block.ops)
+        if op.kind is mugraph.OpKind.BLOCK_INPUT and op.attr("index") == 3
+    )
+    assert w_input not in hoisted
+
+
+# ---- task graphs --------------------------------------------------------------------------------
+
+
+def _norm_then_projection(m: int, k: int, n: int, row_tile: int, col_tile: int):
+    """rms_norm by row blocks, then a projection tiled over (columns, rows)."""
+    g = mugraph.new_kernel_graph()
+    x = g.new_input((m, k), dtype=F32)
+    w = g.new_input((k, n), dtype=F32)
+    tb = mugraph.new_threadblock_graph((m // row_tile, 1, 1))
+    t = tb.new_input(x, (0, -1, -1), -1)
+    tb.new_output(tb.rms_norm(t), (0, -1, -1))
+    (xn,) = g.customized([x], tb)
+    tb2 = mugraph.new_threadblock_graph((n // col_tile, m // row_tile, 1))
+    a = tb2.new_input(xn, (-1, 0, -1), -1)
+    b = tb2.new_input(w, (1, -1, -1), -1)
+    tb2.new_output(tb2.matmul(a, b), (1, 0, -1))
+    (y,) = g.customized([xn, w], tb2)
+    tb3 = mugraph.new_threadblock_graph((1, 1, 1), forloop_range=2)
+    c = tb3.new_input(y, (-1, -1, -1), 1)
+    tb3.new_output(tb3.forloop_accum(c, "sum"), (-1, -1, -1))
+    (z,) = g.customized([y], tb3)
+    g.mark_output(z)
+    return g
+
+
+def _brute_force(graph) -> dict:
+    """Producer blocks of every block, by comparing element masks of reads and writes."""
+    from mugraph.semantics.partition import assemble_output, split_input
+
+    writes: dict[tuple[int, int], list[np.ndarray]] = {}
+    for k, op in enumerate(graph.ops):
+        if op.kind is not mugraph.OpKind.CUSTOMIZED:
+            continue
+        block = op.attr("graph")
+        for j in range(len(op.outputs)):
+            tile = block.tensor_type(block.output_ops[j].inputs[0]).dims
+            loops = block.forloop_range if block.output_ops[j].attr("forloop_dim") >= 0 else 1
+            masks = []
+            for b in range(block.num_blocks):
+                lead = np.zeros((loops, *block.grid_dim, *tile), dtype=bool)
+                lead[(slice(None), *block_coords(block.grid_dim, b))] = True
+                masks.append(
+                    assemble_output(
+                        lead,
+                        tile,
+                        block.grid_dim,
+                        block.output_ops[j].attr("omap"),
+                        block.forloop_range,
+                        block.output_ops[j].attr("forloop_dim"),
+                    )
+                )
+            writes[(k, j)] = masks
+    deps = {}
+    for k, op in enumerate(graph.ops):
+        if op.kind is not mugraph.OpKind.CUSTOMIZED:
+            continue
+        block = op.attr("graph")
+        for b in range(block.num_blocks):
+            found = set()
+            for ref, inp in zip(op.inputs, block.input_ops, strict=True):
+                if (ref.op, ref.index) not in writes:
+                    continue
+                index = np.arange(graph.tensor_type(ref).num_elements).reshape(
+                    graph.tensor_type(ref).dims
+                )
+                parts = split_input(
+                    index,
+                    block.grid_dim,
+                    inp.attr("imap"),
+                    block.forloop_range,
+                    inp.attr("forloop_dim"),
+                )
+                parts = np.broadcast_to(parts, (parts.shape[0], *block.grid_dim, *parts.shape[4:]))
+                read = np.zeros(index.size, dtype=bool)
+                read[parts[(slice(None), *block_coords(block.grid_dim, b))].ravel()] = True
+                for pb, mask in enumerate(writes[(ref.op, ref.index)]):
+                    if (mask.ravel() & read).any():
+                        found.add((ref.op, pb))
+            deps[(k, b)] = frozenset(found)
+    return deps
+
+
+@pytest.mark.parametrize("m,row_tile,col_tile", [(4, 1, 8), (4, 2, 16), (8, 4, 32), (2, 2, 8)])
+def test_block_dependencies_are_exactly_the_tile_overlaps(m, row_tile, col_tile):
+    g = _norm_then_projection(m, 16, 32, row_tile, col_tile)
+    assert block_dependencies(g) == _brute_force(g)
+
+
+def test_projection_tile_waits_for_the_norm_of_its_rows_only():
+    g = _norm_then_projection(4, 16, 32, 1, 8)
+    deps = block_dependencies(g)
+    norm_op, proj_op = (
+        i
+        for i, op in enumerate(g.ops)
+        if op.kind is mugraph.OpKind.CUSTOMIZED and op.attr("graph").grid_dim[1] >= 1 and i < 4
+    )
+    proj_block = g.ops[proj_op].attr("graph")
+    for b in range(proj_block.num_blocks):
+        _, row, _ = block_coords(proj_block.grid_dim, b)
+        assert deps[(proj_op, b)] == {(norm_op, row)}
+    tg = build_task_graph(g, num_programs=3, allocation="kernel")
+    for t in tg.tasks:
+        if t.kernel == proj_op:
+            rows = {
+                block_coords(proj_block.grid_dim, b)[1]
+                for b in range(t.first_block, t.first_block + t.num_blocks)
+            }
+            norm = tg.kernel(norm_op)
+            assert tg.raw_dependencies[t.index] == {norm.task_of(r) for r in rows}
+
+
+@pytest.mark.parametrize("programs", [1, 3, 8])
+def test_events_preserve_exactly_the_task_dependencies(programs):
+    g = _norm_then_projection(8, 16, 32, 2, 8)
+    tg = build_task_graph(g, num_programs=programs, allocation="kernel")
+    tg.check()
+    # the events imply exactly the transitive closure of the raw task dependencies
+    closure = [0] * len(tg.tasks)
+    for t in tg.order:
+        bits = 0
+        for p in tg.raw_dependencies[t]:
+            bits |= closure[p] | (1 << p)
+        closure[t] = bits
+    assert task_ancestors(tg) == closure
+    for e in tg.events:
+        for p in e.producers:
+            assert e.index in tg.tasks[p].triggers
+        for c in e.consumers:
+            assert tg.tasks[c].wait == e.index
+    # every queue is in the global order: waits only point backwards
+    position = {t: i for i, t in enumerate(tg.order)}
+    for t in tg.tasks:
+        assert all(position[p] < position[t.index] for p in tg.dependencies(t.index))
+
+
+def test_decoder_task_graph_has_head_granular_attention_dependencies():
+    decoder = build_decoder(tiny_model("qwen3"), 8, tiles=SMALL_TILES)
+    pk = decoder.kernel
+    tg = pk.task_graph(num_programs=6, allocation="kernel")
+    tg.check()
+    roles = pk.roles
+    q_op = next(op for op, r in roles.items() if r.layer == "layer0.q_proj")
+    partial_op = next(op for op, r in roles.items() if r.part == "partials")
+    q_kernel, part = tg.kernel(q_op), tg.kernel(partial_op)
+    q_block = pk.graph.ops[q_op].attr("graph")
+    width = pk.graph.ops[q_op].outputs[0].dims[1] // q_block.grid_dim[0]
+    group_width = 2 * 8  # two query heads of 8 per KV head
+    for t in range(part.first_task, part.first_task + part.num_tasks):
+        task = tg.tasks[t]
+        heads = {
+            block_coords(part.grid, b)[0]
+            for b in range(task.first_block, task.first_block + task.num_blocks)
+        }
+        cols = {c for h in heads for c in range(h * group_width, (h + 1) * group_width)}
+        expect = {q_kernel.task_of(c // width) for c in cols}
+        assert tg.raw_dependencies[t] == expect  # the query columns of its heads, nothing else
+
+
+def test_task_graph_json_round_trip_and_show(tmp_path, capsys):
+    decoder = build_decoder(tiny_model("qwen3"), 8, tiles=SMALL_TILES)
+    tg = decoder.kernel.task_graph(num_programs=4)
+    again = TaskGraph.from_json(tg.to_json())
+    assert again.tasks == tg.tasks and again.events == tg.events and again.queues == tg.queues
+    path = tmp_path / "tasks.json"
+    path.write_text(tg.to_json())
+    svg = tmp_path / "tasks.svg"
+    assert cli_main(["show", str(path), "--svg", str(svg)]) == 0
+    out = capsys.readouterr().out
+    assert "task graph:" in out and "program 0:" in out
+    assert svg.read_text().startswith("<svg")
+    assert to_svg(tg, max_tasks=10).startswith("<svg")  # kernel granularity
+    assert "kernels:" in render_text(tg)
+
+
+# ---- tensor parallelism -------------------------------------------------------------------------
+
+
+def _input_values(pk: PersistentKernel, pos: int, token: int) -> dict[str, np.ndarray]:
+    values = {}
+    for t in pk.tensors.values():
+        if t.dtensor is None or pk.graph.ops[t.dtensor.ref.op].kind is not mugraph.OpKind.INPUT:
+            continue
+        if isinstance(t.binding, Attached):
+            base = t.binding.tensor
+            view = torch.as_strided(
+                base, t.dims, t.dtensor.strides, base.storage_offset() + t.binding.offset
+            )
+            values[t.name] = view.detach().double().numpy()
+        elif isinstance(t.binding, Row):
+            index = pos if t.binding.slot is MetaSlot.POS else token
+            values[t.name] = t.binding.table[index : index + 1].detach().double().numpy()
+    return values
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_tensor_parallel_task_graphs(world):
+    model = tiny_model_with_kv(4)  # so that KV heads split over 4 ranks
+    ranks = [
+        build_decoder(model, 8, tiles=SMALL_TILES, world_size=world, rank=r).kernel
+        for r in range(world)
+    ]
+    graphs = [pk.task_graph(num_programs=4) for pk in ranks]
+    first = graphs[0]
+    for tg in graphs[1:]:  # every rank has the same structure (its peers' event ids match)
+        assert [(t.kernel, t.first_block, t.num_blocks, t.wait) for t in tg.tasks] == [
+            (t.kernel, t.first_block, t.num_blocks, t.wait) for t in first.tasks
+        ]
+    pk = ranks[0]
+    reduce_ops = [op for op, role in pk.roles.items() if role.part == "allreduce"]
+    assert len(reduce_ops) == 2  # after the attention output and the MLP down projection
+    for tg in graphs:
+        for op in reduce_ops:
+            kernel = tg.kernel(op)
+            for t in range(kernel.first_task, kernel.first_task + kernel.num_tasks):
+                event = tg.events[tg.tasks[t].wait]
+                peers = {rank for rank, _ in event.remote_producers}
+                assert peers == set(range(world)) - {tg.rank}
+                local = set(event.producers)
+                # by symmetry the remote producers are the same tasks on the other ranks
+                assert {p for _, p in event.remote_producers} == local
+                for p in local:
+                    assert {(r, event.index) for r in peers} <= set(tg.tasks[p].remote_triggers)
+    # the sharded μGraphs compute the model: simulate the ranks with the reference semantics
+    values = simulate_ranks(ranks, [_input_values(k, 0, 7) for k in ranks])
+    logits_ref = pk.tensor("lm_head.logits").dtensor.ref
+    with torch.no_grad():
+        expect = model(torch.tensor([[7]])).logits[0, -1].double().numpy()
+    for r in range(world):
+        got = values[r][(logits_ref.op, logits_ref.index)][0]
+        np.testing.assert_allclose(got, expect, rtol=1e-6, atol=1e-6)
+    assert isinstance(
+        ranks[1].tensors[next(n for n in ranks[1].tensors if "@rank0" in n)].binding, Peer
+    )
+    with pytest.raises(mugraph.UnsupportedError, match="multi-GPU"):
+        ranks[0].compile()
+
+
+def tiny_model_with_kv(kv: int):
+    torch.manual_seed(3)
+    config = transformers.Qwen3Config(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=kv,
+        head_dim=8,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+    )
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.3) if p.dim() == 2 else p.uniform_(0.5, 1.5)
+    return model
+
+
+# ---- malformed layer calls ----------------------------------------------------------------------
+
+
+def _kernel_with_weights():
+    pk = PersistentKernel(max_seq_len=8)
+    w = pk.attach_input(torch.randn(16, 8), "w")
+    norm = pk.attach_input(torch.ones(8), "norm")
+    emb = pk.attach_input(torch.randn(32, 8), "emb")
+    return pk, w, norm, emb
+
+
+def test_malformed_layer_calls_raise_mugraph_errors():
+    pk, w, norm, emb = _kernel_with_weights()
+    x = pk.embed_layer(emb, name="embed")
+    with pytest.raises(ShapeError, match=r"layer 'bad'.*rmsnorm_linear_layer"):
+        pk.rmsnorm_linear_layer(x, norm, pk.attach_input(torch.randn(16, 5), "w5"), name="bad")
+    with pytest.raises(DTypeError, match="float64"):
+        pk.attach_input(torch.randn(4, 8, dtype=torch.float64), "w64")
+    placeholder = pk.new_tensor((1, 16), name="later")
+    with pytest.raises(GraphStructureError, match="'later' is read before any layer writes it"):
+        pk.rmsnorm_linear_layer(placeholder, norm, w, name="early")
+    y = pk.rmsnorm_linear_layer(x, norm, w, output=placeholder, name="proj")
+    assert y is placeholder
+    with pytest.raises(GraphStructureError, match="written already"):
+        pk.rmsnorm_linear_layer(x, norm, w, output=placeholder, name="again")
+    with pytest.raises(ShapeError, match="produces"):
+        pk.rmsnorm_linear_layer(x, norm, w, output=pk.new_tensor((1, 8)), name="wrong_out")
+    with pytest.raises(GraphStructureError, match="must be a tensor of this persistent kernel"):
+        pk.rmsnorm_linear_layer(torch.randn(1, 8), norm, w, name="raw")
+    other, *_ = _kernel_with_weights()
+    foreign = other.attach_input(torch.randn(16, 8), "foreign")
+    with pytest.raises(GraphStructureError, match="belongs to another kernel"):
+        pk.rmsnorm_linear_layer(x, norm, foreign, name="foreign")
+    with pytest.raises(GraphStructureError, match="exists already"):
+        pk.rmsnorm_linear_layer(x, norm, w, name="proj")
+    with pytest.raises(GraphStructureError, match="no argmax layer"):
+        pk.check()
+    ops = len(pk.graph.ops)
+    with pytest.raises(ShapeError):
+        pk.mlp_layer(x, norm, w, pk.attach_input(torch.randn(12, 8), "up"), w, name="mlp")
+    assert len(pk.graph.ops) == ops + 1  # only the attached weight: the layer left nothing
+
+
+def test_attention_layer_checks_its_shapes():
+    pk = PersistentKernel(max_seq_len=8)
+    emb = pk.attach_input(torch.randn(32, 16), "emb")
+    norm = pk.attach_input(torch.ones(16), "norm")
+    x = pk.embed_layer(emb)
+    q = pk.rmsnorm_linear_layer(x, norm, pk.attach_input(torch.randn(16, 16), "wq"))
+    k = pk.rmsnorm_linear_layer(x, norm, pk.attach_input(torch.randn(8, 16), "wk"))
+    cache = pk.attach_input(torch.zeros(8, 8), "kc")
+    vcache = pk.attach_input(torch.zeros(8, 8), "vc")
+    rope = RopeTables(
+        pk.attach_input(torch.ones(8, 4), "cos"), pk.attach_input(torch.zeros(8, 4), "sin")
+    )
+    with pytest.raises(ShapeError, match="num_heads"):
+        pk.attention_layer(q, k, k, cache, vcache, rope, num_heads=4, num_kv_heads=3)
+    with pytest.raises(ShapeError, match="caches must be"):
+        pk.attention_layer(
+            q,
+            k,
+            k,
+            pk.attach_input(torch.zeros(4, 8), "short"),
+            vcache,
+            rope,
+            num_heads=4,
+            num_kv_heads=2,
+        )
+    with pytest.raises(GraphStructureError, match="RopeTables"):
+        pk.attention_layer(q, k, k, cache, vcache, (1, 2), num_heads=4, num_kv_heads=2)
+    out = pk.attention_layer(q, k, k, cache, vcache, rope, num_heads=4, num_kv_heads=2)
+    assert out.dims == (1, 16)
