@@ -314,6 +314,7 @@ class BodySource:
     text: str
     scratch: int  # float32 elements of scratch per program
     kernels: list[str] = field(default_factory=list)  # labels of the kernels that use it
+    helpers: dict[str, str] = field(default_factory=dict)  # @triton.jit helpers it calls
 
 
 def _section(em: TaskEmitter, lines: dict[Phase, list[str]], tail: list[str]) -> list[str]:
@@ -377,7 +378,8 @@ def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> Bo
             + ["", ""]
             + text
         )
-    return BodySource(name, pf_name, "\n".join(text) + "\n", em.scratch_used)
+    return BodySource(name, pf_name, "\n".join(text) + "\n", em.scratch_used,
+                      helpers=dict(em.helpers))
 
 
 _CLOCK = (
@@ -396,6 +398,9 @@ def generate_program(
 ) -> str:
     """The module text: every body, then the dispatcher kernel ``name``."""
     lines = ["import triton", "import triton.language as tl", "", ""]
+    helpers = {name: text for b in bodies for name, text in b.helpers.items()}
+    for text in helpers.values():
+        lines += [text, ""]
     for b in bodies:
         lines += [b.text, ""]
     d = [

@@ -168,7 +168,8 @@ class PersistentProgram:
                 name = f"mg_task{k}"
                 pf = src.prefetch_name.replace(placeholder, name) if src.prefetch_name else None
                 bodies.append(
-                    BodySource(name, pf, src.text.replace(placeholder, name), src.scratch)
+                    BodySource(name, pf, src.text.replace(placeholder, name), src.scratch,
+                               helpers=src.helpers)
                 )
             kinds[spec.op] = texts[src.text]
             bodies[kinds[spec.op]].kernels.append(spec.label)
