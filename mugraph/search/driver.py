@@ -128,7 +128,8 @@ _WORKER: dict[str, Any] = {}
 
 
 def _init_worker(program, config, oracle, deadline, cost_fn) -> None:
-    _WORKER.update(program=program, config=config, oracle=oracle, deadline=deadline, cost=cost_fn)
+    _WORKER.update(program=program, config=config, oracle=oracle, deadline=deadline, cost=cost_fn,
+                   rounds=None)
 
 
 def _run_unit(unit: tuple[int, int, CustomChoice]) -> tuple[str, list[dict], Stats, bool]:
@@ -158,7 +159,7 @@ def _run_unit(unit: tuple[int, int, CustomChoice]) -> tuple[str, list[dict], Sta
         if key in found or len(found) >= config.max_candidates:
             return
         try:
-            result = _verify(graph, program, config.delta, config.verify_rounds)
+            result = _verify(graph, config.delta, config.verify_rounds)
         except NotVerifiableError:
             gen.stats.pruned["not_verifiable"] += 1
             return
@@ -179,10 +180,18 @@ def _unit_key(unit: tuple[int, int, CustomChoice]) -> str:
     return f"{unit[0]}|{unit[1]}|{unit[2].key()}"
 
 
-def _verify(graph, program, delta, rounds):
-    from mugraph.search.verify import verify
+def _verify(graph, delta, rounds):
+    """The candidate against this worker's program, on rounds whose program side is kept
+    from one candidate to the next (:class:`~mugraph.search.verify.ProgramRounds`)."""
+    from mugraph.search.verify import ProgramRounds
 
-    return verify(graph, program, delta=delta, max_rounds=rounds)
+    rounds_of = _WORKER.get("rounds")
+    if rounds_of is None or rounds_of.program is not _WORKER["program"]:
+        rounds_of = _WORKER["rounds"] = ProgramRounds(_WORKER["program"], max_bytes=_ROUND_BYTES)
+    return rounds_of.verify(graph, delta, max_rounds=rounds)
+
+
+_ROUND_BYTES = 1 << 29  # memory a worker keeps for the program's side of its rounds
 
 
 # ---- the driver --------------------------------------------------------------------------------
@@ -309,10 +318,13 @@ def _execute(units, program, cfg, oracle, deadline, cost):
     count = min(cfg.worker_count, max(1, len(units)))
     if count == 1 or "fork" not in multiprocessing.get_all_start_methods():
         _init_worker(program, cfg, oracle, deadline, cost)
-        for unit in units:
-            if time.monotonic() > deadline:
-                return
-            yield _run_unit(unit)
+        try:
+            for unit in units:
+                if time.monotonic() > deadline:
+                    return
+                yield _run_unit(unit)
+        finally:
+            _WORKER["rounds"] = None  # the kept rounds' memory
         return
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(

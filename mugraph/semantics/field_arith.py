@@ -142,6 +142,7 @@ never a wrong acceptance.
 
 from __future__ import annotations
 
+import copy
 import decimal
 import hashlib
 import math
@@ -157,6 +158,7 @@ from typing import Any
 import numpy as np
 
 from mugraph.errors import ShapeError
+from mugraph.semantics.partition import fold_cols, fold_rows, matmul_layout, unfold
 
 __all__ = [
     "P",
@@ -320,47 +322,141 @@ def field_scalar(value: Any, modulus: int) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, eq=False)
 class FieldArray:
-    """A tensor of Z_p × Z_q values: two int64 arrays of one shape (broadcast on creation)."""
+    """A tensor of Z_p × Z_q values: two int64 arrays of one shape (broadcast on creation).
 
-    p: np.ndarray
-    q: np.ndarray
+    ``FieldArray(p, q)`` holds computed components. A *deferred* array
+    (:meth:`deferred`, made by a :class:`FieldContext` with ``fast=True``) knows its shape and
+    computes each component the first time it is read (``.p``, ``.q``), so a component that
+    nothing reads is never computed (the Z_p part of a product that only feeds an exponent,
+    the Z_q part of a quotient whose Z_q value reaches nothing). ``q_zero`` says, without
+    computing anything, that the Z_q component is known to be all zeros.
+    """
 
-    def __post_init__(self) -> None:
-        p = np.asarray(self.p, dtype=np.int64)
-        q = np.asarray(self.q, dtype=np.int64)
+    __slots__ = ("_p", "_q", "shape", "_q_zero", "factors")
+
+    def __init__(self, p: Any, q: Any) -> None:
+        p = np.asarray(p, dtype=np.int64)
+        q = np.asarray(q, dtype=np.int64)
         if p.shape != q.shape:
             p, q = np.broadcast_arrays(p, q)
-        object.__setattr__(self, "p", p)
-        object.__setattr__(self, "q", q)
+        self._p, self._q = p, q
+        self.shape: tuple[int, ...] = p.shape
+        self._q_zero = False
+        self.factors: tuple[FieldArray, FieldArray] | None = None  # self = a · b (fast mul)
+
+    @classmethod
+    def deferred(
+        cls,
+        shape: Sequence[int],
+        p: Callable[[], np.ndarray] | np.ndarray,
+        q: Callable[[], np.ndarray] | np.ndarray | None,
+        q_zero: bool = False,
+    ) -> FieldArray:
+        """An array of ``shape`` whose components come from ``p()`` / ``q()`` when first read
+        (arrays are taken as they are); ``q_zero``: the Z_q component is all zeros (q unused)."""
+        out = cls.__new__(cls)
+        out.shape = tuple(int(n) for n in shape)
+        out._p = p if callable(p) else np.asarray(p, dtype=np.int64)
+        out._q = zero_view(out.shape) if q_zero else (q if callable(q) else np.asarray(q, np.int64))
+        out._q_zero = q_zero
+        out.factors = None
+        return out
+
+    @classmethod
+    def deferred_pair(
+        cls, shape: Sequence[int], both: Callable[[], tuple[np.ndarray, np.ndarray]]
+    ) -> FieldArray:
+        """A deferred array whose two components are computed together by ``both()``."""
+        cell: list[tuple[np.ndarray, np.ndarray]] = []
+
+        def get(i: int) -> np.ndarray:
+            if not cell:
+                cell.append(both())
+            return cell[0][i]
+
+        return cls.deferred(shape, lambda: get(0), lambda: get(1))
+
+    def _force(self, value: Any) -> np.ndarray:
+        if isinstance(value, np.ndarray):
+            return value
+        got = np.asarray(value(), dtype=np.int64)
+        if got.shape != self.shape:
+            raise AssertionError(f"deferred component of shape {got.shape}, expected {self.shape}")
+        return got
 
     @property
-    def shape(self) -> tuple[int, ...]:
-        return self.p.shape
+    def p(self) -> np.ndarray:
+        if not isinstance(self._p, np.ndarray):
+            self._p = self._force(self._p)
+            self._forget_factors()
+        return self._p
+
+    @property
+    def q(self) -> np.ndarray:
+        if not isinstance(self._q, np.ndarray):
+            self._q = self._force(self._q)
+            self._forget_factors()
+        return self._q
+
+    def _forget_factors(self) -> None:
+        if isinstance(self._p, np.ndarray) and isinstance(self._q, np.ndarray):
+            self.factors = None  # computed: let the operands go
+
+    @property
+    def computed(self) -> bool:
+        """Whether both components exist (nothing is deferred)."""
+        return isinstance(self._p, np.ndarray) and isinstance(self._q, np.ndarray)
+
+    @property
+    def q_zero(self) -> bool:
+        """Whether the Z_q component is known to be all zeros (a :func:`zero_view`)."""
+        if self._q_zero:
+            return True
+        return isinstance(self._q, np.ndarray) and is_zero_view(self._q)
 
     @property
     def ndim(self) -> int:
-        return self.p.ndim
+        return len(self.shape)
 
     @property
     def size(self) -> int:
-        return self.p.size
+        return math.prod(self.shape)
+
+    def index_map(self, fn: Callable[[np.ndarray], np.ndarray]) -> FieldArray:
+        """``fn`` (an index-only NumPy function: reshape, transpose, split, broadcast...)
+        applied to both components; deferred components stay deferred, a zero Z_q stays a
+        zero view."""
+        if isinstance(self._p, np.ndarray):
+            p: Any = fn(self._p)
+            shape = p.shape
+        else:
+            shape = fn(_probe(self.shape)).shape
+            p = lambda: fn(self.p)  # noqa: E731 - read through self: computed once, shared
+        if self.q_zero:
+            return FieldArray.deferred(shape, p, None, q_zero=True)
+        if isinstance(self._q, np.ndarray):
+            q: Any = fn(self._q)
+        else:
+            q = lambda: fn(self.q)  # noqa: E731
+        if isinstance(p, np.ndarray) and isinstance(q, np.ndarray):
+            return FieldArray(p, q)
+        return FieldArray.deferred(shape, p, q)
 
     def __getitem__(self, index: Any) -> FieldArray:
-        return FieldArray(self.p[index], self.q[index])
+        return self.index_map(lambda a: a[index])
 
     def reshape(self, *shape: Any) -> FieldArray:
-        return FieldArray(self.p.reshape(*shape), self.q.reshape(*shape))
+        return self.index_map(lambda a: a.reshape(*shape))
 
     def transpose(self, *axes: int) -> FieldArray:
-        return FieldArray(self.p.transpose(*axes), self.q.transpose(*axes))
+        return self.index_map(lambda a: a.transpose(*axes))
 
     def swapaxes(self, a: int, b: int) -> FieldArray:
-        return FieldArray(self.p.swapaxes(a, b), self.q.swapaxes(a, b))
+        return self.index_map(lambda x: x.swapaxes(a, b))
 
     def broadcast_to(self, shape: Sequence[int]) -> FieldArray:
-        return FieldArray(np.broadcast_to(self.p, shape), np.broadcast_to(self.q, shape))
+        return self.index_map(lambda a: np.broadcast_to(a, shape))
 
     def copy(self) -> FieldArray:
         return FieldArray(self.p.copy(), self.q.copy())
@@ -373,12 +469,22 @@ class FieldArray:
             and bool(np.array_equal(self.q, other.q))
         )
 
+    def __repr__(self) -> str:
+        state = "computed" if self.computed else "deferred"
+        return f"FieldArray(shape={self.shape}, {state}{', q=0' if self.q_zero else ''})"
+
+
+def _probe(shape: Sequence[int]) -> np.ndarray:
+    """A read-only array of ``shape`` taking no memory: index functions applied to it tell the
+    shape of their result."""
+    return np.broadcast_to(np.int8(0), tuple(shape))
+
 
 def concatenate(arrays: Sequence[FieldArray], axis: int = 0) -> FieldArray:
     """np.concatenate of both components (zero views stay zero views)."""
     p = np.concatenate([a.p for a in arrays], axis=axis)
-    if all(is_zero_view(a.q) for a in arrays):
-        return FieldArray(p, zero_view(p.shape))
+    if all(a.q_zero for a in arrays):
+        return FieldArray.deferred(p.shape, p, None, q_zero=True)
     return FieldArray(p, np.concatenate([a.q for a in arrays], axis=axis))
 
 
@@ -833,37 +939,81 @@ def _matmul_split(x: np.ndarray, y: np.ndarray, m: int, limbs: int | None) -> np
     return out
 
 
-def matmul_mod(x: np.ndarray, y: np.ndarray, m: int, *, limbs: int | None = None) -> np.ndarray:
+def matmul_shape(sa: Sequence[int], sb: Sequence[int]) -> tuple[int, ...]:
+    """The shape of ``a @ b`` (np.matmul rules), or a :class:`ShapeError`."""
+    if len(sa) == 0 or len(sb) == 0:
+        raise ShapeError("matmul: operands must have at least one dimension")
+    a2 = (1, *sa) if len(sa) == 1 else tuple(sa)
+    b2 = (*sb, 1) if len(sb) == 1 else tuple(sb)
+    if a2[-1] != b2[-2]:
+        raise ShapeError(f"matmul: inner dims differ: {tuple(sa)} @ {tuple(sb)}")
+    try:
+        batch = np.broadcast_shapes(a2[:-2], b2[:-2])
+    except ValueError as exc:
+        raise ShapeError(
+            f"matmul: batch dims do not broadcast: {tuple(sa)} @ {tuple(sb)}"
+        ) from exc
+    out = (*batch, a2[-2], b2[-1])
+    if len(sa) == 1:
+        out = out[:-2] + out[-1:]
+    if len(sb) == 1:
+        out = out[:-1]
+    return tuple(int(n) for n in out)
+
+
+def matmul_mod(
+    x: np.ndarray,
+    y: np.ndarray,
+    m: int,
+    *,
+    limbs: int | None = None,
+    memo: dict | None = None,
+) -> np.ndarray:
     """Exact ``x @ y mod m`` (np.matmul semantics: batch broadcasting, 1-D operands).
 
     ``x`` and ``y`` must be canonical (``0 <= v < m``, int64); ``m < 2^31``.  ``limbs`` forces
     the number of digits (1-4; default: chosen by a cost model).  See the module docstring.
+    A batch axis along which only one operand varies joins that operand's free dim (one large
+    product instead of many small ones).  ``memo``: a dict in which products are kept by the
+    memory of their (folded) operands, so that the same product asked again — by the other
+    graph of a comparison — costs nothing; it keeps the operands alive.
     """
     x = np.asarray(x, dtype=np.int64)
     y = np.asarray(y, dtype=np.int64)
-    if x.ndim == 0 or y.ndim == 0:
-        raise ShapeError("matmul: operands must have at least one dimension")
+    shape = matmul_shape(x.shape, y.shape)
     x2 = x[None, :] if x.ndim == 1 else x
     y2 = y[:, None] if y.ndim == 1 else y
-    if x2.shape[-1] != y2.shape[-2]:
-        raise ShapeError(f"matmul: inner dims differ: {x.shape} @ {y.shape}")
-    try:
-        np.broadcast_shapes(x2.shape[:-2], y2.shape[:-2])
-    except ValueError as exc:
-        raise ShapeError(f"matmul: batch dims do not broadcast: {x.shape} @ {y.shape}") from exc
     if x2.shape[-1] == 0:
-        batch = np.broadcast_shapes(x2.shape[:-2], y2.shape[:-2])
-        out = np.zeros((*batch, x2.shape[-2], y2.shape[-1]), dtype=np.int64)
-    elif is_zero_view(x2) or is_zero_view(y2):
-        batch = np.broadcast_shapes(x2.shape[:-2], y2.shape[:-2])
-        out = zero_view((*batch, x2.shape[-2], y2.shape[-1]))
-    else:
-        out = _matmul_split(x2, y2, m, limbs)
+        return np.zeros(shape, dtype=np.int64)
+    if is_zero_view(x2) or is_zero_view(y2):
+        return zero_view(shape)
+    out = _folded_product(x2, y2, m, limbs, memo)
     if x.ndim == 1:
         out = out[..., 0, :]
     if y.ndim == 1:
         out = out[..., 0]
     return out
+
+
+def _folded_product(
+    x: np.ndarray, y: np.ndarray, m: int, limbs: int | None, memo: dict | None
+) -> np.ndarray:
+    """x @ y (2-D or more) with its broadcast batch axes folded into M and N (in the order of
+    the operands' memory, so a tiled view of a matrix folds back into the matrix itself)."""
+    lay = matmul_layout(x.shape, y.shape, x.strides, y.strides)
+    folded = lay.folds or bool(lay.unit)  # (size-1 batch axes are dropped: one canonical form)
+    xf, yf = (fold_rows(x, lay), fold_cols(y, lay)) if folded else (x, y)
+    fresh = folded and (xf.base is None or yf.base is None)  # a copy: never asked again
+    if memo is None or fresh:
+        product = _matmul_split(xf, yf, m, limbs)
+    else:
+        key = ("matmul", m, limbs, _ident(xf), _ident(yf))
+        entry = memo.get(key)
+        if entry is None:
+            entry = (xf, yf, _matmul_split(xf, yf, m, limbs))
+            memo[key] = entry
+        product = entry[2]
+    return unfold(product, lay) if folded else product
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1042,12 +1192,21 @@ class FieldContext:
 
     Build with :meth:`from_rng`.  ``p < 2^31`` and ``q | p - 1`` must be primes (small primes
     are fine, e.g. for exhaustive tests).
+
+    ``fast=False`` (the straightforward evaluation) computes every operation at once.
+    ``fast=True`` (what the verifier uses) gives the same values with less work: results are
+    :meth:`FieldArray.deferred` (a component nothing reads is never computed, and a division
+    checks the divisor's component only where the quotient's component is read), and
+    products and exponentials of the same memory are computed once per context (the memo
+    keeps what it saw alive: use one context per round, and never write into its arrays).
     """
 
     omega: int
     key: int
     p: int = P
     q: int = Q
+    fast: bool = field(default=False, compare=False)
+    _memo: dict = field(init=False, repr=False, compare=False)
     _exp_bits: int = field(init=False, repr=False, compare=False)
     _exp_lo: np.ndarray = field(init=False, repr=False, compare=False)
     _exp_hi: np.ndarray = field(init=False, repr=False, compare=False)
@@ -1059,19 +1218,44 @@ class FieldContext:
         if not (1 < self.omega < p and pow(self.omega, q, p) == 1):
             raise ValueError(f"omega={self.omega} is not a q-th root of unity other than 1")
         bits = -(-(q - 1).bit_length() // 2)
+        object.__setattr__(self, "_memo", {})
         object.__setattr__(self, "_exp_bits", bits)
         object.__setattr__(self, "_exp_lo", _power_table(self.omega, 1 << bits, p))
         hi_size = ((q - 1) >> bits) + 1
         object.__setattr__(self, "_exp_hi", _power_table(pow(self.omega, 1 << bits, p), hi_size, p))
 
     @classmethod
-    def from_rng(cls, rng: np.random.Generator, *, p: int = P, q: int = Q) -> FieldContext:
+    def from_rng(
+        cls, rng: np.random.Generator, *, p: int = P, q: int = Q, fast: bool = False
+    ) -> FieldContext:
         """ω = g^((p-1)/q) for uniform g in Z_p^* (redrawn while ω = 1); a 63-bit key."""
         while True:
             omega = pow(int(rng.integers(1, p)), (p - 1) // q, p)
             if omega != 1:
                 break
-        return cls(omega=omega, key=int(rng.integers(0, 1 << 63)), p=p, q=q)
+        return cls(omega=omega, key=int(rng.integers(0, 1 << 63)), p=p, q=q, fast=fast)
+
+    def with_fast(self, fast: bool) -> FieldContext:
+        """The same round (ω, key, primes) evaluated eagerly (False) or deferred and shared
+        (True): both give the same values."""
+        return FieldContext(self.omega, self.key, self.p, self.q, fast)
+
+    def with_memo_of(self, other: FieldContext) -> FieldContext:
+        """This round (fast) with a copy of ``other``'s memo: what ``other`` computed is
+        reused, what is computed now is not added to ``other``."""
+        out = copy.copy(self)
+        object.__setattr__(out, "fast", True)
+        object.__setattr__(out, "_memo", dict(other._memo))
+        return out
+
+    def memo_nbytes(self) -> int:
+        """Bytes of the arrays the memo keeps alive (each memory counted once)."""
+        roots = {}
+        for entry in self._memo.values():
+            for array in entry:
+                root = _root(array)
+                roots[id(root)] = root.nbytes
+        return sum(roots.values())
 
     @property
     def moduli(self) -> tuple[int, int]:
@@ -1200,32 +1384,56 @@ class FieldContext:
         )
 
     # -- arithmetic (Table 3) ----------------------------------------------------------------
+    #
+    # Every operation builds its result through _make: computed at once (the default), or
+    # deferred component by component with ``fast=True`` (see FieldArray.deferred).
 
-    def _zero_q(self, p: np.ndarray, zero: bool, fn: Callable[[], np.ndarray]) -> FieldArray:
-        """(p, fn()) — or (p, a zero view) when the Z_q result is known to be all zeros."""
-        return FieldArray(p, zero_view(p.shape) if zero else fn())
+    def _make(
+        self,
+        shape: Sequence[int],
+        p: Callable[[], np.ndarray],
+        q: Callable[[], np.ndarray],
+        q_zero: bool = False,
+    ) -> FieldArray:
+        if self.fast:
+            return FieldArray.deferred(shape, p, None if q_zero else q, q_zero)
+        got = np.asarray(p(), dtype=np.int64)
+        return FieldArray.deferred(got.shape, got, None if q_zero else q(), q_zero)
+
+    def _make_pair(
+        self, shape: Sequence[int], both: Callable[[], FieldArray]
+    ) -> FieldArray:
+        if self.fast:
+            return FieldArray.deferred_pair(shape, lambda: _components(both()))
+        return both()
 
     def add(self, a: FieldArray, b: FieldArray) -> FieldArray:
-        zero = is_zero_view(a.q) and is_zero_view(b.q)
-        return self._zero_q(add_mod(a.p, b.p, self.p), zero, lambda: add_mod(a.q, b.q, self.q))
+        return self._make(_broadcast(a, b), lambda: add_mod(a.p, b.p, self.p),
+                          lambda: add_mod(a.q, b.q, self.q), a.q_zero and b.q_zero)
 
     def sub(self, a: FieldArray, b: FieldArray) -> FieldArray:
-        zero = is_zero_view(a.q) and is_zero_view(b.q)
-        return self._zero_q(sub_mod(a.p, b.p, self.p), zero, lambda: sub_mod(a.q, b.q, self.q))
+        return self._make(_broadcast(a, b), lambda: sub_mod(a.p, b.p, self.p),
+                          lambda: sub_mod(a.q, b.q, self.q), a.q_zero and b.q_zero)
 
     def neg(self, a: FieldArray) -> FieldArray:
-        return self._zero_q(neg_mod(a.p, self.p), is_zero_view(a.q), lambda: neg_mod(a.q, self.q))
+        return self._make(a.shape, lambda: neg_mod(a.p, self.p), lambda: neg_mod(a.q, self.q),
+                          a.q_zero)
 
     def mul(self, a: FieldArray, b: FieldArray) -> FieldArray:
-        zero = is_zero_view(a.q) or is_zero_view(b.q)
-        return self._zero_q(mul_mod(a.p, b.p, self.p), zero, lambda: mul_mod(a.q, b.q, self.q))
+        out = self._make(_broadcast(a, b), lambda: mul_mod(a.p, b.p, self.p),
+                         lambda: mul_mod(a.q, b.q, self.q), a.q_zero or b.q_zero)
+        if self.fast:
+            out.factors = (a, b)  # for matmul's scaling rewrite
+        return out
 
     def square(self, a: FieldArray) -> FieldArray:
         return self.mul(a, a)
 
     def inv(self, a: FieldArray) -> FieldArray:
-        """1/a; raises :class:`FieldDivisionByZero` if any component is 0."""
-        return FieldArray(inv_mod(a.p, self.p, "p"), inv_mod(a.q, self.q, "q"))
+        """1/a; raises :class:`FieldDivisionByZero` if any element of a component is 0 (with
+        ``fast``: when that component of the result is read)."""
+        return self._make(a.shape, lambda: inv_mod(a.p, self.p, "p"),
+                          lambda: inv_mod(a.q, self.q, "q"))
 
     def div(self, a: FieldArray, b: FieldArray) -> FieldArray:
         """a / b = a · b^{-1} (b inverted at its own shape, then broadcast)."""
@@ -1234,8 +1442,8 @@ class FieldContext:
     def mul_const(self, a: FieldArray, c: Any) -> FieldArray:
         """a · c for an exact constant c (int, Fraction, finite float...)."""
         cp, cq = self.scalar(c)
-        return self._zero_q(mul_mod(a.p, np.int64(cp), self.p), is_zero_view(a.q),
-                            lambda: mul_mod(a.q, np.int64(cq), self.q))
+        return self._make(a.shape, lambda: mul_mod(a.p, np.int64(cp), self.p),
+                          lambda: mul_mod(a.q, np.int64(cq), self.q), a.q_zero)
 
     def pow(self, a: FieldArray, e: int) -> FieldArray:
         """a^e for an integer e >= 0 (an integral float is accepted)."""
@@ -1243,47 +1451,89 @@ class FieldContext:
             e = int(e)
         if not isinstance(e, int | np.integer) or isinstance(e, bool) or e < 0:
             raise ValueError(f"pow needs a non-negative integer exponent, got {e!r}")
-        return self._zero_q(pow_mod(a.p, int(e), self.p), e > 0 and is_zero_view(a.q),
-                            lambda: pow_mod(a.q, int(e), self.q))
+        e = int(e)
+        return self._make(a.shape, lambda: pow_mod(a.p, e, self.p),
+                          lambda: pow_mod(a.q, e, self.q), e > 0 and a.q_zero)
 
     def sum(
         self, a: FieldArray, axis: int | tuple[int, ...] | None = None, keepdims: bool = False
     ) -> FieldArray:
-        p = sum_mod(a.p, self.p, axis=axis, keepdims=keepdims)
-        return self._zero_q(p, is_zero_view(a.q),
-                            lambda: sum_mod(a.q, self.q, axis=axis, keepdims=keepdims))
+        shape = _reduced_shape(a.shape, axis, keepdims)
+        return self._make(shape, lambda: sum_mod(a.p, self.p, axis=axis, keepdims=keepdims),
+                          lambda: sum_mod(a.q, self.q, axis=axis, keepdims=keepdims), a.q_zero)
+
+    def concatenate(self, arrays: Sequence[FieldArray], axis: int = 0) -> FieldArray:
+        """np.concatenate of both components."""
+        arrays = list(arrays)
+        shape = np.concatenate([_probe(a.shape) for a in arrays], axis=axis).shape
+        return self._make(shape, lambda: np.concatenate([a.p for a in arrays], axis=axis),
+                          lambda: np.concatenate([a.q for a in arrays], axis=axis),
+                          all(a.q_zero for a in arrays))
 
     def matmul(self, a: FieldArray, b: FieldArray, *, limbs: int | None = None) -> FieldArray:
-        """a @ b in both fields (np.matmul semantics); exact, see :func:`matmul_mod`."""
-        return FieldArray(
-            matmul_mod(a.p, b.p, self.p, limbs=limbs), matmul_mod(a.q, b.q, self.q, limbs=limbs)
+        """a @ b in both fields (np.matmul semantics); exact, see :func:`matmul_mod`. With
+        ``fast``, products of the same operands (the same memory, as both graphs of a
+        comparison often compute) are computed once per context."""
+        shape = matmul_shape(a.shape, b.shape)
+        if self.fast and a.ndim >= 2 and b.ndim >= 2:
+            scaled = _scaled(a, -1)
+            if scaled is not None:  # (x · c) @ b = (x @ b) · c, c constant along K
+                return self.mul(self.matmul(scaled[0], b, limbs=limbs), scaled[1])
+            scaled = _scaled(b, -2)
+            if scaled is not None:  # a @ (y · d) = (a @ y) · d, d constant along K
+                return self.mul(self.matmul(a, scaled[0], limbs=limbs), scaled[1])
+        memo = self._memo if self.fast else None
+        return self._make(
+            shape,
+            lambda: matmul_mod(a.p, b.p, self.p, limbs=limbs, memo=memo),
+            lambda: matmul_mod(a.q, b.q, self.q, limbs=limbs, memo=memo),
+            a.q_zero or b.q_zero,
         )
 
     def exp_p(self, e: np.ndarray) -> np.ndarray:
         """ω^e mod p for exponents 0 <= e < q (two table lookups and one mulmod)."""
+        if self.fast:
+            return _shared_elementwise(self._memo, "exp_p", self._exp_p, e)
+        return self._exp_p(e)
+
+    def _exp_p(self, e: np.ndarray) -> np.ndarray:
         lo = np.take(self._exp_lo, e & ((1 << self._exp_bits) - 1))
         hi = np.take(self._exp_hi, e >> self._exp_bits)
         return mul_mod(lo, hi, self.p)
 
-    def exp(self, a: FieldArray) -> FieldArray:
-        """(ω^{a_q} mod p, keyed hash of that value mod q): see the module docstring."""
-        rp = self.exp_p(a.q)
+    def _exp_q(self, rp: np.ndarray) -> np.ndarray:
+        """The Z_q component of exp: a keyed hash of the Z_p value, mod q."""
         s = _seeds(self.key, "exp.q", "exp", (), 1)
         with np.errstate(over="ignore"):
-            rq = _umod(_fmix64_(rp.view(np.uint64) ^ s[0]), self.q)
-        return FieldArray(rp, rq)
+            return _umod(_fmix64_(rp.view(np.uint64) ^ s[0]), self.q)
+
+    def exp(self, a: FieldArray) -> FieldArray:
+        """(ω^{a_q} mod p, keyed hash of that value mod q): see the module docstring."""
+        cell: list[np.ndarray] = []
+
+        def p() -> np.ndarray:
+            if not cell:
+                cell.append(self.exp_p(a.q))
+            return cell[0]
+
+        def q() -> np.ndarray:
+            if self.fast:
+                return _shared_elementwise(self._memo, "exp_q", self._exp_q, p())
+            return self._exp_q(p())
+
+        return self._make(a.shape, p, q)
 
     # -- uninterpreted functions keyed by this round's key -----------------------------------
 
     def uninterpreted(self, name: str, x: FieldArray, *params: Any) -> FieldArray:
-        return uninterpreted(name, self.key, x, *params, moduli=self.moduli)
+        return self._make_pair(
+            x.shape, lambda: uninterpreted(name, self.key, x, *params, moduli=self.moduli))
 
     def uninterpreted2(
         self, name: str, a: FieldArray, b: FieldArray, *params: Any, symmetric: bool = False
     ) -> FieldArray:
-        return uninterpreted2(
-            name, self.key, a, b, *params, symmetric=symmetric, moduli=self.moduli
-        )
+        return self._make_pair(_broadcast(a, b), lambda: uninterpreted2(
+            name, self.key, a, b, *params, symmetric=symmetric, moduli=self.moduli))
 
     def uninterpreted_reduce(
         self,
@@ -1293,17 +1543,104 @@ class FieldContext:
         *params: Any,
         keepdims: bool = False,
     ) -> FieldArray:
-        return uninterpreted_reduce(
-            name, self.key, x, axis, *params, keepdims=keepdims, moduli=self.moduli
-        )
+        return self._make_pair(_reduced_shape(x.shape, axis, keepdims), lambda: (
+            uninterpreted_reduce(name, self.key, x, axis, *params, keepdims=keepdims,
+                                 moduli=self.moduli)))
 
     def max(self, a: FieldArray, b: FieldArray, name: str = "max") -> FieldArray:
-        return keyed_max(name, self.key, a, b)
+        return self._make_pair(_broadcast(a, b), lambda: keyed_max(name, self.key, a, b))
 
     def max_reduce(
         self, x: FieldArray, axis: int, keepdims: bool = False, name: str = "max"
     ) -> FieldArray:
-        return keyed_max_reduce(name, self.key, x, axis, keepdims=keepdims)
+        return self._make_pair(_reduced_shape(x.shape, axis, keepdims),
+                               lambda: keyed_max_reduce(name, self.key, x, axis, keepdims))
+
+
+def _scaled(x: FieldArray, axis: int) -> tuple[FieldArray, FieldArray] | None:
+    """(v, c) when ``x`` is the product ``v · c`` of a value ``v`` of x's shape and a factor
+    ``c`` that is constant along ``axis`` (size 1 there, or missing): a matmul operand whose
+    ``axis`` is the reduction dim then scales the product instead."""
+    if x.factors is None:
+        return None
+    for v, c in (x.factors, x.factors[::-1]):
+        if v.shape == x.shape and (c.ndim < -axis or c.shape[axis] == 1):
+            return v, c
+    return None
+
+
+def _components(x: FieldArray) -> tuple[np.ndarray, np.ndarray]:
+    return x.p, x.q
+
+
+def _broadcast(a: FieldArray, b: FieldArray) -> tuple[int, ...]:
+    try:
+        return tuple(np.broadcast_shapes(a.shape, b.shape))
+    except ValueError as exc:
+        raise ShapeError(f"shapes {a.shape} and {b.shape} do not broadcast") from exc
+
+
+def _reduced_shape(
+    shape: tuple[int, ...], axis: int | tuple[int, ...] | None, keepdims: bool
+) -> tuple[int, ...]:
+    """The shape of a reduction of ``shape`` over ``axis`` (NumPy's rules and errors)."""
+    if axis is None:
+        axes = set(range(len(shape)))
+    else:
+        axes = {_axis_index(a, len(shape))
+                for a in ((axis,) if isinstance(axis, int | np.integer) else axis)}
+    if keepdims:
+        return tuple(1 if i in axes else n for i, n in enumerate(shape))
+    return tuple(n for i, n in enumerate(shape) if i not in axes)
+
+
+def _axis_index(axis: int, ndim: int) -> int:
+    if not -ndim <= axis < ndim:
+        raise np.exceptions.AxisError(axis, ndim)
+    return int(axis) % ndim
+
+
+def _root(x: np.ndarray) -> np.ndarray:
+    """The array that owns ``x``'s memory (``x`` itself when it is not a view)."""
+    while isinstance(x.base, np.ndarray):
+        x = x.base
+    return x
+
+
+def _ident(x: np.ndarray) -> tuple[int, tuple[int, ...], tuple[int, ...], str]:
+    """Where an array's elements are: equal for two arrays exactly when they read the same
+    memory the same way (so, arrays being immutable here, when they hold the same values)."""
+    return (x.__array_interface__["data"][0], x.shape, x.strides, x.dtype.str)
+
+
+def _shared_elementwise(
+    memo: dict, name: str, fn: Callable[[np.ndarray], np.ndarray], x: np.ndarray
+) -> np.ndarray:
+    """``fn(x)`` for an elementwise ``fn``, computed once per memory: a view ``x`` of every
+    element of a contiguous array ``r`` (a transposed, reshaped or tiled view of it, as block
+    tiles of a kernel input or of a product are) gets the same view of ``fn(r)``, so the two
+    graphs of a comparison computing ``fn`` on one value in different layouts share it.
+    ``memo`` keeps the arrays it saw alive, so the memory of an entry is never reused."""
+    root = _root(x)
+    whole = (
+        root is not x
+        and root.dtype == x.dtype
+        and root.flags.c_contiguous
+        and x.size == root.size > 0
+        and all(x.strides)
+    )
+    source = root if whole else x
+    key = (name, _ident(source))
+    entry = memo.get(key)
+    if entry is None:
+        entry = (source, np.ascontiguousarray(fn(source)))
+        memo[key] = entry
+    result = entry[1]
+    if source is x:
+        return result
+    offset = x.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+    return np.ndarray(x.shape, dtype=result.dtype, buffer=result, offset=offset,
+                      strides=x.strides)
 
 
 # ---------------------------------------------------------------------------------------------
