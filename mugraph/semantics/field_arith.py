@@ -512,6 +512,38 @@ def _canon_(x: np.ndarray, m: int) -> np.ndarray:
     return x
 
 
+def _canon_into(x: np.ndarray, m: int, out: np.ndarray, scratch: np.ndarray) -> None:
+    """out ← x mod m (floor) for 0 <= x < 2^62, using ``scratch`` (x is left unchanged)."""
+    np.floor_divide(x, m, out=scratch)
+    scratch *= m
+    np.subtract(x, scratch, out=out)
+
+
+_BLOCK = 1 << 14  # elements per block of a blockwise elementwise kernel (a few arrays in L2)
+
+
+def _blockwise(n: int, scratch_rows: int, block: Callable[[int, int, np.ndarray], None]) -> None:
+    """Run ``block(lo, hi, scratch)`` over [0, n) in blocks of _BLOCK elements, spread over the
+    worker threads of :func:`parallel_evaluation` when n is large; ``scratch`` is an int64
+    array (scratch_rows, _BLOCK) of the running thread's own."""
+    workers = max(1, min(_WORKERS, n // (16 * _BLOCK)))
+    bounds = [n * i // workers for i in range(workers + 1)]
+
+    def share(start: int, stop: int) -> Callable[[], None]:
+        def run() -> None:
+            scratch = np.empty((scratch_rows, _BLOCK), dtype=np.int64)
+            for lo in range(start, stop, _BLOCK):
+                block(lo, min(stop, lo + _BLOCK), scratch)
+
+        return run
+
+    tasks = [share(a, b) for a, b in zip(bounds, bounds[1:], strict=False)]
+    if len(tasks) == 1:
+        tasks[0]()
+    else:
+        _run_parallel(tasks)
+
+
 def add_mod(a: np.ndarray, b: np.ndarray, m: int) -> np.ndarray:
     r = np.add(a, b)
     r -= m
@@ -1012,8 +1044,34 @@ def _folded_product(
         if entry is None:
             entry = (xf, yf, _matmul_split(xf, yf, m, limbs))
             memo[key] = entry
+            _keep_k_merged(memo, entry, m, limbs)
         product = entry[2]
     return unfold(product, lay) if folded else product
+
+
+def _keep_k_merged(memo: dict, entry: tuple, m: int, limbs: int | None) -> None:
+    """A batch of partial products over consecutive slices of one reduction dim — batch axis
+    j of x and y steps through K exactly as x's columns and y's rows do, as in split-KV
+    attention's ``E[:, part] @ V[part, :]`` — also gives the whole product: their sum over j.
+    Keep it in the memo under the operands with j joined into K (views of the same memory,
+    e.g. E and V themselves), so the other graph's whole product costs a sum."""
+    x, y, product = entry
+    k = x.shape[-1]
+    for j in range(x.ndim - 2):
+        if x.shape[j] > 1 and x.strides[j] == k * x.strides[-1] \
+                and y.strides[j] == k * y.strides[-2] and y.shape[j] == x.shape[j]:
+            rest = [i for i in range(x.ndim - 2) if i != j]
+            joined_x = np.lib.stride_tricks.as_strided(
+                x, [x.shape[i] for i in rest] + [x.shape[-2], x.shape[j] * k],
+                [x.strides[i] for i in rest] + [x.strides[-2], x.strides[-1]])
+            joined_y = np.lib.stride_tricks.as_strided(
+                y, [y.shape[i] for i in rest] + [y.shape[j] * k, y.shape[-1]],
+                [y.strides[i] for i in rest] + [y.strides[-2], y.strides[-1]])
+            key = ("matmul", m, limbs, _ident(joined_x), _ident(joined_y))
+            if key not in memo:
+                total = np.sum(product, axis=j, dtype=np.int64)  # < parts · 2^31: exact
+                memo[key] = (joined_x, joined_y, _canon_(total, m))
+            return
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1497,9 +1555,25 @@ class FieldContext:
         return self._exp_p(e)
 
     def _exp_p(self, e: np.ndarray) -> np.ndarray:
-        lo = np.take(self._exp_lo, e & ((1 << self._exp_bits) - 1))
-        hi = np.take(self._exp_hi, e >> self._exp_bits)
-        return mul_mod(lo, hi, self.p)
+        """ω^e in cache-sized blocks (over the worker threads when large): the lookups and
+        the mulmod of a block stay in cache instead of streaming five arrays through memory."""
+        e = np.asarray(e, dtype=np.int64)
+        e = e if e.flags.c_contiguous else e.copy()  # (ascontiguousarray makes 0-d 1-d)
+        out = np.empty(e.shape, dtype=np.int64)
+        flat_e, flat_out = e.reshape(-1), out.reshape(-1)
+        mask, bits = (1 << self._exp_bits) - 1, self._exp_bits
+
+        def block(lo: int, hi: int, scratch: np.ndarray) -> None:
+            index, low, high = scratch[0, : hi - lo], scratch[1, : hi - lo], scratch[2, : hi - lo]
+            np.bitwise_and(flat_e[lo:hi], mask, out=index)
+            np.take(self._exp_lo, index, out=low, mode="clip")  # in range: e is canonical
+            np.right_shift(flat_e[lo:hi], bits, out=index)
+            np.take(self._exp_hi, index, out=high, mode="clip")
+            np.multiply(low, high, out=low)
+            _canon_into(low, self.p, flat_out[lo:hi], index)
+
+        _blockwise(flat_e.size, 3, block)
+        return out
 
     def _exp_q(self, rp: np.ndarray) -> np.ndarray:
         """The Z_q component of exp: a keyed hash of the Z_p value, mod q."""
@@ -1633,7 +1707,8 @@ def _shared_elementwise(
     key = (name, _ident(source))
     entry = memo.get(key)
     if entry is None:
-        entry = (source, np.ascontiguousarray(fn(source)))
+        result = np.asarray(fn(source))
+        entry = (source, result if result.flags.c_contiguous else result.copy())
         memo[key] = entry
     result = entry[1]
     if source is x:
