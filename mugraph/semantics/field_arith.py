@@ -403,6 +403,11 @@ class FieldArray:
         if isinstance(self._p, np.ndarray) and isinstance(self._q, np.ndarray):
             self.factors = None  # computed: let the operands go
 
+    def computed_part(self, name: str) -> np.ndarray | None:
+        """Component ``name`` ("p" or "q") if it is computed, else None (nothing computed)."""
+        value = self._p if name == "p" else self._q
+        return value if isinstance(value, np.ndarray) else None
+
     @property
     def computed(self) -> bool:
         """Whether both components exist (nothing is deferred)."""
@@ -1306,11 +1311,17 @@ class FieldContext:
         object.__setattr__(out, "_memo", dict(other._memo))
         return out
 
+    @property
+    def memo(self) -> dict:
+        """What this context computed once for reuse (fast only): keyed by the memory or the
+        identity of the operands, holding them alive."""
+        return self._memo
+
     def memo_nbytes(self) -> int:
         """Bytes of the arrays the memo keeps alive (each memory counted once)."""
         roots = {}
         for entry in self._memo.values():
-            for array in entry:
+            for array in _arrays_in(entry):
                 root = _root(array)
                 roots[id(root)] = root.nbytes
         return sum(roots.values())
@@ -1529,24 +1540,45 @@ class FieldContext:
                           all(a.q_zero for a in arrays))
 
     def matmul(self, a: FieldArray, b: FieldArray, *, limbs: int | None = None) -> FieldArray:
-        """a @ b in both fields (np.matmul semantics); exact, see :func:`matmul_mod`. With
-        ``fast``, products of the same operands (the same memory, as both graphs of a
-        comparison often compute) are computed once per context."""
+        """a @ b in both fields (np.matmul semantics); exact, see :func:`matmul_mod`.
+
+        With ``fast``: products of the same operand memory (as both graphs of a comparison
+        often compute, in different tilings) are computed once per context; and an operand
+        ``v · c`` whose factor ``c`` is constant along the reduction dim that is not computed
+        yet is not computed at all: ``(v · c) @ b = (v @ b) · c`` (a softmax's division, a
+        norm's scale), so the product is the one of ``v``, perhaps the other graph's."""
         shape = matmul_shape(a.shape, b.shape)
-        if self.fast and a.ndim >= 2 and b.ndim >= 2:
-            scaled = _scaled(a, -1)
-            if scaled is not None:  # (x · c) @ b = (x @ b) · c, c constant along K
-                return self.mul(self.matmul(scaled[0], b, limbs=limbs), scaled[1])
-            scaled = _scaled(b, -2)
-            if scaled is not None:  # a @ (y · d) = (a @ y) · d, d constant along K
-                return self.mul(self.matmul(a, scaled[0], limbs=limbs), scaled[1])
-        memo = self._memo if self.fast else None
-        return self._make(
-            shape,
-            lambda: matmul_mod(a.p, b.p, self.p, limbs=limbs, memo=memo),
-            lambda: matmul_mod(a.q, b.q, self.q, limbs=limbs, memo=memo),
-            a.q_zero or b.q_zero,
-        )
+        q_zero = a.q_zero or b.q_zero
+        if not self.fast:
+            return self._make(shape, lambda: matmul_mod(a.p, b.p, self.p, limbs=limbs),
+                              lambda: matmul_mod(a.q, b.q, self.q, limbs=limbs), q_zero)
+        scaled: list[FieldArray | None] = []
+
+        def component(name: str, m: int) -> np.ndarray:
+            x, y = a.computed_part(name), b.computed_part(name)
+            if x is None or y is None:
+                if not scaled:
+                    scaled.append(self._scaled_matmul(a, b, limbs))
+                if scaled[0] is not None:
+                    return getattr(scaled[0], name)
+                x, y = getattr(a, name), getattr(b, name)
+            return matmul_mod(x, y, m, limbs=limbs, memo=self._memo)
+
+        return self._make(shape, lambda: component("p", self.p),
+                          lambda: component("q", self.q), q_zero)
+
+    def _scaled_matmul(self, a: FieldArray, b: FieldArray, limbs: int | None) -> FieldArray | None:
+        """(v @ b) · c for a = v · c, or (a @ w) · d for b = w · d, with the factor constant
+        along the reduction dim; None when neither operand is such a product."""
+        if a.ndim < 2 or b.ndim < 2:
+            return None
+        split = _scaled(a, -1)
+        if split is not None:
+            return self.mul(self.matmul(split[0], b, limbs=limbs), split[1])
+        split = _scaled(b, -2)
+        if split is not None:
+            return self.mul(self.matmul(a, split[0], limbs=limbs), split[1])
+        return None
 
     def exp_p(self, e: np.ndarray) -> np.ndarray:
         """ω^e mod p for exponents 0 <= e < q (two table lookups and one mulmod)."""
@@ -1643,6 +1675,19 @@ def _scaled(x: FieldArray, axis: int) -> tuple[FieldArray, FieldArray] | None:
     return None
 
 
+def _arrays_in(value: Any) -> Iterator[np.ndarray]:
+    """The computed arrays in a memo entry (arrays, field arrays, tuples and lists of them)."""
+    if isinstance(value, np.ndarray):
+        yield value
+    elif isinstance(value, FieldArray):
+        for part in (value._p, value._q):
+            if isinstance(part, np.ndarray):
+                yield part
+    elif isinstance(value, tuple | list):
+        for item in value:
+            yield from _arrays_in(item)
+
+
 def _components(x: FieldArray) -> tuple[np.ndarray, np.ndarray]:
     return x.p, x.q
 
@@ -1683,8 +1728,10 @@ def _root(x: np.ndarray) -> np.ndarray:
 
 def _ident(x: np.ndarray) -> tuple[int, tuple[int, ...], tuple[int, ...], str]:
     """Where an array's elements are: equal for two arrays exactly when they read the same
-    memory the same way (so, arrays being immutable here, when they hold the same values)."""
-    return (x.__array_interface__["data"][0], x.shape, x.strides, x.dtype.str)
+    memory the same way (so, arrays being immutable here, when they hold the same values);
+    the stride of an axis of length 1 is never used, so it does not count."""
+    strides = tuple(st if n > 1 else 0 for st, n in zip(x.strides, x.shape, strict=True))
+    return (x.__array_interface__["data"][0], x.shape, strides, x.dtype.str)
 
 
 def _shared_elementwise(
