@@ -787,13 +787,15 @@ class InputBuffers:
     caller that drops every value of a round before the next one draws."""
 
     def __init__(self) -> None:
-        self._held: dict[tuple[int, int, bool], tuple[np.ndarray, np.ndarray | None]] = {}
+        self._held: dict[tuple, tuple[np.ndarray, np.ndarray | None]] = {}
 
-    def get(self, index: int, size: int, with_q: bool) -> tuple[np.ndarray, np.ndarray | None]:
-        key = (index, size, with_q)
+    def get(
+        self, index: int, size: int, with_q: bool, dtype: Any = np.int64
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        key = (index, size, with_q, np.dtype(dtype).str)
         if key not in self._held:
-            q = np.empty(size, dtype=np.int64) if with_q else None
-            self._held[key] = (np.empty(size, dtype=np.int64), q)
+            q = np.empty(size, dtype=dtype) if with_q else None
+            self._held[key] = (np.empty(size, dtype=dtype), q)
         return self._held[key]
 
 
@@ -811,9 +813,15 @@ def _draw_round(
     inputs = []
     for i, t in enumerate(program.input_types):
         with_q = q_needed is None or i in q_needed
-        out = buffers.get(i, math.prod(t.dims), with_q) if buffers is not None else None
-        inputs.append(ctx.random(t.dims, rng, with_q=with_q, out=out))
+        size = math.prod(t.dims)
+        mirror = ctx.fast and size >= _MIRROR_MIN  # large inputs are mostly matmul operands
+        dtype = np.float64 if mirror else np.int64
+        out = buffers.get(i, size, with_q, dtype) if buffers is not None else None
+        inputs.append(ctx.random(t.dims, rng, with_q=with_q, out=out, mirror=mirror))
     return ctx, inputs
+
+
+_MIRROR_MIN = 1 << 18  # inputs of this many elements are drawn as float64 (FieldArray.mirrors)
 
 
 def _compare(got, want) -> str | None:

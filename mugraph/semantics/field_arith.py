@@ -333,7 +333,7 @@ class FieldArray:
     computing anything, that the Z_q component is known to be all zeros.
     """
 
-    __slots__ = ("_p", "_q", "shape", "_q_zero", "factors")
+    __slots__ = ("_p", "_q", "shape", "_q_zero", "factors", "mirrors")
 
     def __init__(self, p: Any, q: Any) -> None:
         p = np.asarray(p, dtype=np.int64)
@@ -344,6 +344,8 @@ class FieldArray:
         self.shape: tuple[int, ...] = p.shape
         self._q_zero = False
         self.factors: tuple[FieldArray, FieldArray] | None = None  # self = a · b (fast mul)
+        # float64 arrays holding the same values as p / q (random inputs): matmul's operands
+        self.mirrors: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
 
     @classmethod
     def deferred(
@@ -361,6 +363,7 @@ class FieldArray:
         out._q = zero_view(out.shape) if q_zero else (q if callable(q) else np.asarray(q, np.int64))
         out._q_zero = q_zero
         out.factors = None
+        out.mirrors = (None, None)
         return out
 
     @classmethod
@@ -408,6 +411,16 @@ class FieldArray:
         value = self._p if name == "p" else self._q
         return value if isinstance(value, np.ndarray) else None
 
+    def gemm_part(self, name: str, compute: bool = True) -> np.ndarray | None:
+        """Component ``name`` as a matmul operand: its float64 mirror when there is one, else
+        the component (computed if needed; with ``compute=False``, None if not computed)."""
+        mirror = self.mirrors[0 if name == "p" else 1]
+        if mirror is not None:
+            return mirror
+        if compute:
+            return self.p if name == "p" else self.q
+        return self.computed_part(name)
+
     @property
     def computed(self) -> bool:
         """Whether both components exist (nothing is deferred)."""
@@ -439,14 +452,21 @@ class FieldArray:
             shape = fn(_probe(self.shape)).shape
             p = lambda: fn(self.p)  # noqa: E731 - read through self: computed once, shared
         if self.q_zero:
-            return FieldArray.deferred(shape, p, None, q_zero=True)
+            out = FieldArray.deferred(shape, p, None, q_zero=True)
+            if self.mirrors[0] is not None:
+                out.mirrors = (fn(self.mirrors[0]), None)
+            return out
         if isinstance(self._q, np.ndarray):
             q: Any = fn(self._q)
         else:
             q = lambda: fn(self.q)  # noqa: E731
         if isinstance(p, np.ndarray) and isinstance(q, np.ndarray):
-            return FieldArray(p, q)
-        return FieldArray.deferred(shape, p, q)
+            out = FieldArray(p, q)
+        else:
+            out = FieldArray.deferred(shape, p, q)
+        if any(m is not None for m in self.mirrors):
+            out.mirrors = tuple(None if m is None else fn(m) for m in self.mirrors)
+        return out
 
     def __getitem__(self, index: Any) -> FieldArray:
         return self.index_map(lambda a: a[index])
@@ -849,8 +869,11 @@ def _gemm_chunks(
     """
     m, k = plan.modulus, w_arr.shape[-2] if split_left else w_arr.shape[-1]
     per_k = max(1, w_arr.size // k)
-    step = max(1, min(plan.chunk, k, _CONVERT_ELEMS // per_k))
-    if split_left:
+    direct = w_arr.dtype == np.float64  # a float64 mirror: no conversion
+    step = max(1, min(plan.chunk, k, k if direct else _CONVERT_ELEMS // per_k))
+    if direct:
+        buf = None
+    elif split_left:
         buf = np.empty((*w_arr.shape[:-2], step, w_arr.shape[-1]))
     else:
         buf = np.empty((*w_arr.shape[:-2], w_arr.shape[-2], step))
@@ -864,12 +887,14 @@ def _gemm_chunks(
             s1 = min(c1, s0 + step)
             target = acc if s0 == c0 else tmp
             if split_left:
-                w = buf[..., : s1 - s0, :]
-                _convert(w, w_arr[..., s0:s1, :])
+                w = w_arr[..., s0:s1, :] if direct else buf[..., : s1 - s0, :]
+                if not direct:
+                    _convert(w, w_arr[..., s0:s1, :])
                 np.matmul(digits[..., s0:s1], w, out=target)
             else:
-                w = buf[..., : s1 - s0]
-                _convert(w, w_arr[..., s0:s1])
+                w = w_arr[..., s0:s1] if direct else buf[..., : s1 - s0]
+                if not direct:
+                    _convert(w, w_arr[..., s0:s1])
                 np.matmul(w, digits[..., s0:s1, :], out=target)
             if target is not acc:
                 acc += target
@@ -911,6 +936,8 @@ def _matmul_core(x: np.ndarray, y: np.ndarray, m: int, limbs: int | None) -> np.
     batch = np.broadcast_shapes(x.shape[:-2], y.shape[:-2])
     split_left = x.size <= y.size
     s_arr, w_arr = (x, y) if split_left else (y, x)
+    if s_arr.dtype != np.int64:  # the digits are cut from int64
+        s_arr = s_arr.astype(np.int64)
     outs = math.prod(batch) * rows * cols
     plan = gemm_plan(m, limbs) if limbs else _choose_limbs(m, outs * k, outs, k, s_arr.size)
     if plan.chunk < 1:
@@ -1008,15 +1035,15 @@ def matmul_mod(
 ) -> np.ndarray:
     """Exact ``x @ y mod m`` (np.matmul semantics: batch broadcasting, 1-D operands).
 
-    ``x`` and ``y`` must be canonical (``0 <= v < m``, int64); ``m < 2^31``.  ``limbs`` forces
+    ``x`` and ``y`` must be canonical (``0 <= v < m``, int64, or float64 holding such
+    integers: the larger operand is then used without conversion); ``m < 2^31``.  ``limbs`` forces
     the number of digits (1-4; default: chosen by a cost model).  See the module docstring.
     A batch axis along which only one operand varies joins that operand's free dim (one large
     product instead of many small ones).  ``memo``: a dict in which products are kept by the
     memory of their (folded) operands, so that the same product asked again — by the other
     graph of a comparison — costs nothing; it keeps the operands alive.
     """
-    x = np.asarray(x, dtype=np.int64)
-    y = np.asarray(y, dtype=np.int64)
+    x, y = _gemm_operand(x), _gemm_operand(y)
     shape = matmul_shape(x.shape, y.shape)
     x2 = x[None, :] if x.ndim == 1 else x
     y2 = y[:, None] if y.ndim == 1 else y
@@ -1030,6 +1057,12 @@ def matmul_mod(
     if y.ndim == 1:
         out = out[..., 0]
     return out
+
+
+def _gemm_operand(x: Any) -> np.ndarray:
+    """An int64 operand, or a float64 one holding the same canonical values (a mirror)."""
+    x = np.asarray(x)
+    return x if x.dtype == np.float64 else np.asarray(x, dtype=np.int64)
 
 
 def _folded_product(
@@ -1339,6 +1372,7 @@ class FieldContext:
         *,
         with_q: bool = True,
         out: tuple[np.ndarray, np.ndarray | None] | None = None,
+        mirror: bool = False,
     ) -> FieldArray:
         """Independent uniform elements of Z_p × Z_q (of Z_p × {0} when not ``with_q``).
 
@@ -1350,14 +1384,18 @@ class FieldContext:
         reaches an exponent (the verifier decides which).  Drawn in cache-sized chunks; large
         arrays in fixed parts, one seeded stream each, filled by the worker threads of
         :func:`parallel_evaluation` (the values do not depend on the thread count).
-        ``out``: int64 buffers of ``prod(shape)`` elements to fill instead of new arrays (a
+        ``out``: buffers of ``prod(shape)`` elements to fill instead of new arrays (a
         caller drawing the same shapes every round saves the page faults of fresh memory).
+        ``mirror``: draw into float64 arrays (``out`` then float64), kept as the result's
+        :attr:`FieldArray.mirrors` (what matmul reads) and converted to the int64 components
+        only if something reads those: the same values as without ``mirror``.
         """
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
         n = math.prod(shape)
-        xp, xq = out if out is not None else (np.empty(n, dtype=np.int64), None)
+        dtype = np.float64 if mirror else np.int64
+        xp, xq = out if out is not None else (np.empty(n, dtype=dtype), None)
         if with_q and xq is None:
-            xq = np.empty(n, dtype=np.int64)
+            xq = np.empty(n, dtype=dtype)
         xp, xq = xp.reshape(-1), (xq.reshape(-1) if with_q else None)
         if n <= _RANDOM_PART:
             self._fill(rng, xp, xq)
@@ -1366,8 +1404,15 @@ class FieldContext:
             tasks = [self._fill_task(int(s), i * _RANDOM_PART, xp, xq) for i, s in enumerate(seeds)]
             for group in range(0, len(tasks), _WORKERS):
                 _run_parallel(tasks[group : group + _WORKERS])
-        q = xq.reshape(shape) if xq is not None else zero_view(shape)
-        return FieldArray(xp.reshape(shape), q)
+        if not mirror:
+            q = xq.reshape(shape) if xq is not None else zero_view(shape)
+            return FieldArray(xp.reshape(shape), q)
+        fp, fq = xp.reshape(shape), None if xq is None else xq.reshape(shape)
+        result = FieldArray.deferred(
+            shape, lambda: fp.astype(np.int64), None if fq is None else lambda: fq.astype(np.int64),
+            q_zero=fq is None)
+        result.mirrors = (fp, fq)
+        return result
 
     def _fill_task(
         self, seed: int, start: int, xp: np.ndarray, xq: np.ndarray | None
@@ -1381,13 +1426,25 @@ class FieldContext:
         return run
 
     def _fill(self, rng: np.random.Generator, xp: np.ndarray, xq: np.ndarray | None) -> None:
-        """Fill xp (and xq) with uniform values, chunk by chunk (cache-sized temporaries)."""
+        """Fill xp (and xq) with uniform values, chunk by chunk (cache-sized temporaries);
+        float64 targets get the same values through int64 scratch."""
+        direct = xp.dtype == np.int64
+        scratch = None if direct else np.empty((2, _RANDOM_CHUNK), dtype=np.int64)
         for start in range(0, xp.size, _RANDOM_CHUNK):
             stop = min(xp.size, start + _RANDOM_CHUNK)
-            if xq is None:
-                self._fill_p(rng, xp[start:stop])
+            if direct:
+                vp, vq = xp[start:stop], None if xq is None else xq[start:stop]
             else:
-                self._fill_pq(rng, xp[start:stop], xq[start:stop])
+                vp = scratch[0, : stop - start]
+                vq = None if xq is None else scratch[1, : stop - start]
+            if vq is None:
+                self._fill_p(rng, vp)
+            else:
+                self._fill_pq(rng, vp, vq)
+            if not direct:
+                np.copyto(xp[start:stop], vp)
+                if vq is not None:
+                    np.copyto(xq[start:stop], vq)
 
     def _fill_pq(self, rng: np.random.Generator, xp: np.ndarray, xq: np.ndarray) -> None:
         """xp, xq ← uniform Z_p, Z_q values (rejection sampling, in place)."""
@@ -1555,13 +1612,13 @@ class FieldContext:
         scaled: list[FieldArray | None] = []
 
         def component(name: str, m: int) -> np.ndarray:
-            x, y = a.computed_part(name), b.computed_part(name)
+            x, y = a.gemm_part(name, compute=False), b.gemm_part(name, compute=False)
             if x is None or y is None:
                 if not scaled:
                     scaled.append(self._scaled_matmul(a, b, limbs))
                 if scaled[0] is not None:
                     return getattr(scaled[0], name)
-                x, y = getattr(a, name), getattr(b, name)
+                x, y = a.gemm_part(name), b.gemm_part(name)
             return matmul_mod(x, y, m, limbs=limbs, memo=self._memo)
 
         return self._make(shape, lambda: component("p", self.p),
