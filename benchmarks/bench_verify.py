@@ -1,10 +1,11 @@
 """Time the probabilistic equivalence verifier on every suite program (CPU only).
 
-The cases: every row of the benchmark suite (``benchmarks/suite/rows.py``) at its suite sizes, each with the μGraph mugraph runs for it
-(:func:`benchmarks.suite.mugraphs.choose`: the search's result, else the hand-written one) and,
-for attention rows, the library's other attention form (the one-kernel ``attention_flash`` beside
-the split-KV FlashDecoding form); then every hand-written μGraph of ``mugraph.library`` at its
-``suite`` sizes (among them the Fig 4c GQA form). Each is verified against its naive program
+The cases: every row of the benchmark suite (``benchmarks/suite/rows.py``) at its suite sizes,
+each with the μGraph mugraph runs for it (:func:`benchmarks.suite.mugraphs.choose`: the
+search's result, else the hand-written one) and, for attention rows, the library's other
+attention form (the one-kernel ``attention_flash`` beside the split-KV FlashDecoding form);
+then every hand-written μGraph of ``mugraph.library`` at its ``suite`` sizes (among them the
+Fig 4c GQA form). Each is verified against its naive program
 with :func:`mugraph.verify` exactly as the search and the API do (δ = 1e-9).
 
 Columns: the milliseconds per round of a ``verify`` call of ``--rounds`` rounds (wall time of the
