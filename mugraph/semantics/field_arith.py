@@ -1426,32 +1426,27 @@ class FieldContext:
         return run
 
     def _fill(self, rng: np.random.Generator, xp: np.ndarray, xq: np.ndarray | None) -> None:
-        """Fill xp (and xq) with uniform values, chunk by chunk (cache-sized temporaries);
-        float64 targets get the same values through int64 scratch."""
-        direct = xp.dtype == np.int64
-        scratch = None if direct else np.empty((2, _RANDOM_CHUNK), dtype=np.int64)
+        """Fill xp (and xq) with uniform values, chunk by chunk (cache-sized temporaries).
+        The targets are int64 or float64 (the same values either way)."""
         for start in range(0, xp.size, _RANDOM_CHUNK):
             stop = min(xp.size, start + _RANDOM_CHUNK)
-            if direct:
-                vp, vq = xp[start:stop], None if xq is None else xq[start:stop]
+            if xq is None:
+                self._fill_p(rng, xp[start:stop])
             else:
-                vp = scratch[0, : stop - start]
-                vq = None if xq is None else scratch[1, : stop - start]
-            if vq is None:
-                self._fill_p(rng, vp)
-            else:
-                self._fill_pq(rng, vp, vq)
-            if not direct:
-                np.copyto(xp[start:stop], vp)
-                if vq is not None:
-                    np.copyto(xq[start:stop], vq)
+                self._fill_pq(rng, xp[start:stop], xq[start:stop])
 
     def _fill_pq(self, rng: np.random.Generator, xp: np.ndarray, xq: np.ndarray) -> None:
         """xp, xq ← uniform Z_p, Z_q values (rejection sampling, in place)."""
         bp, bq = (self.p - 1).bit_length(), (self.q - 1).bit_length()
         raw = np.asarray(rng.bit_generator.random_raw(xp.size), dtype=np.uint64)
-        np.bitwise_and(raw, _U64((1 << bp) - 1), out=xp.view(np.uint64))
-        np.right_shift(raw, _U64(64 - bq), out=xq.view(np.uint64))
+        if xp.dtype == np.int64:
+            np.bitwise_and(raw, _U64((1 << bp) - 1), out=xp.view(np.uint64))
+            np.right_shift(raw, _U64(64 - bq), out=xq.view(np.uint64))
+        else:  # float64: through int64 (a cheaper cast than from uint64), in cache
+            signed = raw.view(np.int64)
+            np.bitwise_and(signed, (1 << bp) - 1, out=xp, casting="unsafe")
+            np.right_shift(signed, 64 - bq, out=signed)
+            np.bitwise_and(signed, (1 << bq) - 1, out=xq, casting="unsafe")
         if xp.max() >= self.p or xq.max() >= self.q:  # rare: find and redraw them
             bad = np.flatnonzero((xp >= self.p) | (xq >= self.q))
             vp, vq = np.empty(bad.size, dtype=np.int64), np.empty(bad.size, dtype=np.int64)
