@@ -151,17 +151,27 @@ def test_shared_products_and_exponentials_are_exact():
 
 def test_float64_mirrors_hold_the_same_values():
     ctx = FieldContext.from_rng(np.random.default_rng(1), fast=True)
+    plain_ctx = ctx.with_fast(False)
     for shape, with_q in (((3, 1 << 19), True), ((700,), False)):  # one large: drawn in parts
         with parallel_evaluation(2):
             mirrored = ctx.random(shape, np.random.default_rng(8), with_q=with_q, mirror=True)
-        plain = ctx.random(shape, np.random.default_rng(8), with_q=with_q)
-        assert mirrored.mirrors[0].dtype == np.float64 and not mirrored.computed
+            assert not mirrored.computed  # drawn when read
+            drawn = mirrored.gemm_part("p")
+        plain = plain_ctx.random(shape, np.random.default_rng(8), with_q=with_q)
+        assert drawn.dtype == np.float64 and plain.p.dtype == np.int64
+        np.testing.assert_array_equal(drawn, plain.p)
         assert mirrored.equals(plain)
-        np.testing.assert_array_equal(mirrored.mirrors[0], plain.p)
     w = ctx.random((40, 30), np.random.default_rng(2), mirror=True)
     x = ctx.random((5, 40), np.random.default_rng(3))
-    np.testing.assert_array_equal(matmul_mod(x.p, w.mirrors[0], P), matmul_mod(x.p, w.p, P))
-    np.testing.assert_array_equal(matmul_mod(w.mirrors[1].T, x.q.T, Q), matmul_mod(w.q.T, x.q.T, Q))
+    np.testing.assert_array_equal(matmul_mod(x.p, w.gemm_part("p"), P), matmul_mod(x.p, w.p, P))
+    np.testing.assert_array_equal(matmul_mod(w.gemm_part("q").T, x.q.T, Q),
+                                  matmul_mod(w.q.T, x.q.T, Q))
+    # a component nothing reads is never drawn
+    k = ctx.random((40, 30), np.random.default_rng(2), mirror=True)
+    logits = ctx.matmul(ctx.random((3, 8), np.random.default_rng(4)), k.index_map(lambda a: a[:8]))
+    ctx.exp(logits).p  # noqa: B018
+    assert k.computed_part("p") is None and k.mirrors[0].value is None
+    assert k.mirrors[1].value is not None
 
 
 def test_deferred_components_are_computed_only_when_read():

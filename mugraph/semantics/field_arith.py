@@ -344,8 +344,9 @@ class FieldArray:
         self.shape: tuple[int, ...] = p.shape
         self._q_zero = False
         self.factors: tuple[FieldArray, FieldArray] | None = None  # self = a · b (fast mul)
-        # float64 arrays holding the same values as p / q (random inputs): matmul's operands
-        self.mirrors: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
+        # float64 arrays (or functions computing them once) holding the same values as p / q
+        # (random inputs): what matmul reads
+        self.mirrors: tuple[Any, Any] = (None, None)
 
     @classmethod
     def deferred(
@@ -416,7 +417,7 @@ class FieldArray:
         the component (computed if needed; with ``compute=False``, None if not computed)."""
         mirror = self.mirrors[0 if name == "p" else 1]
         if mirror is not None:
-            return mirror
+            return mirror if isinstance(mirror, np.ndarray) else mirror()
         if compute:
             return self.p if name == "p" else self.q
         return self.computed_part(name)
@@ -454,7 +455,7 @@ class FieldArray:
         if self.q_zero:
             out = FieldArray.deferred(shape, p, None, q_zero=True)
             if self.mirrors[0] is not None:
-                out.mirrors = (fn(self.mirrors[0]), None)
+                out.mirrors = (_map_source(self.mirrors[0], fn), None)
             return out
         if isinstance(self._q, np.ndarray):
             q: Any = fn(self._q)
@@ -465,7 +466,7 @@ class FieldArray:
         else:
             out = FieldArray.deferred(shape, p, q)
         if any(m is not None for m in self.mirrors):
-            out.mirrors = tuple(None if m is None else fn(m) for m in self.mirrors)
+            out.mirrors = tuple(_map_source(m, fn) for m in self.mirrors)
         return out
 
     def __getitem__(self, index: Any) -> FieldArray:
@@ -497,6 +498,13 @@ class FieldArray:
     def __repr__(self) -> str:
         state = "computed" if self.computed else "deferred"
         return f"FieldArray(shape={self.shape}, {state}{', q=0' if self.q_zero else ''})"
+
+
+def _map_source(source: Any, fn: Callable[[np.ndarray], np.ndarray]) -> Any:
+    """``fn`` of a mirror: at once if it exists, else when it is first read."""
+    if source is None or isinstance(source, np.ndarray):
+        return None if source is None else fn(source)
+    return _Once(lambda: fn(source()))
 
 
 def _probe(shape: Sequence[int]) -> np.ndarray:
@@ -1282,6 +1290,35 @@ def _power_table(base: int, size: int, m: int) -> np.ndarray:
     return table
 
 
+class _Once:
+    """A zero-argument function computed once (then its result is returned)."""
+
+    __slots__ = ("fn", "value")
+
+    def __init__(self, fn: Callable[[], np.ndarray]) -> None:
+        self.fn: Callable[[], np.ndarray] | None = fn
+        self.value: np.ndarray | None = None
+
+    def __call__(self) -> np.ndarray:
+        if self.fn is not None:
+            self.value, self.fn = self.fn(), None
+        return self.value  # type: ignore[return-value]
+
+
+def _fill_uniform(bits: np.random.BitGenerator, x: np.ndarray, m: int) -> None:
+    """x (int64 or float64, flat) ← uniform values of Z_m (m < 2^31): chunk by chunk, each
+    value from a 32-bit half of a raw draw masked to bits(m-1) bits; values >= m redrawn."""
+    mask = np.uint32((1 << (m - 1).bit_length()) - 1)
+    for start in range(0, x.size, _RANDOM_CHUNK):
+        chunk = x[start : start + _RANDOM_CHUNK]
+        raw = np.asarray(bits.random_raw((chunk.size + 1) // 2), dtype=np.uint64)
+        np.bitwise_and(raw.view(np.uint32)[: chunk.size], mask, out=chunk, casting="unsafe")
+        while chunk.size and chunk.max() >= m:  # rare with large primes: redraw those
+            bad = np.flatnonzero(chunk >= m)
+            fresh = np.asarray(bits.random_raw((bad.size + 1) // 2), dtype=np.uint64)
+            chunk[bad] = np.bitwise_and(fresh.view(np.uint32)[: bad.size], mask)
+
+
 @dataclass(frozen=True)
 class FieldContext:
     """Primes, a random q-th root of unity ω ≠ 1 and a hash key: one verification round.
@@ -1376,16 +1413,18 @@ class FieldContext:
     ) -> FieldArray:
         """Independent uniform elements of Z_p × Z_q (of Z_p × {0} when not ``with_q``).
 
-        One raw 64-bit draw per element: its low bits(p-1) bits are x_p, its top bits(q-1)
-        bits x_q; an element with x_p >= p or x_q >= q is redrawn (rejection keeps it exactly
-        uniform; with the default primes a redraw happens with probability ~10^-7).  Without
-        ``with_q`` each draw gives two x_p (one per 32-bit half) and the Z_q component is a
-        read-only zero view (see :func:`is_zero_view`), for inputs whose Z_q component never
-        reaches an exponent (the verifier decides which).  Drawn in cache-sized chunks; large
-        arrays in fixed parts, one seeded stream each, filled by the worker threads of
-        :func:`parallel_evaluation` (the values do not depend on the thread count).
-        ``out``: buffers of ``prod(shape)`` elements to fill instead of new arrays (a
-        caller drawing the same shapes every round saves the page faults of fresh memory).
+        Each component comes from a stream of its own (two seeds taken from ``rng``): 32-bit
+        halves of raw SFC64 draws, masked to bits(m-1) bits, with every value >= m redrawn
+        (rejection keeps it exactly uniform; with the default primes a redraw happens with
+        probability ~10^-7 per element).  Without ``with_q`` the Z_q component is a read-only
+        zero view (see :func:`is_zero_view`), for inputs whose Z_q component never reaches an
+        exponent (the verifier decides which).  Drawn in cache-sized chunks; large arrays in
+        fixed parts, one seeded stream each, filled by the worker threads of
+        :func:`parallel_evaluation` (the values do not depend on the thread count).  With
+        ``fast``, a component is drawn when it is first read (the Z_p part of an input that
+        only reaches an exponent never is) — the same values as drawn at once.
+        ``out``: buffers of ``prod(shape)`` elements to fill instead of new arrays (a caller
+        drawing the same shapes every round saves the page faults of fresh memory).
         ``mirror``: draw into float64 arrays (``out`` then float64), kept as the result's
         :attr:`FieldArray.mirrors` (what matmul reads) and converted to the int64 components
         only if something reads those: the same values as without ``mirror``.
@@ -1393,77 +1432,50 @@ class FieldContext:
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
         n = math.prod(shape)
         dtype = np.float64 if mirror else np.int64
-        xp, xq = out if out is not None else (np.empty(n, dtype=dtype), None)
-        if with_q and xq is None:
-            xq = np.empty(n, dtype=dtype)
-        xp, xq = xp.reshape(-1), (xq.reshape(-1) if with_q else None)
-        if n <= _RANDOM_PART:
-            self._fill(rng, xp, xq)
-        else:
-            seeds = rng.integers(0, 1 << 63, size=-(-n // _RANDOM_PART))
-            tasks = [self._fill_task(int(s), i * _RANDOM_PART, xp, xq) for i, s in enumerate(seeds)]
-            for group in range(0, len(tasks), _WORKERS):
-                _run_parallel(tasks[group : group + _WORKERS])
+        buffers = out if out is not None else (None, None)
+        seeds = [int(x) for x in rng.integers(0, 1 << 63, size=2 if with_q else 1)]
+
+        def component(i: int, modulus: int) -> Callable[[], np.ndarray]:
+            def draw() -> np.ndarray:
+                target = buffers[i]
+                target = np.empty(n, dtype=dtype) if target is None else target.reshape(-1)
+                self._fill_stream(seeds[i], target, modulus)
+                return target.reshape(shape)
+
+            return draw
+
+        draw_p = component(0, self.p)
+        draw_q = component(1, self.q) if with_q else None
         if not mirror:
-            q = xq.reshape(shape) if xq is not None else zero_view(shape)
-            return FieldArray(xp.reshape(shape), q)
-        fp, fq = xp.reshape(shape), None if xq is None else xq.reshape(shape)
+            return self._make(shape, draw_p, draw_q, q_zero=not with_q)
+        sources = [_Once(draw_p), None if draw_q is None else _Once(draw_q)]
         result = FieldArray.deferred(
-            shape, lambda: fp.astype(np.int64), None if fq is None else lambda: fq.astype(np.int64),
-            q_zero=fq is None)
-        result.mirrors = (fp, fq)
+            shape, lambda: sources[0]().astype(np.int64),
+            None if draw_q is None else lambda: sources[1]().astype(np.int64),
+            q_zero=not with_q)
+        result.mirrors = tuple(sources)
+        if not self.fast:
+            result.p, result.q  # noqa: B018 - drawn at once
         return result
 
-    def _fill_task(
-        self, seed: int, start: int, xp: np.ndarray, xq: np.ndarray | None
-    ) -> Callable[[], None]:
-        stop = min(xp.size, start + _RANDOM_PART)
+    def _fill_stream(self, seed: int, x: np.ndarray, m: int) -> None:
+        """x (int64 or float64, flat) ← uniform values of Z_m from the stream of ``seed``:
+        one SFC64 stream for up to _RANDOM_PART elements, else one per part of that size
+        (seeded from ``seed``), the parts spread over the worker threads."""
+        n = x.size
+        if n <= _RANDOM_PART:
+            _fill_uniform(np.random.SFC64(seed), x, m)
+            return
+        parts = -(-n // _RANDOM_PART)
+        part_seeds = np.random.SeedSequence(seed).generate_state(parts, dtype=np.uint64)
 
-        def run() -> None:
-            part_rng = np.random.Generator(np.random.PCG64(seed))
-            self._fill(part_rng, xp[start:stop], None if xq is None else xq[start:stop])
+        def task(i: int) -> Callable[[], None]:
+            lo, hi = i * _RANDOM_PART, min(n, (i + 1) * _RANDOM_PART)
+            return lambda: _fill_uniform(np.random.SFC64(int(part_seeds[i])), x[lo:hi], m)
 
-        return run
-
-    def _fill(self, rng: np.random.Generator, xp: np.ndarray, xq: np.ndarray | None) -> None:
-        """Fill xp (and xq) with uniform values, chunk by chunk (cache-sized temporaries).
-        The targets are int64 or float64 (the same values either way)."""
-        for start in range(0, xp.size, _RANDOM_CHUNK):
-            stop = min(xp.size, start + _RANDOM_CHUNK)
-            if xq is None:
-                self._fill_p(rng, xp[start:stop])
-            else:
-                self._fill_pq(rng, xp[start:stop], xq[start:stop])
-
-    def _fill_pq(self, rng: np.random.Generator, xp: np.ndarray, xq: np.ndarray) -> None:
-        """xp, xq ← uniform Z_p, Z_q values (rejection sampling, in place)."""
-        bp, bq = (self.p - 1).bit_length(), (self.q - 1).bit_length()
-        raw = np.asarray(rng.bit_generator.random_raw(xp.size), dtype=np.uint64)
-        if xp.dtype == np.int64:
-            np.bitwise_and(raw, _U64((1 << bp) - 1), out=xp.view(np.uint64))
-            np.right_shift(raw, _U64(64 - bq), out=xq.view(np.uint64))
-        else:  # float64: through int64 (a cheaper cast than from uint64), in cache
-            signed = raw.view(np.int64)
-            np.bitwise_and(signed, (1 << bp) - 1, out=xp, casting="unsafe")
-            np.right_shift(signed, 64 - bq, out=signed)
-            np.bitwise_and(signed, (1 << bq) - 1, out=xq, casting="unsafe")
-        if xp.max() >= self.p or xq.max() >= self.q:  # rare: find and redraw them
-            bad = np.flatnonzero((xp >= self.p) | (xq >= self.q))
-            vp, vq = np.empty(bad.size, dtype=np.int64), np.empty(bad.size, dtype=np.int64)
-            self._fill_pq(rng, vp, vq)
-            xp[bad], xq[bad] = vp, vq
-
-    def _fill_p(self, rng: np.random.Generator, xp: np.ndarray) -> None:
-        """xp ← uniform Z_p values, one per 32-bit half of each raw draw (p < 2^31)."""
-        mask = np.uint32((1 << (self.p - 1).bit_length()) - 1)
-        raw = np.asarray(rng.bit_generator.random_raw((xp.size + 1) // 2), dtype=np.uint64)
-        halves = raw.view(np.uint32)[: xp.size]
-        np.bitwise_and(halves, mask, out=xp, casting="unsafe")
-        if xp.max() >= self.p:
-            bad = np.flatnonzero(xp >= self.p)
-            fresh = np.empty(bad.size, dtype=np.int64)
-            self._fill_p(rng, fresh)
-            xp[bad] = fresh
+        tasks = [task(i) for i in range(parts)]
+        for group in range(0, parts, _WORKERS):
+            _run_parallel(tasks[group : group + _WORKERS])
 
     def scalar(self, value: Any) -> tuple[int, int]:
         """The exact image (c_p, c_q) of a constant (see :func:`field_scalar`)."""
