@@ -45,8 +45,13 @@ that divides by an expression that is zero everywhere has no value to compare).
 Speed: every input whose Z_q component cannot reach an exponent, a divisor or an
 uninterpreted function gets a zero Z_q component, which the products skip
 (:func:`q_inputs`); the inputs' memory is reused from round to round (:class:`InputBuffers`);
-the rounds run under ``field_arith.parallel_evaluation``; and the driver batches block-level
-products into few large ones (``interpret.folded_matmul``). None of it changes a value.
+the rounds run under ``field_arith.parallel_evaluation``; and each round evaluates both graphs
+in one fast :class:`~mugraph.semantics.field_arith.FieldContext` (candidate first): components
+are computed only when read, the two graphs share their products, exponentials and identical
+kernel operators (in any tiling), and large inputs are drawn as float64 for the products. None
+of it changes a value (``tests/test_verify_fast.py`` compares it with the straightforward
+evaluation). A search verifies its candidates with :class:`ProgramRounds`, which keeps the
+program's side of each round for the next candidate.
 """
 
 from __future__ import annotations

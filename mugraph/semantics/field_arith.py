@@ -16,6 +16,27 @@ the root of unity ω and a 64-bit key for the uninterpreted functions; draw a fr
 verification round with :meth:`FieldContext.from_rng`.  All arithmetic is a method of the
 context (``ctx.add(a, b)``, ``ctx.matmul(a, b)``, ``ctx.exp(x)`` ...).
 
+Fast evaluation
+---------------
+A context made with ``fast=True`` (what the verifier uses) gives the same values with less
+work; ``fast=False`` is the straightforward evaluation that tests compare it with:
+
+* Deferred components: results are :meth:`FieldArray.deferred`; a component is computed when
+  read.  In softmax attention the Z_p part of ``Q @ K`` (only its Z_q part reaches ``exp``),
+  the Z_p part of the random Q and K, and the Z_q part of the divisions after ``exp`` (whose
+  quotients only meet Z_q-zero operands) are never computed.  A divisor is checked for zeros
+  in the components that are read: the denominators of Theorem 3's event 𝓔 that matter.
+* A memo per context: products are kept by the memory of their (folded) operands, so the
+  other graph's product of the same operands — the tiles of a block graph fold back into the
+  matrices themselves (:func:`matmul_mod`) — costs nothing; ``exp`` of any view of a whole
+  array is a view of that array's ``exp``; a batch of split-K partial products (split-KV
+  attention) also gives the whole product, their sum.  The memo keeps what it saw alive: use
+  one context per round, and never write into its arrays.
+* ``(v · c) @ b = (v @ b) · c`` for a factor ``c`` constant along the reduction dim (a
+  softmax's or a norm's division), when ``v · c`` is not computed yet.
+* Float64 mirrors: large random inputs are drawn as float64 (:attr:`FieldArray.mirrors`),
+  which matmul reads without converting; their int64 components exist only if read.
+
 The primes
 ----------
 ``P = 2_147_483_579 = 2^31 - 69`` and ``Q = (P - 1) / 2 = 1_073_741_789 = 2^30 - 35``: P is the
@@ -59,7 +80,8 @@ recombined by Horner's rule ``r ← r·2^s + T_l (mod m)`` in float64 and the re
 canonicalized in int64.  L is chosen per call by a small cost model (more limbs: more GEMM
 work; fewer limbs: more chunks, each a reduction of the output), and can be forced with
 ``limbs=``.  ``W`` is converted to float64 in slices of about 2^21 elements into one reused
-buffer, which keeps the conversion out of the page-fault path.  An operand that is a
+buffer, which keeps the conversion out of the page-fault path (a float64 ``W``, a mirror, is
+used as it is).  An operand that is a
 :func:`zero_view` (an all-zero array of stride 0) makes the product a zero view at no cost.
 Inside :func:`parallel_evaluation` a large product is split along its larger free dim over
 worker threads of our own, with OpenBLAS single-threaded (its spinning threads cost dearly
@@ -71,6 +93,7 @@ Z_q components that do not matter
 The verifier gives inputs whose Z_q component cannot reach an exponent, a divisor or an
 uninterpreted function a :func:`zero_view` Z_q component (:meth:`FieldContext.random` with
 ``with_q=False``); products with it cost nothing, and both graphs see the same zeros.
+(:attr:`FieldArray.q_zero` tells it without computing anything.)
 
 exp and the q component of its result
 -------------------------------------
