@@ -863,8 +863,11 @@ def _one_round(
     evaluation (:class:`FieldContext`); False evaluates every operation as it comes."""
     ctx, inputs = _draw_round(program, rng, q_needed, primes, buffers, fast)
     interp = FieldInterpretation(ctx)
-    got = _evaluate(candidate, interp, inputs)
-    return _compare(got, _evaluate(program, interp, inputs))
+    try:
+        got = _evaluate(candidate, interp, inputs)
+        return _compare(got, _evaluate(program, interp, inputs))
+    finally:
+        ctx.memo.clear()  # deferred values refer to the context: let the round's memory go
 
 
 class _FreshRounds:
@@ -950,8 +953,11 @@ class ProgramRounds:
         if isinstance(state.outputs, FieldDivisionByZero):
             return _Redraw(f"the program: {state.outputs}")
         ctx = state.ctx.with_memo_of(state.ctx)  # the candidate's products are not kept
-        got = _evaluate(candidate, FieldInterpretation(ctx), state.inputs)
-        return _compare(got, state.outputs)
+        try:
+            got = _evaluate(candidate, FieldInterpretation(ctx), state.inputs)
+            return _compare(got, state.outputs)
+        finally:
+            ctx.memo.clear()
 
     def _round(self, index: int) -> _ProgramRound:
         while len(self._round_seeds) <= index:
