@@ -147,6 +147,14 @@ def test_shared_products_and_exponentials_are_exact():
     for got, want in ((ctx.matmul(ctx.mul(v, c), b), plain.matmul(plain.mul(v, c), b)),
                       (ctx.matmul(v, ctx.mul(w, d)), plain.matmul(v, plain.mul(w, d)))):
         assert got.equals(want)
+    # x @ (y @ z) as (x @ y) @ z when y @ z is large and not computed (and the mirror case)
+    x, y, z = (ctx.random(s, rng) for s in ((2, 64), (64, 4), (4, 64)))
+    yz = plain.matmul(y, z)
+    for left in (True, False):
+        product = ctx.matmul(y, z)
+        got = ctx.matmul(x, product) if left else ctx.matmul(product, x.transpose(1, 0))
+        want = plain.matmul(x, yz) if left else plain.matmul(yz, x.transpose(1, 0))
+        assert got.equals(want) and product.computed_part("p") is None
 
 
 def test_float64_mirrors_hold_the_same_values():

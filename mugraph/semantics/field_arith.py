@@ -356,7 +356,7 @@ class FieldArray:
     computing anything, that the Z_q component is known to be all zeros.
     """
 
-    __slots__ = ("_p", "_q", "shape", "_q_zero", "factors", "mirrors")
+    __slots__ = ("_p", "_q", "shape", "_q_zero", "factors", "operands", "mirrors")
 
     def __init__(self, p: Any, q: Any) -> None:
         p = np.asarray(p, dtype=np.int64)
@@ -367,6 +367,7 @@ class FieldArray:
         self.shape: tuple[int, ...] = p.shape
         self._q_zero = False
         self.factors: tuple[FieldArray, FieldArray] | None = None  # self = a · b (fast mul)
+        self.operands: tuple[FieldArray, FieldArray] | None = None  # self = a @ b (fast)
         # float64 arrays (or functions computing them once) holding the same values as p / q
         # (random inputs): what matmul reads
         self.mirrors: tuple[Any, Any] = (None, None)
@@ -386,7 +387,7 @@ class FieldArray:
         out._p = p if callable(p) else np.asarray(p, dtype=np.int64)
         out._q = zero_view(out.shape) if q_zero else (q if callable(q) else np.asarray(q, np.int64))
         out._q_zero = q_zero
-        out.factors = None
+        out.factors = out.operands = None
         out.mirrors = (None, None)
         return out
 
@@ -428,7 +429,7 @@ class FieldArray:
 
     def _forget_factors(self) -> None:
         if isinstance(self._p, np.ndarray) and isinstance(self._q, np.ndarray):
-            self.factors = None  # computed: let the operands go
+            self.factors = self.operands = None  # computed: let the operands go
 
     def computed_part(self, name: str) -> np.ndarray | None:
         """Component ``name`` ("p" or "q") if it is computed, else None (nothing computed)."""
@@ -1639,20 +1640,41 @@ class FieldContext:
         if not self.fast:
             return self._make(shape, lambda: matmul_mod(a.p, b.p, self.p, limbs=limbs),
                               lambda: matmul_mod(a.q, b.q, self.q, limbs=limbs), q_zero)
-        scaled: list[FieldArray | None] = []
+        rewritten: list[FieldArray | None] = []
 
         def component(name: str, m: int) -> np.ndarray:
             x, y = a.gemm_part(name, compute=False), b.gemm_part(name, compute=False)
             if x is None or y is None:
-                if not scaled:
-                    scaled.append(self._scaled_matmul(a, b, limbs))
-                if scaled[0] is not None:
-                    return getattr(scaled[0], name)
+                if not rewritten:
+                    rewritten.append(self._scaled_matmul(a, b, limbs)
+                                     or self._reassociated(a, b, limbs))
+                if rewritten[0] is not None:
+                    return getattr(rewritten[0], name)
                 x, y = a.gemm_part(name), b.gemm_part(name)
             return matmul_mod(x, y, m, limbs=limbs, memo=self._memo)
 
-        return self._make(shape, lambda: component("p", self.p),
-                          lambda: component("q", self.q), q_zero)
+        out = self._make(shape, lambda: component("p", self.p),
+                         lambda: component("q", self.q), q_zero)
+        out.operands = (a, b)  # for _reassociated
+        return out
+
+    def _reassociated(self, a: FieldArray, b: FieldArray, limbs: int | None) -> FieldArray | None:
+        """x @ (y @ z) as (x @ y) @ z (or the mirror case) when the inner product is not
+        computed yet and the other order costs at most half the multiply-adds (a block
+        recomputing A @ B of a LoRA in every tile, say): matmul is associative."""
+        if b.operands is not None and not b.computed:
+            y, z = b.operands
+            now = _macs(y.shape, z.shape) + _macs(a.shape, b.shape)
+            other = _macs(a.shape, y.shape) + _macs(matmul_shape(a.shape, y.shape), z.shape)
+            if 2 * other <= now:
+                return self.matmul(self.matmul(a, y, limbs=limbs), z, limbs=limbs)
+        if a.operands is not None and not a.computed:
+            x, y = a.operands
+            now = _macs(x.shape, y.shape) + _macs(a.shape, b.shape)
+            other = _macs(y.shape, b.shape) + _macs(x.shape, matmul_shape(y.shape, b.shape))
+            if 2 * other <= now:
+                return self.matmul(x, self.matmul(y, b, limbs=limbs), limbs=limbs)
+        return None
 
     def _scaled_matmul(self, a: FieldArray, b: FieldArray, limbs: int | None) -> FieldArray | None:
         """(v @ b) · c for a = v · c, or (a @ w) · d for b = w · d, with the factor constant
@@ -1748,6 +1770,12 @@ class FieldContext:
     ) -> FieldArray:
         return self._make_pair(_reduced_shape(x.shape, axis, keepdims),
                                lambda: keyed_max_reduce(name, self.key, x, axis, keepdims))
+
+
+def _macs(sa: Sequence[int], sb: Sequence[int]) -> int:
+    """Multiply-adds of a @ b."""
+    shape = matmul_shape(sa, sb)
+    return math.prod(shape) * (sa[-1] if len(sa) else 1)
 
 
 def _scaled(x: FieldArray, axis: int) -> tuple[FieldArray, FieldArray] | None:
