@@ -11,7 +11,8 @@ with :func:`mugraph.verify` exactly as the search and the API do (δ = 1e-9).
 Columns: the milliseconds per round of a ``verify`` call of ``--rounds`` rounds (wall time of the
 rounds divided by their number; best of ``--reps`` calls), the same for a search candidate
 (``candidate ms``: the rounds of :class:`~mugraph.search.verify.ProgramRounds`, which keeps
-the program's side of each round for the next candidate; blank before it existed), the
+the program's side of each round for the next candidate, within the search driver's memory
+cap per worker; blank before it existed), the
 rounds ``verify`` runs by default (the plan for δ, capped at ``max_rounds`` = 64), their total
 time, and the guarantee. The table is printed last.
 
@@ -24,6 +25,7 @@ Timings are wall-clock on a shared machine: the header gives its load average.
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import os
 import sys
@@ -36,10 +38,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.suite.mugraphs import choose  # noqa: E402
 from benchmarks.suite.rows import ROWS  # noqa: E402
 from mugraph.library import WORKLOADS  # noqa: E402
+from mugraph.search import driver  # noqa: E402
 from mugraph.search import verify as verify_module  # noqa: E402
 
 DELTA = 1e-9
 MAX_ROUNDS = 64  # verify's default cap
+SESSION_BYTES = getattr(driver, "_ROUND_BYTES", 1 << 29)
 
 
 @dataclass
@@ -114,12 +118,13 @@ def measure(case: Case, rounds: int, reps: int) -> Row:
     candidate_ms = None
     session_type = getattr(verify_module, "ProgramRounds", None)
     if session_type is not None and result.passed:
-        def search_like():
-            session = session_type(case.program, seed=1)
-            session.verify(case.candidate, DELTA, max_rounds=rounds)  # fills the program side
-            return session.verify(case.candidate, DELTA, max_rounds=rounds)
-
-        candidate_ms, _ = _per_round_ms(search_like, reps)
+        # as a search worker does: the program's side kept (within the driver's memory cap)
+        session = session_type(case.program, seed=1, max_bytes=SESSION_BYTES)
+        session.verify(case.candidate, DELTA, max_rounds=rounds)  # fills the program side
+        candidate_ms, _ = _per_round_ms(
+            lambda: session.verify(case.candidate, DELTA, max_rounds=rounds), reps)
+        del session
+    gc.collect()  # deferred values and their context refer to each other
     planned, _, _ = verify_module.rounds_for(case.candidate, case.program, DELTA)
     return Row(case.name, case.graph_label, elements, round_ms, candidate_ms,
                min(planned, MAX_ROUNDS), guarantee)

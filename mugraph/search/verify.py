@@ -975,5 +975,4 @@ class ProgramRounds:
             ctx, inputs = _draw_round(self.program, np.random.default_rng(seed),
                                       self.q_needed, self.primes, None, True)
             outputs = _evaluate(self.program, FieldInterpretation(ctx), inputs)
-        nbytes = sum(x.p.nbytes + (0 if x.q_zero else x.q.nbytes) for x in inputs)
-        return _ProgramRound(ctx, inputs, outputs, nbytes + ctx.memo_nbytes())
+        return _ProgramRound(ctx, inputs, outputs, ctx.memo_nbytes(inputs))

@@ -1411,10 +1411,11 @@ class FieldContext:
         identity of the operands, holding them alive."""
         return self._memo
 
-    def memo_nbytes(self) -> int:
-        """Bytes of the arrays the memo keeps alive (each memory counted once)."""
+    def memo_nbytes(self, *more: Any) -> int:
+        """Bytes of the arrays the memo (and ``more``: field arrays...) keeps alive, each
+        memory counted once; nothing deferred is computed."""
         roots = {}
-        for entry in self._memo.values():
+        for entry in (*self._memo.values(), more):
             for array in _arrays_in(entry):
                 root = _root(array)
                 roots[id(root)] = root.nbytes
@@ -1795,7 +1796,9 @@ def _arrays_in(value: Any) -> Iterator[np.ndarray]:
     if isinstance(value, np.ndarray):
         yield value
     elif isinstance(value, FieldArray):
-        for part in (value._p, value._q):
+        for part in (value._p, value._q, *value.mirrors):
+            if isinstance(part, _Once):
+                part = part.value
             if isinstance(part, np.ndarray):
                 yield part
     elif isinstance(value, tuple | list):
