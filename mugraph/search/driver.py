@@ -191,7 +191,7 @@ def _verify(graph, delta, rounds):
     return rounds_of.verify(graph, delta, max_rounds=rounds)
 
 
-_ROUND_BYTES = 1 << 29  # memory a worker keeps for the program's side of its rounds
+_ROUND_BYTES = 1 << 30  # memory a worker keeps for the program's side of its rounds
 
 
 # ---- the driver --------------------------------------------------------------------------------

@@ -911,8 +911,9 @@ class ProgramRounds:
     candidates see the same draws (the search's final check draws fresh rounds).
 
     ``max_bytes`` bounds the memory kept (inputs and the program's memo); rounds past it are
-    recomputed when asked. A candidate that needs a Z_q component for an input the program
-    does not (:func:`q_inputs`) gets fresh rounds drawn for it.
+    drawn again from their seeds when asked and evaluated as :func:`verify` does. A candidate
+    that needs a Z_q component for an input the program does not (:func:`q_inputs`) gets
+    fresh rounds drawn for it.
     """
 
     def __init__(
@@ -933,6 +934,8 @@ class ProgramRounds:
         self._round_seeds: list[np.random.SeedSequence] = []
         self._rounds: list[_ProgramRound] = []
         self._kept = 0
+        self._full = False
+        self._buffers = InputBuffers()  # for the rounds not kept
 
     def verify(
         self, candidate, delta: float = 1e-9, *, max_rounds: int = 64, max_redraws: int = 8
@@ -950,6 +953,9 @@ class ProgramRounds:
 
     def compare(self, candidate, attempt: int) -> str | None:
         state = self._round(attempt)
+        if state is None:  # not kept: the same round drawn again, evaluated as verify does
+            return _one_round(candidate, self.program, self._rng(attempt), self.q_needed,
+                              primes=self.primes, buffers=self._buffers)
         if isinstance(state.outputs, FieldDivisionByZero):
             return _Redraw(f"the program: {state.outputs}")
         ctx = state.ctx.with_memo_of(state.ctx)  # the candidate's products are not kept
@@ -959,20 +965,29 @@ class ProgramRounds:
         finally:
             ctx.memo.clear()
 
-    def _round(self, index: int) -> _ProgramRound:
+    def _rng(self, index: int) -> np.random.Generator:
+        """The random stream of round ``index`` (the same every time it is asked)."""
         while len(self._round_seeds) <= index:
             self._round_seeds.extend(self._seeds.spawn(16))
+        return np.random.default_rng(self._round_seeds[index])
+
+    def _round(self, index: int) -> _ProgramRound | None:
+        """Round ``index`` with the program's side, kept while ``max_bytes`` allows; None
+        for a round past the memory kept."""
         if index < len(self._rounds):
             return self._rounds[index]
-        state = self._draw(self._round_seeds[index])
-        if index == len(self._rounds) and self._kept + state.nbytes <= self.max_bytes:
+        if self._full:
+            return None
+        state = self._draw(self._rng(index))
+        if self._kept + state.nbytes <= self.max_bytes:
             self._rounds.append(state)
             self._kept += state.nbytes
+        else:
+            self._full = True  # this one is used once, the next ones are not kept
         return state
 
-    def _draw(self, seed: np.random.SeedSequence) -> _ProgramRound:
+    def _draw(self, rng: np.random.Generator) -> _ProgramRound:
         with parallel_evaluation():
-            ctx, inputs = _draw_round(self.program, np.random.default_rng(seed),
-                                      self.q_needed, self.primes, None, True)
+            ctx, inputs = _draw_round(self.program, rng, self.q_needed, self.primes, None, True)
             outputs = _evaluate(self.program, FieldInterpretation(ctx), inputs)
         return _ProgramRound(ctx, inputs, outputs, ctx.memo_nbytes(inputs))
