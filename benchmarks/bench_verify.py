@@ -69,10 +69,17 @@ class Row:
         return self.round_ms * self.rounds / 1e3
 
 
+def _wanted(name: str, only: list[str] | None) -> bool:
+    """``only``: substrings of case names, or exact names written ``=name``."""
+    if not only:
+        return True
+    return any(name == s[1:] if s.startswith("=") else s in name for s in only)
+
+
 def _row_cases(only) -> list[Case]:
     out = []
     for name, row in ROWS.items():
-        if only and not any(s in name for s in only):
+        if not _wanted(name, only):
             continue
         choice = choose(row)
         if choice.graph is None:
@@ -92,7 +99,7 @@ def _row_cases(only) -> list[Case]:
 def _library_cases(only) -> list[Case]:
     out = []
     for name, work in WORKLOADS.items():
-        if only and not any(s in name for s in only):
+        if not _wanted(f"library {name}", only):
             continue
         out.append(Case(f"library {name}", "hand-written (suite sizes)",
                         work.optimized(work.suite), work.naive(work.suite)))
@@ -153,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=4, help="rounds per timed verify call")
     parser.add_argument("--reps", type=int, default=2, help="timed verify calls per case")
-    parser.add_argument("--only", default=None, help="comma-separated substrings of case names")
+    parser.add_argument("--only", default=None,
+                        help="comma-separated substrings of case names (=name: exactly)")
     parser.add_argument("--library-only", action="store_true")
     parser.add_argument("--rows-only", action="store_true")
     args = parser.parse_args(argv)
