@@ -1,17 +1,23 @@
-"""Time the probabilistic equivalence verifier on every library μGraph (CPU only).
+"""Time the probabilistic equivalence verifier on every suite program (CPU only).
 
-For each workload of ``mugraph.library`` at its ``small`` and ``suite`` sizes, and at the
-group-A shapes of ``benchmarks/SUITE.md`` that the library implements (gqa / mha / mqa with
-the FlashDecoding μGraph, rmsnorm_linear, gated_mlp and lora, at both batch factors): the best
-of a few runs of one verification round's parts, in milliseconds, under the same settings as
-``verify`` (:func:`~mugraph.semantics.field_arith.parallel_evaluation`, zero Z_q components for
-inputs that need none) — drawing the random inputs, evaluating the candidate μGraph, evaluating
-the naive program, and the whole round (both, plus the comparison) — then the rounds
-``verify`` plans for δ = 1e-9 (uncapped; ``verify`` stops at ``max_rounds``, 64 by default)
-and the guarantee they give. The table is printed last.
+The cases: every row of the benchmark suite (``benchmarks/suite/rows.py``) at its suite sizes,
+each with the μGraph mugraph runs for it (:func:`benchmarks.suite.mugraphs.choose`: the
+search's result, else the hand-written one) and, for attention rows, the library's other
+attention form (the one-kernel ``attention_flash`` beside the split-KV FlashDecoding form);
+then every hand-written μGraph of ``mugraph.library`` at its ``suite`` sizes (among them the
+Fig 4c GQA form). Each is verified against its naive program
+with :func:`mugraph.verify` exactly as the search and the API do (δ = 1e-9).
 
-    python benchmarks/bench_verify.py [--reps N] [--only NAME[,NAME]] [--shapes small,suite,A]
-        [--max-elements N]
+Columns: the milliseconds per round of a ``verify`` call of ``--rounds`` rounds (wall time of the
+rounds divided by their number; best of ``--reps`` calls), the same for a search candidate
+(``candidate ms``: the rounds of :class:`~mugraph.search.verify.ProgramRounds`, which keeps
+the program's side of each round for the next candidate, within the search driver's memory
+cap per worker; blank before it existed), the
+rounds ``verify`` runs by default (the plan for δ, capped at ``max_rounds`` = 64), their total
+time, and the guarantee. The table is printed last.
+
+    python benchmarks/bench_verify.py [--rounds N] [--reps N] [--only SUBSTR[,SUBSTR]]
+        [--library-only | --rows-only]
 
 Timings are wall-clock on a shared machine: the header gives its load average.
 """
@@ -19,166 +25,160 @@ Timings are wall-clock on a shared machine: the header gives its load average.
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import os
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
-
-from mugraph.errors import MugraphError  # noqa: E402
+from benchmarks.suite.mugraphs import choose  # noqa: E402
+from benchmarks.suite.rows import ROWS  # noqa: E402
 from mugraph.library import WORKLOADS  # noqa: E402
-from mugraph.search.verify import InputBuffers, _one_round, q_inputs, rounds_for  # noqa: E402
-from mugraph.semantics.field import FieldInterpretation  # noqa: E402
-from mugraph.semantics.field_arith import FieldContext, parallel_evaluation  # noqa: E402
-from mugraph.semantics.interpret import run_kernel_graph  # noqa: E402
+from mugraph.search import verify as verify_module  # noqa: E402
+from mugraph.search.work import ROUND_BYTES  # noqa: E402
 
 DELTA = 1e-9
-_ATTN = {"parts": 16, "n_tile": 64, "h_tile": 1, "h_tile2": 1}
+MAX_ROUNDS = 64  # verify's default cap
+SESSION_BYTES = ROUND_BYTES
 
 
-def _attention(h: int, s: int) -> dict[str, int]:
-    return {"h": h, "h_kv": h, "s": s, "d": 64, "n": 4096, **_ATTN,
-            "s_parts": 4 if s % 4 == 0 and s >= 64 else 1}
-
-
-# Group A of benchmarks/SUITE.md, as library sizes: (row, workload, sizes).
-GROUP_A: list[tuple[str, str, dict[str, int]]] = [
-    ("gqa b1", "attention_flashdecoding", _attention(2, 256)),
-    ("gqa b8", "attention_flashdecoding", _attention(16, 256)),
-    ("mha b1", "attention_flashdecoding", _attention(32, 16)),
-    ("mha b8", "attention_flashdecoding", _attention(256, 16)),
-    ("mqa b1", "attention_flashdecoding", _attention(1, 1024)),
-    ("mqa b8", "attention_flashdecoding", _attention(8, 1024)),
-    ("rmsnorm_linear b1", "rmsnorm_linear", {**WORKLOADS["rmsnorm_linear"].suite, "m": 2}),
-    ("rmsnorm_linear b8", "rmsnorm_linear", {**WORKLOADS["rmsnorm_linear"].suite, "m": 16}),
-    ("gated_mlp b1", "gated_mlp", {**WORKLOADS["gated_mlp"].suite, "m": 8}),
-    ("gated_mlp b4", "gated_mlp", {**WORKLOADS["gated_mlp"].suite, "m": 32}),
-    ("lora b1", "lora", {**WORKLOADS["lora"].suite, "m": 16}),
-    ("lora b4", "lora", {**WORKLOADS["lora"].suite, "m": 64}),
-]
+@dataclass
+class Case:
+    name: str
+    graph_label: str
+    candidate: object
+    program: object
 
 
 @dataclass
 class Row:
-    workload: str
-    shape: str
-    inputs_ms: float
-    candidate_ms: float
-    naive_ms: float
+    case: str
+    graph: str
+    elements: int
     round_ms: float
-    rounds: str
+    candidate_ms: float | None
+    rounds: int
     guarantee: str
 
-
-def _best_ms(fn: Callable[[], object], reps: int, budget: float = 20.0) -> float:
-    """Best of ``reps`` runs (fewer when one run is long), in milliseconds."""
-    best, spent = math.inf, 0.0
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        took = time.perf_counter() - start
-        best, spent = min(best, took), spent + took
-        if spent > budget:
-            break
-    return best * 1e3
+    @property
+    def total_s(self) -> float:
+        return self.round_ms * self.rounds / 1e3
 
 
-def measure(workload: str, shape: str, sizes: dict[str, int], reps: int) -> Row:
-    work = WORKLOADS[workload]
-    candidate, program = work.optimized(sizes), work.naive(sizes)
-    needed = q_inputs(candidate) | q_inputs(program)
-    rng = np.random.default_rng(0)
-    ctx = FieldContext.from_rng(rng)
-    buffers = InputBuffers()  # as verify() does: the same memory every round
-
-    def draw():
-        return [ctx.random(t.dims, rng, with_q=i in needed,
-                           out=buffers.get(i, math.prod(t.dims), i in needed))
-                for i, t in enumerate(program.input_types)]
-
-    def evaluate(graph, inputs):
-        return run_kernel_graph(FieldInterpretation(ctx), graph.ops, graph.outputs, inputs)
-
-    with parallel_evaluation():
-        inputs_ms = _best_ms(draw, reps)
-        held = draw()
-        candidate_ms = _best_ms(lambda: evaluate(candidate, held), reps)
-        naive_ms = _best_ms(lambda: evaluate(program, held), reps)
-        failures: list[str] = []
-
-        def one_round():
-            answer = _one_round(candidate, program, rng, needed, buffers=buffers)
-            if answer is not None:
-                failures.append(answer)
-
-        round_ms = _best_ms(one_round, reps)
-    rounds, bound, why = rounds_for(candidate, program, DELTA)
-    planned = "no bound" if bound is None else str(rounds)
-    if failures:
-        why = f"FAILED: {failures[0]}"
-    return Row(workload, shape, inputs_ms, candidate_ms, naive_ms, round_ms, planned, why)
+def _wanted(name: str, only: list[str] | None) -> bool:
+    """``only``: substrings of case names, or exact names written ``=name``."""
+    if not only:
+        return True
+    return any(name == s[1:] if s.startswith("=") else s in name for s in only)
 
 
-def _cases(shapes: set[str], only: set[str] | None, max_elements: int):
+def _row_cases(only) -> list[Case]:
+    out = []
+    for name, row in ROWS.items():
+        if not _wanted(name, only):
+            continue
+        choice = choose(row)
+        if choice.graph is None:
+            print(f"{name}: no μGraph ({choice.note})", flush=True)
+            continue
+        program = row.program()
+        out.append(Case(name, f"{choice.source}: {choice.label}", choice.graph, program))
+        if row.attention:
+            is_flash = choice.label.startswith("flash")
+            other = next((c for c in choice.candidates if c[0].startswith("flash") != is_flash),
+                         None)
+            if other is not None:
+                out.append(Case(name, f"hand-written: {other[0]}", other[1], program))
+    return out
+
+
+def _library_cases(only) -> list[Case]:
+    out = []
     for name, work in WORKLOADS.items():
-        for label in ("small", "suite"):
-            if label in shapes and (only is None or name in only):
-                yield name, label, getattr(work, label)
-    if "A" in shapes:
-        for row, name, sizes in GROUP_A:
-            if only is not None and name not in only:
-                continue
-            graph = WORKLOADS[name].naive(sizes)
-            elements = sum(math.prod(t.dims) for t in graph.input_types)
-            if elements > max_elements:
-                print(f"skipping {row}: {elements} input elements > --max-elements", flush=True)
-                continue
-            yield name, f"A: {row}", sizes
+        if not _wanted(f"library {name}", only):
+            continue
+        out.append(Case(f"library {name}", "hand-written (suite sizes)",
+                        work.optimized(work.suite), work.naive(work.suite)))
+    return out
+
+
+def _per_round_ms(run, reps: int) -> tuple[float, object]:
+    best, result = math.inf, None
+    for _ in range(reps):
+        result = run()
+        if not result.passed:
+            return math.nan, result
+        best = min(best, result.elapsed / max(1, result.rounds))
+    return best * 1e3, result
+
+
+def measure(case: Case, rounds: int, reps: int) -> Row:
+    elements = sum(math.prod(t.dims) for t in case.program.input_types)
+    round_ms, result = _per_round_ms(
+        lambda: verify_module.verify(case.candidate, case.program, DELTA, max_rounds=rounds,
+                                     seed=0), reps)
+    guarantee = result.guarantee if result.passed else f"FAILED: {result.failure}"
+    candidate_ms = None
+    session_type = getattr(verify_module, "ProgramRounds", None)
+    if session_type is not None and result.passed:
+        # as a search worker does: the program's side kept (within the driver's memory cap)
+        session = session_type(case.program, seed=1, max_bytes=SESSION_BYTES)
+        session.verify(case.candidate, DELTA, max_rounds=rounds)  # fills the program side
+        candidate_ms, _ = _per_round_ms(
+            lambda: session.verify(case.candidate, DELTA, max_rounds=rounds), reps)
+        del session
+    gc.collect()  # deferred values and their context refer to each other
+    planned, _, _ = verify_module.rounds_for(case.candidate, case.program, DELTA)
+    return Row(case.name, case.graph_label, elements, round_ms, candidate_ms,
+               min(planned, MAX_ROUNDS), guarantee)
 
 
 def _table(rows: list[Row]) -> str:
-    head = ("workload", "shape", "inputs ms", "candidate ms", "naive ms", "round ms",
-            "rounds (δ=1e-9)", "guarantee")
-    body = [(r.workload, r.shape, f"{r.inputs_ms:.1f}", f"{r.candidate_ms:.1f}",
-             f"{r.naive_ms:.1f}", f"{r.round_ms:.1f}", r.rounds, r.guarantee) for r in rows]
+    head = ("program", "μGraph", "inputs", "ms / round", "candidate ms", "rounds", "total s",
+            "guarantee")
+    body = [(r.case, r.graph, f"{r.elements / 1e6:.1f}M", f"{r.round_ms:.1f}",
+             "" if r.candidate_ms is None else f"{r.candidate_ms:.1f}", str(r.rounds),
+             f"{r.total_s:.1f}", r.guarantee) for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body, strict=True)]
     lines = ["| " + " | ".join(str(x).ljust(w) for x, w in zip(head, widths, strict=True)) + " |",
              "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
     lines += ["| " + " | ".join(str(x).ljust(w) for x, w in zip(r, widths, strict=True)) + " |"
               for r in body]
+    over = [r for r in rows if not r.round_ms <= 100]
+    lines.append("")
+    lines.append(f"{len(rows)} cases; {len(rows) - len(over)} at <= 100 ms per round"
+                 + (f"; over: {', '.join(f'{r.case} ({r.round_ms:.0f})' for r in over)}"
+                    if over else ""))
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--only", default=None, help="comma-separated workload names")
-    parser.add_argument("--shapes", default="small,suite,A")
-    parser.add_argument("--max-elements", type=int, default=200_000_000,
-                        help="skip group-A rows whose inputs have more elements")
+    parser.add_argument("--rounds", type=int, default=4, help="rounds per timed verify call")
+    parser.add_argument("--reps", type=int, default=2, help="timed verify calls per case")
+    parser.add_argument("--only", default=None,
+                        help="comma-separated substrings of case names (=name: exactly)")
+    parser.add_argument("--library-only", action="store_true")
+    parser.add_argument("--rows-only", action="store_true")
     args = parser.parse_args(argv)
-    only = set(args.only.split(",")) if args.only else None
+    only = args.only.split(",") if args.only else None
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"verifier round timings: {os.cpu_count()} CPUs, load average {load}", flush=True)
+    print(f"verifier timings: {os.cpu_count()} CPUs, load average {load}", flush=True)
+    cases = [] if args.library_only else _row_cases(only)
+    cases += [] if args.rows_only else _library_cases(only)
     rows = []
-    for name, label, sizes in _cases(set(args.shapes.split(",")), only, args.max_elements):
-        try:
-            row = measure(name, label, sizes, args.reps)
-        except MugraphError as error:  # a μGraph the library cannot build at this shape
-            reason = str(error).splitlines()[0]
-            print(f"{name} {label}: skipped ({reason})", flush=True)
-            nan = math.nan
-            rows.append(Row(name, label, nan, nan, nan, nan, "-", f"not built: {reason}"))
-            continue
-        print(f"{name} {label}: round {row.round_ms:.1f} ms", flush=True)
+    started = time.perf_counter()
+    for case in cases:
+        row = measure(case, args.rounds, args.reps)
+        cand = "" if row.candidate_ms is None else f", candidate {row.candidate_ms:.1f} ms"
+        print(f"{case.name} [{case.graph_label}]: {row.round_ms:.1f} ms per round{cand}",
+              flush=True)
         rows.append(row)
-    print()
+    print(f"\n({time.perf_counter() - started:.0f} s)\n")
     print(_table(rows))
     return 0
 

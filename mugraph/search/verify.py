@@ -45,8 +45,13 @@ that divides by an expression that is zero everywhere has no value to compare).
 Speed: every input whose Z_q component cannot reach an exponent, a divisor or an
 uninterpreted function gets a zero Z_q component, which the products skip
 (:func:`q_inputs`); the inputs' memory is reused from round to round (:class:`InputBuffers`);
-the rounds run under ``field_arith.parallel_evaluation``; and the driver batches block-level
-products into few large ones (``interpret.folded_matmul``). None of it changes a value.
+the rounds run under ``field_arith.parallel_evaluation``; and each round evaluates both graphs
+in one fast :class:`~mugraph.semantics.field_arith.FieldContext` (candidate first): components
+are computed only when read, the two graphs share their products, exponentials and identical
+kernel operators (in any tiling), and large inputs are drawn as float64 for the products. None
+of it changes a value (``tests/test_verify_fast.py`` compares it with the straightforward
+evaluation). A search verifies its candidates with :class:`ProgramRounds`, which keeps the
+program's side of each round for the next candidate.
 """
 
 from __future__ import annotations
@@ -715,14 +720,25 @@ def verify(
 
     ``primes``: (p, q) with q | p - 1 and p < 2^31 (small ones are for tests: the bound is
     computed for the primes used)."""
-    if not 0 < delta < 1:
-        raise MugraphError(f"verify: delta must be in (0, 1), got {delta}")
+    _check_delta(delta)
     candidate.check()
     program.check()
     _check_same_interface(candidate, program)
     pair = difference(analyse(candidate), analyse(program))
-    p, q = primes
-    rounds, bound, guarantee = plan_rounds(pair, delta, max_rounds, p=p, q=q)
+    rounds = _FreshRounds(program, q_inputs(candidate) | q_inputs(program), seed, primes)
+    return _run_rounds(candidate, pair, rounds, delta, max_rounds, max_redraws)
+
+
+def _check_delta(delta: float) -> None:
+    if not 0 < delta < 1:
+        raise MugraphError(f"verify: delta must be in (0, 1), got {delta}")
+
+
+def _run_rounds(candidate, pair: Analysis, rounds, delta, max_rounds, max_redraws):
+    """The rounds :func:`plan_rounds` asks for, drawn from ``rounds`` (its ``compare(candidate,
+    attempt)`` answers as :func:`_one_round` does), until one differs."""
+    p, q = rounds.primes
+    planned, bound, guarantee = plan_rounds(pair, delta, max_rounds, p=p, q=q)
     result = VerificationResult(
         True, 0, bound, delta, guarantee, pair.terms, pair.degree, primes=(p, q)
     )
@@ -731,14 +747,12 @@ def verify(
             f"uninterpreted functions ({', '.join(pair.uninterpreted)}): the bound treats each "
             "distinct application as a fresh variable (max as the element it returns)"
         )
-    q_needed = q_inputs(candidate) | q_inputs(program)
-    rng = np.random.default_rng(seed)
-    buffers = InputBuffers()
     started = time.perf_counter()
-    in_a_row = 0
-    while result.rounds < rounds:
+    in_a_row = attempt = 0
+    while result.rounds < planned:
         with parallel_evaluation():
-            failure = _one_round(candidate, program, rng, q_needed, primes=(p, q), buffers=buffers)
+            failure = rounds.compare(candidate, attempt)
+        attempt += 1
         if isinstance(failure, _Redraw):
             result.redraws += 1
             in_a_row += 1
@@ -761,8 +775,13 @@ class _Redraw(str):
 
 
 def _evaluate(graph, interp, inputs) -> list[Any] | FieldDivisionByZero:
+    """The graph's outputs with both components computed (a deferred value is computed here),
+    or the division by zero that voids the round."""
     try:
-        return run_kernel_graph(interp, graph.ops, graph.outputs, inputs)
+        outputs = run_kernel_graph(interp, graph.ops, graph.outputs, inputs)
+        for value in outputs:
+            value.p, value.q  # noqa: B018 - computes the deferred components
+        return outputs
     except FieldDivisionByZero as error:
         return error
 
@@ -773,37 +792,46 @@ class InputBuffers:
     caller that drops every value of a round before the next one draws."""
 
     def __init__(self) -> None:
-        self._held: dict[tuple[int, int, bool], tuple[np.ndarray, np.ndarray | None]] = {}
+        self._held: dict[tuple, tuple[np.ndarray, np.ndarray | None]] = {}
 
-    def get(self, index: int, size: int, with_q: bool) -> tuple[np.ndarray, np.ndarray | None]:
-        key = (index, size, with_q)
+    def get(
+        self, index: int, size: int, with_q: bool, dtype: Any = np.int64
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        key = (index, size, with_q, np.dtype(dtype).str)
         if key not in self._held:
-            q = np.empty(size, dtype=np.int64) if with_q else None
-            self._held[key] = (np.empty(size, dtype=np.int64), q)
+            q = np.empty(size, dtype=dtype) if with_q else None
+            self._held[key] = (np.empty(size, dtype=dtype), q)
         return self._held[key]
 
 
-def _one_round(
-    candidate,
+def _draw_round(
     program,
     rng,
-    q_needed: frozenset[int] | None = None,
-    *,
-    primes: tuple[int, int] = (P, Q),
-    buffers: InputBuffers | None = None,
-) -> str | None:
-    """One random test: None when every output agrees, a _Redraw (a str) when a division by
-    zero voids the round, else a description of the first difference. ``q_needed``: the
-    inputs that get a random Z_q component (None: all)."""
-    ctx = FieldContext.from_rng(rng, p=primes[0], q=primes[1])
+    q_needed: frozenset[int] | None,
+    primes: tuple[int, int],
+    buffers: InputBuffers | None,
+    fast: bool,
+):
+    """A round's context (ω, key) and uniform inputs: Z_q components for ``q_needed``
+    (None: all), zero views for the others."""
+    ctx = FieldContext.from_rng(rng, p=primes[0], q=primes[1], fast=fast)
     inputs = []
     for i, t in enumerate(program.input_types):
         with_q = q_needed is None or i in q_needed
-        out = buffers.get(i, math.prod(t.dims), with_q) if buffers is not None else None
-        inputs.append(ctx.random(t.dims, rng, with_q=with_q, out=out))
-    interp = FieldInterpretation(ctx)
-    got = _evaluate(candidate, interp, inputs)
-    want = _evaluate(program, interp, inputs)
+        size = math.prod(t.dims)
+        mirror = ctx.fast and size >= _MIRROR_MIN  # large inputs are mostly matmul operands
+        dtype = np.float64 if mirror else np.int64
+        out = buffers.get(i, size, with_q, dtype) if buffers is not None else None
+        inputs.append(ctx.random(t.dims, rng, with_q=with_q, out=out, mirror=mirror))
+    return ctx, inputs
+
+
+_MIRROR_MIN = 1 << 18  # inputs of this many elements are drawn as float64 (FieldArray.mirrors)
+
+
+def _compare(got, want) -> str | None:
+    """None when the outputs agree, a _Redraw when a division by zero voided either side,
+    else a description of the first difference."""
     errors = [
         (name, v)
         for name, v in (("candidate", got), ("program", want))
@@ -817,3 +845,149 @@ def _one_round(
             bad = int(np.count_nonzero((a.p != b.p) | (a.q != b.q)))
             return f"output {i} differs in {bad} of {b.size} elements"
     return None
+
+
+def _one_round(
+    candidate,
+    program,
+    rng,
+    q_needed: frozenset[int] | None = None,
+    *,
+    primes: tuple[int, int] = (P, Q),
+    buffers: InputBuffers | None = None,
+    fast: bool = True,
+) -> str | None:
+    """One random test: None when every output agrees, a _Redraw (a str) when a division by
+    zero voids the round, else a description of the first difference. ``q_needed``: the
+    inputs that get a random Z_q component (None: all). ``fast``: deferred, shared
+    evaluation (:class:`FieldContext`); False evaluates every operation as it comes."""
+    ctx, inputs = _draw_round(program, rng, q_needed, primes, buffers, fast)
+    interp = FieldInterpretation(ctx)
+    try:
+        got = _evaluate(candidate, interp, inputs)
+        return _compare(got, _evaluate(program, interp, inputs))
+    finally:
+        ctx.memo.clear()  # deferred values refer to the context: let the round's memory go
+
+
+class _FreshRounds:
+    """Rounds drawn one after the other from one random stream (what :func:`verify` does):
+    nothing is kept from one round to the next but the inputs' memory."""
+
+    def __init__(self, program, q_needed, seed, primes) -> None:
+        self.program, self.q_needed, self.primes = program, q_needed, primes
+        self.rng = np.random.default_rng(seed)
+        self.buffers = InputBuffers()
+
+    def compare(self, candidate, attempt: int) -> str | None:
+        return _one_round(candidate, self.program, self.rng, self.q_needed,
+                          primes=self.primes, buffers=self.buffers)
+
+
+# ---- the search's candidates: the program's side of each round kept ---------------------------
+
+
+@dataclass
+class _ProgramRound:
+    """One round: its context, its inputs and the program's outputs (or its division by
+    zero), with the context's memo holding the program's products and exponentials."""
+
+    ctx: FieldContext
+    inputs: list[Any]
+    outputs: list[Any] | FieldDivisionByZero
+    nbytes: int
+
+
+class ProgramRounds:
+    """Verification rounds of one program, kept for the candidates of a search.
+
+    A search verifies many candidates against one program. Each round here is drawn once
+    (uniform inputs, ω and a key from its own seed) and the program is evaluated once on it;
+    every candidate is then evaluated on the same rounds — and its products and
+    exponentials of the same memory as the program's (the tiles of Q @ K, X @ W...) come
+    from the round's memo instead of being computed again. For one candidate this is the
+    same test as :func:`verify`: its rounds are independent uniform draws made without
+    looking at it, so the per-round bound and the plan are the same; only different
+    candidates see the same draws (the search's final check draws fresh rounds).
+
+    ``max_bytes`` bounds the memory kept (inputs and the program's memo); rounds past it are
+    drawn again from their seeds when asked and evaluated as :func:`verify` does. A candidate
+    that needs a Z_q component for an input the program does not (:func:`q_inputs`) gets
+    fresh rounds drawn for it.
+    """
+
+    def __init__(
+        self,
+        program,
+        *,
+        seed: int | None = None,
+        primes: tuple[int, int] = (P, Q),
+        max_bytes: int = 1 << 30,
+    ) -> None:
+        program.check()
+        self.program = program
+        self.primes = primes
+        self.analysis = analyse(program)
+        self.q_needed = q_inputs(program)
+        self.max_bytes = max_bytes
+        self._seeds = np.random.SeedSequence(seed)
+        self._round_seeds: list[np.random.SeedSequence] = []
+        self._rounds: list[_ProgramRound] = []
+        self._kept = 0
+        self._full = False
+        self._buffers = InputBuffers()  # for the rounds not kept
+
+    def verify(
+        self, candidate, delta: float = 1e-9, *, max_rounds: int = 64, max_redraws: int = 8
+    ) -> VerificationResult:
+        """:func:`verify` of ``candidate`` against the program, on the kept rounds."""
+        _check_delta(delta)
+        candidate.check()
+        _check_same_interface(candidate, self.program)
+        pair = difference(analyse(candidate), self.analysis)
+        if not q_inputs(candidate) <= self.q_needed:
+            rounds = _FreshRounds(self.program, q_inputs(candidate) | self.q_needed,
+                                  self._seeds.spawn(1)[0], self.primes)
+            return _run_rounds(candidate, pair, rounds, delta, max_rounds, max_redraws)
+        return _run_rounds(candidate, pair, self, delta, max_rounds, max_redraws)
+
+    def compare(self, candidate, attempt: int) -> str | None:
+        state = self._round(attempt)
+        if state is None:  # not kept: the same round drawn again, evaluated as verify does
+            return _one_round(candidate, self.program, self._rng(attempt), self.q_needed,
+                              primes=self.primes, buffers=self._buffers)
+        if isinstance(state.outputs, FieldDivisionByZero):
+            return _Redraw(f"the program: {state.outputs}")
+        ctx = state.ctx.with_memo_of(state.ctx)  # the candidate's products are not kept
+        try:
+            got = _evaluate(candidate, FieldInterpretation(ctx), state.inputs)
+            return _compare(got, state.outputs)
+        finally:
+            ctx.memo.clear()
+
+    def _rng(self, index: int) -> np.random.Generator:
+        """The random stream of round ``index`` (the same every time it is asked)."""
+        while len(self._round_seeds) <= index:
+            self._round_seeds.extend(self._seeds.spawn(16))
+        return np.random.default_rng(self._round_seeds[index])
+
+    def _round(self, index: int) -> _ProgramRound | None:
+        """Round ``index`` with the program's side, kept while ``max_bytes`` allows; None
+        for a round past the memory kept."""
+        if index < len(self._rounds):
+            return self._rounds[index]
+        if self._full:
+            return None
+        state = self._draw(self._rng(index))
+        if self._kept + state.nbytes <= self.max_bytes:
+            self._rounds.append(state)
+            self._kept += state.nbytes
+        else:
+            self._full = True  # this one is used once, the next ones are not kept
+        return state
+
+    def _draw(self, rng: np.random.Generator) -> _ProgramRound:
+        with parallel_evaluation():
+            ctx, inputs = _draw_round(self.program, rng, self.q_needed, self.primes, None, True)
+            outputs = _evaluate(self.program, FieldInterpretation(ctx), inputs)
+        return _ProgramRound(ctx, inputs, outputs, ctx.memo_nbytes(inputs))

@@ -99,6 +99,7 @@ def prepared(setup: SearchSetup) -> tuple[Any, SearchConfig, Any]:
     if ready is None:
         _SETUPS.clear()
         _WORKER_MEMO.clear()  # continuations of an earlier search (bounded memory)
+        _ROUNDS.clear()  # and its programs' verification rounds
         if setup.threads:  # a worker's share of the cores for the verifier's threads
             field_arith._MAX_WORKERS = setup.threads
         ready = _SETUPS[setup.token] = (from_json(setup.program_json), setup.config, setup.oracle)
@@ -184,9 +185,19 @@ def run_item(
 
 
 def _verify(graph, program, delta, rounds):
-    from mugraph.search.verify import verify
+    """The candidate against ``program`` on rounds whose program side is kept from one
+    candidate to the next in this process (:class:`~mugraph.search.verify.ProgramRounds`)."""
+    from mugraph.search.verify import ProgramRounds
 
-    return verify(graph, program, delta=delta, max_rounds=rounds)
+    kept = _ROUNDS.get("rounds")
+    if kept is None or kept.program is not program:
+        _ROUNDS.clear()  # the earlier program's rounds first: at most one set in memory
+        kept = _ROUNDS["rounds"] = ProgramRounds(program, max_bytes=ROUND_BYTES)
+    return kept.verify(graph, delta, max_rounds=rounds)
+
+
+ROUND_BYTES = 1 << 30  # memory a worker keeps for the program's side of its rounds
+_ROUNDS: dict[str, Any] = {}
 
 
 class SliceTimer:

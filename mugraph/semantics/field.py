@@ -9,8 +9,9 @@ written with one exponential each: silu(x) = x / (1 + e^-x) and
 gelu(x) = x · e^{2z} / (e^{2z} + 1) with z = √(2/π)(x + 0.044715 x³)
 (as 1 + tanh z = 2e^{2z}/(e^{2z}+1)).
 
-Matrix products reach :meth:`FieldContext.matmul` through the driver's batching
-(:func:`mugraph.semantics.interpret.folded_matmul`), shared with the reference semantics.
+Matrix products go to :meth:`FieldContext.matmul` unfolded: :func:`~mugraph.semantics.
+field_arith.matmul_mod` folds broadcast batch axes itself (the driver's
+:func:`~mugraph.semantics.interpret.accumulated_matmul` still joins for-loop iterations).
 """
 
 from __future__ import annotations
@@ -23,10 +24,15 @@ from typing import Any
 import numpy as np
 
 from mugraph.ir.graph import Op
-from mugraph.ir.ops import AccumKind, OpKind
+from mugraph.ir.ops import AccumKind, Level, OpKind
 from mugraph.semantics.field_arith import FieldArray, FieldContext
-from mugraph.semantics.field_arith import concatenate as field_concatenate
-from mugraph.semantics.interpret import DRIVER_OWN_KINDS, Interpretation, Rule, run_thread_graph
+from mugraph.semantics.interpret import (
+    DRIVER_OWN_KINDS,
+    EvalContext,
+    Interpretation,
+    Rule,
+    run_thread_graph,
+)
 from mugraph.semantics.partition import broadcast_iterations
 
 _GELU_C = math.sqrt(2.0 / math.pi)
@@ -124,7 +130,7 @@ def _concat(interp, op, args, ctx):
     shape = np.broadcast_shapes(a.shape[: ctx.lead], b.shape[: ctx.lead])
     a = a.broadcast_to(shape + a.shape[ctx.lead :])
     b = b.broadcast_to(shape + b.shape[ctx.lead :])
-    return [field_concatenate([a, b], axis=ctx.lead + op.attr("dim"))]
+    return [interp.field.concatenate([a, b], axis=ctx.lead + op.attr("dim"))]
 
 
 def _reshape(interp, op, args, ctx):
@@ -144,7 +150,7 @@ def _reduce_last(f: FieldContext, x: FieldArray, acc: AccumKind, dimx: int) -> F
 
 
 def _iterations(x: FieldArray, loops: int) -> FieldArray:
-    return FieldArray(broadcast_iterations(x.p, loops), broadcast_iterations(x.q, loops))
+    return x.index_map(lambda a: broadcast_iterations(a, loops))
 
 
 def _forloop_accum(interp, op, args, ctx):
@@ -198,9 +204,26 @@ class FieldInterpretation(Interpretation):
 
     name = "finite-field"
     table = TABLE
+    # matmul_mod folds broadcast batch axes itself, per component, in the order of the
+    # operands' memory (tiles of one matrix fold back into that matrix: see its memo)
+    folds_matmul = False
 
     def __init__(self, field: FieldContext) -> None:
         self.field = field
 
     def relayout(self, value: FieldArray, fn: Callable[[Any], Any]) -> FieldArray:
-        return FieldArray(fn(value.p), fn(value.q))
+        return value.index_map(fn)
+
+    def apply(self, op: Op, args: list[Any], ctx: EvalContext) -> list[Any]:
+        """With a fast context, a kernel-level operator applied again to the very same values
+        (the other graph of a comparison computing the same norm of the same input, say)
+        returns the first result: operators are functions of their inputs."""
+        if not self.field.fast or ctx.level is not Level.KERNEL:
+            return super().apply(op, args, ctx)
+        memo = self.field.memo
+        key = ("op", op.kind, op.attrs, tuple(id(a) for a in args))
+        entry = memo.get(key)
+        if entry is None:
+            entry = (tuple(args), super().apply(op, args, ctx))  # args kept: ids stay theirs
+            memo[key] = entry
+        return list(entry[1])

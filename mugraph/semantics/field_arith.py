@@ -16,6 +16,27 @@ the root of unity ω and a 64-bit key for the uninterpreted functions; draw a fr
 verification round with :meth:`FieldContext.from_rng`.  All arithmetic is a method of the
 context (``ctx.add(a, b)``, ``ctx.matmul(a, b)``, ``ctx.exp(x)`` ...).
 
+Fast evaluation
+---------------
+A context made with ``fast=True`` (what the verifier uses) gives the same values with less
+work; ``fast=False`` is the straightforward evaluation that tests compare it with:
+
+* Deferred components: results are :meth:`FieldArray.deferred`; a component is computed when
+  read.  In softmax attention the Z_p part of ``Q @ K`` (only its Z_q part reaches ``exp``),
+  the Z_p part of the random Q and K, and the Z_q part of the divisions after ``exp`` (whose
+  quotients only meet Z_q-zero operands) are never computed.  A divisor is checked for zeros
+  in the components that are read: the denominators of Theorem 3's event 𝓔 that matter.
+* A memo per context: products are kept by the memory of their (folded) operands, so the
+  other graph's product of the same operands — the tiles of a block graph fold back into the
+  matrices themselves (:func:`matmul_mod`) — costs nothing; ``exp`` of any view of a whole
+  array is a view of that array's ``exp``; a batch of split-K partial products (split-KV
+  attention) also gives the whole product, their sum.  The memo keeps what it saw alive: use
+  one context per round, and never write into its arrays.
+* ``(v · c) @ b = (v @ b) · c`` for a factor ``c`` constant along the reduction dim (a
+  softmax's or a norm's division), when ``v · c`` is not computed yet.
+* Float64 mirrors: large random inputs are drawn as float64 (:attr:`FieldArray.mirrors`),
+  which matmul reads without converting; their int64 components exist only if read.
+
 The primes
 ----------
 ``P = 2_147_483_579 = 2^31 - 69`` and ``Q = (P - 1) / 2 = 1_073_741_789 = 2^30 - 35``: P is the
@@ -59,7 +80,8 @@ recombined by Horner's rule ``r ← r·2^s + T_l (mod m)`` in float64 and the re
 canonicalized in int64.  L is chosen per call by a small cost model (more limbs: more GEMM
 work; fewer limbs: more chunks, each a reduction of the output), and can be forced with
 ``limbs=``.  ``W`` is converted to float64 in slices of about 2^21 elements into one reused
-buffer, which keeps the conversion out of the page-fault path.  An operand that is a
+buffer, which keeps the conversion out of the page-fault path (a float64 ``W``, a mirror, is
+used as it is).  An operand that is a
 :func:`zero_view` (an all-zero array of stride 0) makes the product a zero view at no cost.
 Inside :func:`parallel_evaluation` a large product is split along its larger free dim over
 worker threads of our own, with OpenBLAS single-threaded (its spinning threads cost dearly
@@ -71,6 +93,7 @@ Z_q components that do not matter
 The verifier gives inputs whose Z_q component cannot reach an exponent, a divisor or an
 uninterpreted function a :func:`zero_view` Z_q component (:meth:`FieldContext.random` with
 ``with_q=False``); products with it cost nothing, and both graphs see the same zeros.
+(:attr:`FieldArray.q_zero` tells it without computing anything.)
 
 exp and the q component of its result
 -------------------------------------
@@ -142,6 +165,7 @@ never a wrong acceptance.
 
 from __future__ import annotations
 
+import copy
 import decimal
 import hashlib
 import math
@@ -157,6 +181,7 @@ from typing import Any
 import numpy as np
 
 from mugraph.errors import ShapeError
+from mugraph.semantics.partition import fold_cols, fold_rows, matmul_layout, unfold
 
 __all__ = [
     "P",
@@ -320,47 +345,168 @@ def field_scalar(value: Any, modulus: int) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, eq=False)
 class FieldArray:
-    """A tensor of Z_p × Z_q values: two int64 arrays of one shape (broadcast on creation)."""
+    """A tensor of Z_p × Z_q values: two int64 arrays of one shape (broadcast on creation).
 
-    p: np.ndarray
-    q: np.ndarray
+    ``FieldArray(p, q)`` holds computed components. A *deferred* array
+    (:meth:`deferred`, made by a :class:`FieldContext` with ``fast=True``) knows its shape and
+    computes each component the first time it is read (``.p``, ``.q``), so a component that
+    nothing reads is never computed (the Z_p part of a product that only feeds an exponent,
+    the Z_q part of a quotient whose Z_q value reaches nothing). ``q_zero`` says, without
+    computing anything, that the Z_q component is known to be all zeros.
+    """
 
-    def __post_init__(self) -> None:
-        p = np.asarray(self.p, dtype=np.int64)
-        q = np.asarray(self.q, dtype=np.int64)
+    __slots__ = ("_p", "_q", "shape", "_q_zero", "factors", "operands", "mirrors")
+
+    def __init__(self, p: Any, q: Any) -> None:
+        p = np.asarray(p, dtype=np.int64)
+        q = np.asarray(q, dtype=np.int64)
         if p.shape != q.shape:
             p, q = np.broadcast_arrays(p, q)
-        object.__setattr__(self, "p", p)
-        object.__setattr__(self, "q", q)
+        self._p, self._q = p, q
+        self.shape: tuple[int, ...] = p.shape
+        self._q_zero = False
+        self.factors: tuple[FieldArray, FieldArray] | None = None  # self = a · b (fast mul)
+        self.operands: tuple[FieldArray, FieldArray] | None = None  # self = a @ b (fast)
+        # float64 arrays (or functions computing them once) holding the same values as p / q
+        # (random inputs): what matmul reads
+        self.mirrors: tuple[Any, Any] = (None, None)
+
+    @classmethod
+    def deferred(
+        cls,
+        shape: Sequence[int],
+        p: Callable[[], np.ndarray] | np.ndarray,
+        q: Callable[[], np.ndarray] | np.ndarray | None,
+        q_zero: bool = False,
+    ) -> FieldArray:
+        """An array of ``shape`` whose components come from ``p()`` / ``q()`` when first read
+        (arrays are taken as they are); ``q_zero``: the Z_q component is all zeros (q unused)."""
+        out = cls.__new__(cls)
+        out.shape = tuple(int(n) for n in shape)
+        out._p = p if callable(p) else np.asarray(p, dtype=np.int64)
+        out._q = zero_view(out.shape) if q_zero else (q if callable(q) else np.asarray(q, np.int64))
+        out._q_zero = q_zero
+        out.factors = out.operands = None
+        out.mirrors = (None, None)
+        return out
+
+    @classmethod
+    def deferred_pair(
+        cls, shape: Sequence[int], both: Callable[[], tuple[np.ndarray, np.ndarray]]
+    ) -> FieldArray:
+        """A deferred array whose two components are computed together by ``both()``."""
+        cell: list[tuple[np.ndarray, np.ndarray]] = []
+
+        def get(i: int) -> np.ndarray:
+            if not cell:
+                cell.append(both())
+            return cell[0][i]
+
+        return cls.deferred(shape, lambda: get(0), lambda: get(1))
+
+    def _force(self, value: Any) -> np.ndarray:
+        if isinstance(value, np.ndarray):
+            return value
+        got = np.asarray(value(), dtype=np.int64)
+        if got.shape != self.shape:
+            raise AssertionError(f"deferred component of shape {got.shape}, expected {self.shape}")
+        return got
 
     @property
-    def shape(self) -> tuple[int, ...]:
-        return self.p.shape
+    def p(self) -> np.ndarray:
+        if not isinstance(self._p, np.ndarray):
+            self._p = self._force(self._p)
+            self._forget_factors()
+        return self._p
+
+    @property
+    def q(self) -> np.ndarray:
+        if not isinstance(self._q, np.ndarray):
+            self._q = self._force(self._q)
+            self._forget_factors()
+        return self._q
+
+    def _forget_factors(self) -> None:
+        if isinstance(self._p, np.ndarray) and isinstance(self._q, np.ndarray):
+            self.factors = self.operands = None  # computed: let the operands go
+
+    def computed_part(self, name: str) -> np.ndarray | None:
+        """Component ``name`` ("p" or "q") if it is computed, else None (nothing computed)."""
+        value = self._p if name == "p" else self._q
+        return value if isinstance(value, np.ndarray) else None
+
+    def gemm_part(self, name: str, compute: bool = True) -> np.ndarray | None:
+        """Component ``name`` as a matmul operand: its float64 mirror when there is one, else
+        the component (computed if needed; with ``compute=False``, None if not computed)."""
+        mirror = self.mirrors[0 if name == "p" else 1]
+        if mirror is not None:
+            return mirror if isinstance(mirror, np.ndarray) else mirror()
+        if compute:
+            return self.p if name == "p" else self.q
+        return self.computed_part(name)
+
+    @property
+    def computed(self) -> bool:
+        """Whether both components exist (nothing is deferred)."""
+        return isinstance(self._p, np.ndarray) and isinstance(self._q, np.ndarray)
+
+    @property
+    def q_zero(self) -> bool:
+        """Whether the Z_q component is known to be all zeros (a :func:`zero_view`)."""
+        if self._q_zero:
+            return True
+        return isinstance(self._q, np.ndarray) and is_zero_view(self._q)
 
     @property
     def ndim(self) -> int:
-        return self.p.ndim
+        return len(self.shape)
 
     @property
     def size(self) -> int:
-        return self.p.size
+        return math.prod(self.shape)
+
+    def index_map(self, fn: Callable[[np.ndarray], np.ndarray]) -> FieldArray:
+        """``fn`` (an index-only NumPy function: reshape, transpose, split, broadcast...)
+        applied to both components; deferred components stay deferred, a zero Z_q stays a
+        zero view."""
+        if isinstance(self._p, np.ndarray):
+            p: Any = fn(self._p)
+            shape = p.shape
+        else:
+            shape = fn(_probe(self.shape)).shape
+            p = lambda: fn(self.p)  # noqa: E731 - read through self: computed once, shared
+        if self.q_zero:
+            out = FieldArray.deferred(shape, p, None, q_zero=True)
+            if self.mirrors[0] is not None:
+                out.mirrors = (_map_source(self.mirrors[0], fn), None)
+            return out
+        if isinstance(self._q, np.ndarray):
+            q: Any = fn(self._q)
+        else:
+            q = lambda: fn(self.q)  # noqa: E731
+        if isinstance(p, np.ndarray) and isinstance(q, np.ndarray):
+            out = FieldArray(p, q)
+        else:
+            out = FieldArray.deferred(shape, p, q)
+        if any(m is not None for m in self.mirrors):
+            out.mirrors = tuple(_map_source(m, fn) for m in self.mirrors)
+        return out
 
     def __getitem__(self, index: Any) -> FieldArray:
-        return FieldArray(self.p[index], self.q[index])
+        return self.index_map(lambda a: a[index])
 
     def reshape(self, *shape: Any) -> FieldArray:
-        return FieldArray(self.p.reshape(*shape), self.q.reshape(*shape))
+        return self.index_map(lambda a: a.reshape(*shape))
 
     def transpose(self, *axes: int) -> FieldArray:
-        return FieldArray(self.p.transpose(*axes), self.q.transpose(*axes))
+        return self.index_map(lambda a: a.transpose(*axes))
 
     def swapaxes(self, a: int, b: int) -> FieldArray:
-        return FieldArray(self.p.swapaxes(a, b), self.q.swapaxes(a, b))
+        return self.index_map(lambda x: x.swapaxes(a, b))
 
     def broadcast_to(self, shape: Sequence[int]) -> FieldArray:
-        return FieldArray(np.broadcast_to(self.p, shape), np.broadcast_to(self.q, shape))
+        return self.index_map(lambda a: np.broadcast_to(a, shape))
 
     def copy(self) -> FieldArray:
         return FieldArray(self.p.copy(), self.q.copy())
@@ -373,12 +519,29 @@ class FieldArray:
             and bool(np.array_equal(self.q, other.q))
         )
 
+    def __repr__(self) -> str:
+        state = "computed" if self.computed else "deferred"
+        return f"FieldArray(shape={self.shape}, {state}{', q=0' if self.q_zero else ''})"
+
+
+def _map_source(source: Any, fn: Callable[[np.ndarray], np.ndarray]) -> Any:
+    """``fn`` of a mirror: at once if it exists, else when it is first read."""
+    if source is None or isinstance(source, np.ndarray):
+        return None if source is None else fn(source)
+    return _Once(lambda: fn(source()))
+
+
+def _probe(shape: Sequence[int]) -> np.ndarray:
+    """A read-only array of ``shape`` taking no memory: index functions applied to it tell the
+    shape of their result."""
+    return np.broadcast_to(np.int8(0), tuple(shape))
+
 
 def concatenate(arrays: Sequence[FieldArray], axis: int = 0) -> FieldArray:
     """np.concatenate of both components (zero views stay zero views)."""
     p = np.concatenate([a.p for a in arrays], axis=axis)
-    if all(is_zero_view(a.q) for a in arrays):
-        return FieldArray(p, zero_view(p.shape))
+    if all(a.q_zero for a in arrays):
+        return FieldArray.deferred(p.shape, p, None, q_zero=True)
     return FieldArray(p, np.concatenate([a.q for a in arrays], axis=axis))
 
 
@@ -404,6 +567,38 @@ def _canon_(x: np.ndarray, m: int) -> np.ndarray:
     t *= m
     x -= t
     return x
+
+
+def _canon_into(x: np.ndarray, m: int, out: np.ndarray, scratch: np.ndarray) -> None:
+    """out ← x mod m (floor) for 0 <= x < 2^62, using ``scratch`` (x is left unchanged)."""
+    np.floor_divide(x, m, out=scratch)
+    scratch *= m
+    np.subtract(x, scratch, out=out)
+
+
+_BLOCK = 1 << 14  # elements per block of a blockwise elementwise kernel (a few arrays in L2)
+
+
+def _blockwise(n: int, scratch_rows: int, block: Callable[[int, int, np.ndarray], None]) -> None:
+    """Run ``block(lo, hi, scratch)`` over [0, n) in blocks of _BLOCK elements, spread over the
+    worker threads of :func:`parallel_evaluation` when n is large; ``scratch`` is an int64
+    array (scratch_rows, _BLOCK) of the running thread's own."""
+    workers = max(1, min(_WORKERS, n // (16 * _BLOCK)))
+    bounds = [n * i // workers for i in range(workers + 1)]
+
+    def share(start: int, stop: int) -> Callable[[], None]:
+        def run() -> None:
+            scratch = np.empty((scratch_rows, _BLOCK), dtype=np.int64)
+            for lo in range(start, stop, _BLOCK):
+                block(lo, min(stop, lo + _BLOCK), scratch)
+
+        return run
+
+    tasks = [share(a, b) for a, b in zip(bounds, bounds[1:], strict=False)]
+    if len(tasks) == 1:
+        tasks[0]()
+    else:
+        _run_parallel(tasks)
 
 
 def add_mod(a: np.ndarray, b: np.ndarray, m: int) -> np.ndarray:
@@ -707,8 +902,11 @@ def _gemm_chunks(
     """
     m, k = plan.modulus, w_arr.shape[-2] if split_left else w_arr.shape[-1]
     per_k = max(1, w_arr.size // k)
-    step = max(1, min(plan.chunk, k, _CONVERT_ELEMS // per_k))
-    if split_left:
+    direct = w_arr.dtype == np.float64  # a float64 mirror: no conversion
+    step = max(1, min(plan.chunk, k, k if direct else _CONVERT_ELEMS // per_k))
+    if direct:
+        buf = None
+    elif split_left:
         buf = np.empty((*w_arr.shape[:-2], step, w_arr.shape[-1]))
     else:
         buf = np.empty((*w_arr.shape[:-2], w_arr.shape[-2], step))
@@ -722,12 +920,14 @@ def _gemm_chunks(
             s1 = min(c1, s0 + step)
             target = acc if s0 == c0 else tmp
             if split_left:
-                w = buf[..., : s1 - s0, :]
-                _convert(w, w_arr[..., s0:s1, :])
+                w = w_arr[..., s0:s1, :] if direct else buf[..., : s1 - s0, :]
+                if not direct:
+                    _convert(w, w_arr[..., s0:s1, :])
                 np.matmul(digits[..., s0:s1], w, out=target)
             else:
-                w = buf[..., : s1 - s0]
-                _convert(w, w_arr[..., s0:s1])
+                w = w_arr[..., s0:s1] if direct else buf[..., : s1 - s0]
+                if not direct:
+                    _convert(w, w_arr[..., s0:s1])
                 np.matmul(w, digits[..., s0:s1, :], out=target)
             if target is not acc:
                 acc += target
@@ -769,6 +969,8 @@ def _matmul_core(x: np.ndarray, y: np.ndarray, m: int, limbs: int | None) -> np.
     batch = np.broadcast_shapes(x.shape[:-2], y.shape[:-2])
     split_left = x.size <= y.size
     s_arr, w_arr = (x, y) if split_left else (y, x)
+    if s_arr.dtype != np.int64:  # the digits are cut from int64
+        s_arr = s_arr.astype(np.int64)
     outs = math.prod(batch) * rows * cols
     plan = gemm_plan(m, limbs) if limbs else _choose_limbs(m, outs * k, outs, k, s_arr.size)
     if plan.chunk < 1:
@@ -834,37 +1036,113 @@ def _matmul_split(x: np.ndarray, y: np.ndarray, m: int, limbs: int | None) -> np
     return out
 
 
-def matmul_mod(x: np.ndarray, y: np.ndarray, m: int, *, limbs: int | None = None) -> np.ndarray:
+def matmul_shape(sa: Sequence[int], sb: Sequence[int]) -> tuple[int, ...]:
+    """The shape of ``a @ b`` (np.matmul rules), or a :class:`ShapeError`."""
+    if len(sa) == 0 or len(sb) == 0:
+        raise ShapeError("matmul: operands must have at least one dimension")
+    a2 = (1, *sa) if len(sa) == 1 else tuple(sa)
+    b2 = (*sb, 1) if len(sb) == 1 else tuple(sb)
+    if a2[-1] != b2[-2]:
+        raise ShapeError(f"matmul: inner dims differ: {tuple(sa)} @ {tuple(sb)}")
+    try:
+        batch = np.broadcast_shapes(a2[:-2], b2[:-2])
+    except ValueError as exc:
+        raise ShapeError(
+            f"matmul: batch dims do not broadcast: {tuple(sa)} @ {tuple(sb)}"
+        ) from exc
+    out = (*batch, a2[-2], b2[-1])
+    if len(sa) == 1:
+        out = out[:-2] + out[-1:]
+    if len(sb) == 1:
+        out = out[:-1]
+    return tuple(int(n) for n in out)
+
+
+def matmul_mod(
+    x: np.ndarray,
+    y: np.ndarray,
+    m: int,
+    *,
+    limbs: int | None = None,
+    memo: dict | None = None,
+) -> np.ndarray:
     """Exact ``x @ y mod m`` (np.matmul semantics: batch broadcasting, 1-D operands).
 
-    ``x`` and ``y`` must be canonical (``0 <= v < m``, int64); ``m < 2^31``.  ``limbs`` forces
+    ``x`` and ``y`` must be canonical (``0 <= v < m``, int64, or float64 holding such
+    integers: the larger operand is then used without conversion); ``m < 2^31``.  ``limbs`` forces
     the number of digits (1-4; default: chosen by a cost model).  See the module docstring.
+    A batch axis along which only one operand varies joins that operand's free dim (one large
+    product instead of many small ones).  ``memo``: a dict in which products are kept by the
+    memory of their (folded) operands, so that the same product asked again — by the other
+    graph of a comparison — costs nothing; it keeps the operands alive.
     """
-    x = np.asarray(x, dtype=np.int64)
-    y = np.asarray(y, dtype=np.int64)
-    if x.ndim == 0 or y.ndim == 0:
-        raise ShapeError("matmul: operands must have at least one dimension")
+    x, y = _gemm_operand(x), _gemm_operand(y)
+    shape = matmul_shape(x.shape, y.shape)
     x2 = x[None, :] if x.ndim == 1 else x
     y2 = y[:, None] if y.ndim == 1 else y
-    if x2.shape[-1] != y2.shape[-2]:
-        raise ShapeError(f"matmul: inner dims differ: {x.shape} @ {y.shape}")
-    try:
-        np.broadcast_shapes(x2.shape[:-2], y2.shape[:-2])
-    except ValueError as exc:
-        raise ShapeError(f"matmul: batch dims do not broadcast: {x.shape} @ {y.shape}") from exc
     if x2.shape[-1] == 0:
-        batch = np.broadcast_shapes(x2.shape[:-2], y2.shape[:-2])
-        out = np.zeros((*batch, x2.shape[-2], y2.shape[-1]), dtype=np.int64)
-    elif is_zero_view(x2) or is_zero_view(y2):
-        batch = np.broadcast_shapes(x2.shape[:-2], y2.shape[:-2])
-        out = zero_view((*batch, x2.shape[-2], y2.shape[-1]))
-    else:
-        out = _matmul_split(x2, y2, m, limbs)
+        return np.zeros(shape, dtype=np.int64)
+    if is_zero_view(x2) or is_zero_view(y2):
+        return zero_view(shape)
+    out = _folded_product(x2, y2, m, limbs, memo)
     if x.ndim == 1:
         out = out[..., 0, :]
     if y.ndim == 1:
         out = out[..., 0]
     return out
+
+
+def _gemm_operand(x: Any) -> np.ndarray:
+    """An int64 operand, or a float64 one holding the same canonical values (a mirror)."""
+    x = np.asarray(x)
+    return x if x.dtype == np.float64 else np.asarray(x, dtype=np.int64)
+
+
+def _folded_product(
+    x: np.ndarray, y: np.ndarray, m: int, limbs: int | None, memo: dict | None
+) -> np.ndarray:
+    """x @ y (2-D or more) with its broadcast batch axes folded into M and N (in the order of
+    the operands' memory, so a tiled view of a matrix folds back into the matrix itself)."""
+    lay = matmul_layout(x.shape, y.shape, x.strides, y.strides)
+    folded = lay.folds or bool(lay.unit)  # (size-1 batch axes are dropped: one canonical form)
+    xf, yf = (fold_rows(x, lay), fold_cols(y, lay)) if folded else (x, y)
+    fresh = folded and (xf.base is None or yf.base is None)  # a copy: never asked again
+    if memo is None or fresh:
+        product = _matmul_split(xf, yf, m, limbs)
+    else:
+        key = ("matmul", m, limbs, _ident(xf), _ident(yf))
+        entry = memo.get(key)
+        if entry is None:
+            entry = (xf, yf, _matmul_split(xf, yf, m, limbs))
+            memo[key] = entry
+            _keep_k_merged(memo, entry, m, limbs)
+        product = entry[2]
+    return unfold(product, lay) if folded else product
+
+
+def _keep_k_merged(memo: dict, entry: tuple, m: int, limbs: int | None) -> None:
+    """A batch of partial products over consecutive slices of one reduction dim — batch axis
+    j of x and y steps through K exactly as x's columns and y's rows do, as in split-KV
+    attention's ``E[:, part] @ V[part, :]`` — also gives the whole product: their sum over j.
+    Keep it in the memo under the operands with j joined into K (views of the same memory,
+    e.g. E and V themselves), so the other graph's whole product costs a sum."""
+    x, y, product = entry
+    k = x.shape[-1]
+    for j in range(x.ndim - 2):
+        if x.shape[j] > 1 and x.strides[j] == k * x.strides[-1] \
+                and y.strides[j] == k * y.strides[-2] and y.shape[j] == x.shape[j]:
+            rest = [i for i in range(x.ndim - 2) if i != j]
+            joined_x = np.lib.stride_tricks.as_strided(
+                x, [x.shape[i] for i in rest] + [x.shape[-2], x.shape[j] * k],
+                [x.strides[i] for i in rest] + [x.strides[-2], x.strides[-1]])
+            joined_y = np.lib.stride_tricks.as_strided(
+                y, [y.shape[i] for i in rest] + [y.shape[j] * k, y.shape[-1]],
+                [y.strides[i] for i in rest] + [y.strides[-2], y.strides[-1]])
+            key = ("matmul", m, limbs, _ident(joined_x), _ident(joined_y))
+            if key not in memo:
+                total = np.sum(product, axis=j, dtype=np.int64)  # < parts · 2^31: exact
+                memo[key] = (joined_x, joined_y, _canon_(total, m))
+            return
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1037,18 +1315,56 @@ def _power_table(base: int, size: int, m: int) -> np.ndarray:
     return table
 
 
+class _Once:
+    """A zero-argument function computed once (then its result is returned)."""
+
+    __slots__ = ("fn", "value")
+
+    def __init__(self, fn: Callable[[], np.ndarray]) -> None:
+        self.fn: Callable[[], np.ndarray] | None = fn
+        self.value: np.ndarray | None = None
+
+    def __call__(self) -> np.ndarray:
+        if self.fn is not None:
+            self.value, self.fn = self.fn(), None
+        return self.value  # type: ignore[return-value]
+
+
+def _fill_uniform(bits: np.random.BitGenerator, x: np.ndarray, m: int) -> None:
+    """x (int64 or float64, flat) ← uniform values of Z_m (m < 2^31): chunk by chunk, each
+    value from a 32-bit half of a raw draw masked to bits(m-1) bits; values >= m redrawn."""
+    mask = np.uint32((1 << (m - 1).bit_length()) - 1)
+    for start in range(0, x.size, _RANDOM_CHUNK):
+        chunk = x[start : start + _RANDOM_CHUNK]
+        raw = np.asarray(bits.random_raw((chunk.size + 1) // 2), dtype=np.uint64)
+        np.bitwise_and(raw.view(np.uint32)[: chunk.size], mask, out=chunk, casting="unsafe")
+        while chunk.size and chunk.max() >= m:  # rare with large primes: redraw those
+            bad = np.flatnonzero(chunk >= m)
+            fresh = np.asarray(bits.random_raw((bad.size + 1) // 2), dtype=np.uint64)
+            chunk[bad] = np.bitwise_and(fresh.view(np.uint32)[: bad.size], mask)
+
+
 @dataclass(frozen=True)
 class FieldContext:
     """Primes, a random q-th root of unity ω ≠ 1 and a hash key: one verification round.
 
     Build with :meth:`from_rng`.  ``p < 2^31`` and ``q | p - 1`` must be primes (small primes
     are fine, e.g. for exhaustive tests).
+
+    ``fast=False`` (the straightforward evaluation) computes every operation at once.
+    ``fast=True`` (what the verifier uses) gives the same values with less work: results are
+    :meth:`FieldArray.deferred` (a component nothing reads is never computed, and a division
+    checks the divisor's component only where the quotient's component is read), and
+    products and exponentials of the same memory are computed once per context (the memo
+    keeps what it saw alive: use one context per round, and never write into its arrays).
     """
 
     omega: int
     key: int
     p: int = P
     q: int = Q
+    fast: bool = field(default=False, compare=False)
+    _memo: dict = field(init=False, repr=False, compare=False)
     _exp_bits: int = field(init=False, repr=False, compare=False)
     _exp_lo: np.ndarray = field(init=False, repr=False, compare=False)
     _exp_hi: np.ndarray = field(init=False, repr=False, compare=False)
@@ -1060,19 +1376,51 @@ class FieldContext:
         if not (1 < self.omega < p and pow(self.omega, q, p) == 1):
             raise ValueError(f"omega={self.omega} is not a q-th root of unity other than 1")
         bits = -(-(q - 1).bit_length() // 2)
+        object.__setattr__(self, "_memo", {})
         object.__setattr__(self, "_exp_bits", bits)
         object.__setattr__(self, "_exp_lo", _power_table(self.omega, 1 << bits, p))
         hi_size = ((q - 1) >> bits) + 1
         object.__setattr__(self, "_exp_hi", _power_table(pow(self.omega, 1 << bits, p), hi_size, p))
 
     @classmethod
-    def from_rng(cls, rng: np.random.Generator, *, p: int = P, q: int = Q) -> FieldContext:
+    def from_rng(
+        cls, rng: np.random.Generator, *, p: int = P, q: int = Q, fast: bool = False
+    ) -> FieldContext:
         """ω = g^((p-1)/q) for uniform g in Z_p^* (redrawn while ω = 1); a 63-bit key."""
         while True:
             omega = pow(int(rng.integers(1, p)), (p - 1) // q, p)
             if omega != 1:
                 break
-        return cls(omega=omega, key=int(rng.integers(0, 1 << 63)), p=p, q=q)
+        return cls(omega=omega, key=int(rng.integers(0, 1 << 63)), p=p, q=q, fast=fast)
+
+    def with_fast(self, fast: bool) -> FieldContext:
+        """The same round (ω, key, primes) evaluated eagerly (False) or deferred and shared
+        (True): both give the same values."""
+        return FieldContext(self.omega, self.key, self.p, self.q, fast)
+
+    def with_memo_of(self, other: FieldContext) -> FieldContext:
+        """This round (fast) with a copy of ``other``'s memo: what ``other`` computed is
+        reused, what is computed now is not added to ``other``."""
+        out = copy.copy(self)
+        object.__setattr__(out, "fast", True)
+        object.__setattr__(out, "_memo", dict(other._memo))
+        return out
+
+    @property
+    def memo(self) -> dict:
+        """What this context computed once for reuse (fast only): keyed by the memory or the
+        identity of the operands, holding them alive."""
+        return self._memo
+
+    def memo_nbytes(self, *more: Any) -> int:
+        """Bytes of the arrays the memo (and ``more``: field arrays...) keeps alive, each
+        memory counted once; nothing deferred is computed."""
+        roots = {}
+        for entry in (*self._memo.values(), more):
+            for array in _arrays_in(entry):
+                root = _root(array)
+                roots[id(root)] = root.nbytes
+        return sum(roots.values())
 
     @property
     def moduli(self) -> tuple[int, int]:
@@ -1087,79 +1435,73 @@ class FieldContext:
         *,
         with_q: bool = True,
         out: tuple[np.ndarray, np.ndarray | None] | None = None,
+        mirror: bool = False,
     ) -> FieldArray:
         """Independent uniform elements of Z_p × Z_q (of Z_p × {0} when not ``with_q``).
 
-        One raw 64-bit draw per element: its low bits(p-1) bits are x_p, its top bits(q-1)
-        bits x_q; an element with x_p >= p or x_q >= q is redrawn (rejection keeps it exactly
-        uniform; with the default primes a redraw happens with probability ~10^-7).  Without
-        ``with_q`` each draw gives two x_p (one per 32-bit half) and the Z_q component is a
-        read-only zero view (see :func:`is_zero_view`), for inputs whose Z_q component never
-        reaches an exponent (the verifier decides which).  Drawn in cache-sized chunks; large
-        arrays in fixed parts, one seeded stream each, filled by the worker threads of
-        :func:`parallel_evaluation` (the values do not depend on the thread count).
-        ``out``: int64 buffers of ``prod(shape)`` elements to fill instead of new arrays (a
-        caller drawing the same shapes every round saves the page faults of fresh memory).
+        Each component comes from a stream of its own (two seeds taken from ``rng``): 32-bit
+        halves of raw SFC64 draws, masked to bits(m-1) bits, with every value >= m redrawn
+        (rejection keeps it exactly uniform; with the default primes a redraw happens with
+        probability ~10^-7 per element).  Without ``with_q`` the Z_q component is a read-only
+        zero view (see :func:`is_zero_view`), for inputs whose Z_q component never reaches an
+        exponent (the verifier decides which).  Drawn in cache-sized chunks; large arrays in
+        fixed parts, one seeded stream each, filled by the worker threads of
+        :func:`parallel_evaluation` (the values do not depend on the thread count).  With
+        ``fast``, a component is drawn when it is first read (the Z_p part of an input that
+        only reaches an exponent never is) — the same values as drawn at once.
+        ``out``: buffers of ``prod(shape)`` elements to fill instead of new arrays (a caller
+        drawing the same shapes every round saves the page faults of fresh memory).
+        ``mirror``: draw into float64 arrays (``out`` then float64), kept as the result's
+        :attr:`FieldArray.mirrors` (what matmul reads) and converted to the int64 components
+        only if something reads those: the same values as without ``mirror``.
         """
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
         n = math.prod(shape)
-        xp, xq = out if out is not None else (np.empty(n, dtype=np.int64), None)
-        if with_q and xq is None:
-            xq = np.empty(n, dtype=np.int64)
-        xp, xq = xp.reshape(-1), (xq.reshape(-1) if with_q else None)
+        dtype = np.float64 if mirror else np.int64
+        buffers = out if out is not None else (None, None)
+        seeds = [int(x) for x in rng.integers(0, 1 << 63, size=2 if with_q else 1)]
+
+        def component(i: int, modulus: int) -> Callable[[], np.ndarray]:
+            def draw() -> np.ndarray:
+                target = buffers[i]
+                target = np.empty(n, dtype=dtype) if target is None else target.reshape(-1)
+                self._fill_stream(seeds[i], target, modulus)
+                return target.reshape(shape)
+
+            return draw
+
+        draw_p = component(0, self.p)
+        draw_q = component(1, self.q) if with_q else None
+        if not mirror:
+            return self._make(shape, draw_p, draw_q, q_zero=not with_q)
+        sources = [_Once(draw_p), None if draw_q is None else _Once(draw_q)]
+        result = FieldArray.deferred(
+            shape, lambda: sources[0]().astype(np.int64),
+            None if draw_q is None else lambda: sources[1]().astype(np.int64),
+            q_zero=not with_q)
+        result.mirrors = tuple(sources)
+        if not self.fast:
+            result.p, result.q  # noqa: B018 - drawn at once
+        return result
+
+    def _fill_stream(self, seed: int, x: np.ndarray, m: int) -> None:
+        """x (int64 or float64, flat) ← uniform values of Z_m from the stream of ``seed``:
+        one SFC64 stream for up to _RANDOM_PART elements, else one per part of that size
+        (seeded from ``seed``), the parts spread over the worker threads."""
+        n = x.size
         if n <= _RANDOM_PART:
-            self._fill(rng, xp, xq)
-        else:
-            seeds = rng.integers(0, 1 << 63, size=-(-n // _RANDOM_PART))
-            tasks = [self._fill_task(int(s), i * _RANDOM_PART, xp, xq) for i, s in enumerate(seeds)]
-            for group in range(0, len(tasks), _WORKERS):
-                _run_parallel(tasks[group : group + _WORKERS])
-        q = xq.reshape(shape) if xq is not None else zero_view(shape)
-        return FieldArray(xp.reshape(shape), q)
+            _fill_uniform(np.random.SFC64(seed), x, m)
+            return
+        parts = -(-n // _RANDOM_PART)
+        part_seeds = np.random.SeedSequence(seed).generate_state(parts, dtype=np.uint64)
 
-    def _fill_task(
-        self, seed: int, start: int, xp: np.ndarray, xq: np.ndarray | None
-    ) -> Callable[[], None]:
-        stop = min(xp.size, start + _RANDOM_PART)
+        def task(i: int) -> Callable[[], None]:
+            lo, hi = i * _RANDOM_PART, min(n, (i + 1) * _RANDOM_PART)
+            return lambda: _fill_uniform(np.random.SFC64(int(part_seeds[i])), x[lo:hi], m)
 
-        def run() -> None:
-            part_rng = np.random.Generator(np.random.PCG64(seed))
-            self._fill(part_rng, xp[start:stop], None if xq is None else xq[start:stop])
-
-        return run
-
-    def _fill(self, rng: np.random.Generator, xp: np.ndarray, xq: np.ndarray | None) -> None:
-        """Fill xp (and xq) with uniform values, chunk by chunk (cache-sized temporaries)."""
-        for start in range(0, xp.size, _RANDOM_CHUNK):
-            stop = min(xp.size, start + _RANDOM_CHUNK)
-            if xq is None:
-                self._fill_p(rng, xp[start:stop])
-            else:
-                self._fill_pq(rng, xp[start:stop], xq[start:stop])
-
-    def _fill_pq(self, rng: np.random.Generator, xp: np.ndarray, xq: np.ndarray) -> None:
-        """xp, xq ← uniform Z_p, Z_q values (rejection sampling, in place)."""
-        bp, bq = (self.p - 1).bit_length(), (self.q - 1).bit_length()
-        raw = np.asarray(rng.bit_generator.random_raw(xp.size), dtype=np.uint64)
-        np.bitwise_and(raw, _U64((1 << bp) - 1), out=xp.view(np.uint64))
-        np.right_shift(raw, _U64(64 - bq), out=xq.view(np.uint64))
-        if xp.max() >= self.p or xq.max() >= self.q:  # rare: find and redraw them
-            bad = np.flatnonzero((xp >= self.p) | (xq >= self.q))
-            vp, vq = np.empty(bad.size, dtype=np.int64), np.empty(bad.size, dtype=np.int64)
-            self._fill_pq(rng, vp, vq)
-            xp[bad], xq[bad] = vp, vq
-
-    def _fill_p(self, rng: np.random.Generator, xp: np.ndarray) -> None:
-        """xp ← uniform Z_p values, one per 32-bit half of each raw draw (p < 2^31)."""
-        mask = np.uint32((1 << (self.p - 1).bit_length()) - 1)
-        raw = np.asarray(rng.bit_generator.random_raw((xp.size + 1) // 2), dtype=np.uint64)
-        halves = raw.view(np.uint32)[: xp.size]
-        np.bitwise_and(halves, mask, out=xp, casting="unsafe")
-        if xp.max() >= self.p:
-            bad = np.flatnonzero(xp >= self.p)
-            fresh = np.empty(bad.size, dtype=np.int64)
-            self._fill_p(rng, fresh)
-            xp[bad] = fresh
+        tasks = [task(i) for i in range(parts)]
+        for group in range(0, parts, _WORKERS):
+            _run_parallel(tasks[group : group + _WORKERS])
 
     def scalar(self, value: Any) -> tuple[int, int]:
         """The exact image (c_p, c_q) of a constant (see :func:`field_scalar`)."""
@@ -1201,32 +1543,56 @@ class FieldContext:
         )
 
     # -- arithmetic (Table 3) ----------------------------------------------------------------
+    #
+    # Every operation builds its result through _make: computed at once (the default), or
+    # deferred component by component with ``fast=True`` (see FieldArray.deferred).
 
-    def _zero_q(self, p: np.ndarray, zero: bool, fn: Callable[[], np.ndarray]) -> FieldArray:
-        """(p, fn()) — or (p, a zero view) when the Z_q result is known to be all zeros."""
-        return FieldArray(p, zero_view(p.shape) if zero else fn())
+    def _make(
+        self,
+        shape: Sequence[int],
+        p: Callable[[], np.ndarray],
+        q: Callable[[], np.ndarray],
+        q_zero: bool = False,
+    ) -> FieldArray:
+        if self.fast:
+            return FieldArray.deferred(shape, p, None if q_zero else q, q_zero)
+        got = np.asarray(p(), dtype=np.int64)
+        return FieldArray.deferred(got.shape, got, None if q_zero else q(), q_zero)
+
+    def _make_pair(
+        self, shape: Sequence[int], both: Callable[[], FieldArray]
+    ) -> FieldArray:
+        if self.fast:
+            return FieldArray.deferred_pair(shape, lambda: _components(both()))
+        return both()
 
     def add(self, a: FieldArray, b: FieldArray) -> FieldArray:
-        zero = is_zero_view(a.q) and is_zero_view(b.q)
-        return self._zero_q(add_mod(a.p, b.p, self.p), zero, lambda: add_mod(a.q, b.q, self.q))
+        return self._make(_broadcast(a, b), lambda: add_mod(a.p, b.p, self.p),
+                          lambda: add_mod(a.q, b.q, self.q), a.q_zero and b.q_zero)
 
     def sub(self, a: FieldArray, b: FieldArray) -> FieldArray:
-        zero = is_zero_view(a.q) and is_zero_view(b.q)
-        return self._zero_q(sub_mod(a.p, b.p, self.p), zero, lambda: sub_mod(a.q, b.q, self.q))
+        return self._make(_broadcast(a, b), lambda: sub_mod(a.p, b.p, self.p),
+                          lambda: sub_mod(a.q, b.q, self.q), a.q_zero and b.q_zero)
 
     def neg(self, a: FieldArray) -> FieldArray:
-        return self._zero_q(neg_mod(a.p, self.p), is_zero_view(a.q), lambda: neg_mod(a.q, self.q))
+        return self._make(a.shape, lambda: neg_mod(a.p, self.p), lambda: neg_mod(a.q, self.q),
+                          a.q_zero)
 
     def mul(self, a: FieldArray, b: FieldArray) -> FieldArray:
-        zero = is_zero_view(a.q) or is_zero_view(b.q)
-        return self._zero_q(mul_mod(a.p, b.p, self.p), zero, lambda: mul_mod(a.q, b.q, self.q))
+        out = self._make(_broadcast(a, b), lambda: mul_mod(a.p, b.p, self.p),
+                         lambda: mul_mod(a.q, b.q, self.q), a.q_zero or b.q_zero)
+        if self.fast:
+            out.factors = (a, b)  # for matmul's scaling rewrite
+        return out
 
     def square(self, a: FieldArray) -> FieldArray:
         return self.mul(a, a)
 
     def inv(self, a: FieldArray) -> FieldArray:
-        """1/a; raises :class:`FieldDivisionByZero` if any component is 0."""
-        return FieldArray(inv_mod(a.p, self.p, "p"), inv_mod(a.q, self.q, "q"))
+        """1/a; raises :class:`FieldDivisionByZero` if any element of a component is 0 (with
+        ``fast``: when that component of the result is read)."""
+        return self._make(a.shape, lambda: inv_mod(a.p, self.p, "p"),
+                          lambda: inv_mod(a.q, self.q, "q"))
 
     def div(self, a: FieldArray, b: FieldArray) -> FieldArray:
         """a / b = a · b^{-1} (b inverted at its own shape, then broadcast)."""
@@ -1235,8 +1601,8 @@ class FieldContext:
     def mul_const(self, a: FieldArray, c: Any) -> FieldArray:
         """a · c for an exact constant c (int, Fraction, finite float...)."""
         cp, cq = self.scalar(c)
-        return self._zero_q(mul_mod(a.p, np.int64(cp), self.p), is_zero_view(a.q),
-                            lambda: mul_mod(a.q, np.int64(cq), self.q))
+        return self._make(a.shape, lambda: mul_mod(a.p, np.int64(cp), self.p),
+                          lambda: mul_mod(a.q, np.int64(cq), self.q), a.q_zero)
 
     def pow(self, a: FieldArray, e: int) -> FieldArray:
         """a^e for an integer e >= 0 (an integral float is accepted)."""
@@ -1244,47 +1610,147 @@ class FieldContext:
             e = int(e)
         if not isinstance(e, int | np.integer) or isinstance(e, bool) or e < 0:
             raise ValueError(f"pow needs a non-negative integer exponent, got {e!r}")
-        return self._zero_q(pow_mod(a.p, int(e), self.p), e > 0 and is_zero_view(a.q),
-                            lambda: pow_mod(a.q, int(e), self.q))
+        e = int(e)
+        return self._make(a.shape, lambda: pow_mod(a.p, e, self.p),
+                          lambda: pow_mod(a.q, e, self.q), e > 0 and a.q_zero)
 
     def sum(
         self, a: FieldArray, axis: int | tuple[int, ...] | None = None, keepdims: bool = False
     ) -> FieldArray:
-        p = sum_mod(a.p, self.p, axis=axis, keepdims=keepdims)
-        return self._zero_q(p, is_zero_view(a.q),
-                            lambda: sum_mod(a.q, self.q, axis=axis, keepdims=keepdims))
+        shape = _reduced_shape(a.shape, axis, keepdims)
+        return self._make(shape, lambda: sum_mod(a.p, self.p, axis=axis, keepdims=keepdims),
+                          lambda: sum_mod(a.q, self.q, axis=axis, keepdims=keepdims), a.q_zero)
+
+    def concatenate(self, arrays: Sequence[FieldArray], axis: int = 0) -> FieldArray:
+        """np.concatenate of both components."""
+        arrays = list(arrays)
+        shape = np.concatenate([_probe(a.shape) for a in arrays], axis=axis).shape
+        return self._make(shape, lambda: np.concatenate([a.p for a in arrays], axis=axis),
+                          lambda: np.concatenate([a.q for a in arrays], axis=axis),
+                          all(a.q_zero for a in arrays))
 
     def matmul(self, a: FieldArray, b: FieldArray, *, limbs: int | None = None) -> FieldArray:
-        """a @ b in both fields (np.matmul semantics); exact, see :func:`matmul_mod`."""
-        return FieldArray(
-            matmul_mod(a.p, b.p, self.p, limbs=limbs), matmul_mod(a.q, b.q, self.q, limbs=limbs)
-        )
+        """a @ b in both fields (np.matmul semantics); exact, see :func:`matmul_mod`.
+
+        With ``fast``: products of the same operand memory (as both graphs of a comparison
+        often compute, in different tilings) are computed once per context; and an operand
+        ``v · c`` whose factor ``c`` is constant along the reduction dim that is not computed
+        yet is not computed at all: ``(v · c) @ b = (v @ b) · c`` (a softmax's division, a
+        norm's scale), so the product is the one of ``v``, perhaps the other graph's."""
+        shape = matmul_shape(a.shape, b.shape)
+        q_zero = a.q_zero or b.q_zero
+        if not self.fast:
+            return self._make(shape, lambda: matmul_mod(a.p, b.p, self.p, limbs=limbs),
+                              lambda: matmul_mod(a.q, b.q, self.q, limbs=limbs), q_zero)
+        rewritten: list[FieldArray | None] = []
+
+        def component(name: str, m: int) -> np.ndarray:
+            x, y = a.gemm_part(name, compute=False), b.gemm_part(name, compute=False)
+            if x is None or y is None:
+                if not rewritten:
+                    rewritten.append(self._scaled_matmul(a, b, limbs)
+                                     or self._reassociated(a, b, limbs))
+                if rewritten[0] is not None:
+                    return getattr(rewritten[0], name)
+                x, y = a.gemm_part(name), b.gemm_part(name)
+            return matmul_mod(x, y, m, limbs=limbs, memo=self._memo)
+
+        out = self._make(shape, lambda: component("p", self.p),
+                         lambda: component("q", self.q), q_zero)
+        out.operands = (a, b)  # for _reassociated
+        return out
+
+    def _reassociated(self, a: FieldArray, b: FieldArray, limbs: int | None) -> FieldArray | None:
+        """x @ (y @ z) as (x @ y) @ z (or the mirror case) when the inner product is not
+        computed yet and the other order costs at most half the multiply-adds (a block
+        recomputing A @ B of a LoRA in every tile, say): matmul is associative."""
+        if b.operands is not None and not b.computed:
+            y, z = b.operands
+            now = _macs(y.shape, z.shape) + _macs(a.shape, b.shape)
+            other = _macs(a.shape, y.shape) + _macs(matmul_shape(a.shape, y.shape), z.shape)
+            if 2 * other <= now:
+                return self.matmul(self.matmul(a, y, limbs=limbs), z, limbs=limbs)
+        if a.operands is not None and not a.computed:
+            x, y = a.operands
+            now = _macs(x.shape, y.shape) + _macs(a.shape, b.shape)
+            other = _macs(y.shape, b.shape) + _macs(x.shape, matmul_shape(y.shape, b.shape))
+            if 2 * other <= now:
+                return self.matmul(x, self.matmul(y, b, limbs=limbs), limbs=limbs)
+        return None
+
+    def _scaled_matmul(self, a: FieldArray, b: FieldArray, limbs: int | None) -> FieldArray | None:
+        """(v @ b) · c for a = v · c, or (a @ w) · d for b = w · d, with the factor constant
+        along the reduction dim; None when neither operand is such a product."""
+        if a.ndim < 2 or b.ndim < 2:
+            return None
+        split = _scaled(a, -1)
+        if split is not None:
+            return self.mul(self.matmul(split[0], b, limbs=limbs), split[1])
+        split = _scaled(b, -2)
+        if split is not None:
+            return self.mul(self.matmul(a, split[0], limbs=limbs), split[1])
+        return None
 
     def exp_p(self, e: np.ndarray) -> np.ndarray:
         """ω^e mod p for exponents 0 <= e < q (two table lookups and one mulmod)."""
-        lo = np.take(self._exp_lo, e & ((1 << self._exp_bits) - 1))
-        hi = np.take(self._exp_hi, e >> self._exp_bits)
-        return mul_mod(lo, hi, self.p)
+        if self.fast:
+            return _shared_elementwise(self._memo, "exp_p", self._exp_p, e)
+        return self._exp_p(e)
+
+    def _exp_p(self, e: np.ndarray) -> np.ndarray:
+        """ω^e in cache-sized blocks (over the worker threads when large): the lookups and
+        the mulmod of a block stay in cache instead of streaming five arrays through memory."""
+        e = np.asarray(e, dtype=np.int64)
+        e = e if e.flags.c_contiguous else e.copy()  # (ascontiguousarray makes 0-d 1-d)
+        out = np.empty(e.shape, dtype=np.int64)
+        flat_e, flat_out = e.reshape(-1), out.reshape(-1)
+        mask, bits = (1 << self._exp_bits) - 1, self._exp_bits
+
+        def block(lo: int, hi: int, scratch: np.ndarray) -> None:
+            index, low, high = scratch[0, : hi - lo], scratch[1, : hi - lo], scratch[2, : hi - lo]
+            np.bitwise_and(flat_e[lo:hi], mask, out=index)
+            np.take(self._exp_lo, index, out=low, mode="clip")  # in range: e is canonical
+            np.right_shift(flat_e[lo:hi], bits, out=index)
+            np.take(self._exp_hi, index, out=high, mode="clip")
+            np.multiply(low, high, out=low)
+            _canon_into(low, self.p, flat_out[lo:hi], index)
+
+        _blockwise(flat_e.size, 3, block)
+        return out
+
+    def _exp_q(self, rp: np.ndarray) -> np.ndarray:
+        """The Z_q component of exp: a keyed hash of the Z_p value, mod q."""
+        s = _seeds(self.key, "exp.q", "exp", (), 1)
+        with np.errstate(over="ignore"):
+            return _umod(_fmix64_(rp.view(np.uint64) ^ s[0]), self.q)
 
     def exp(self, a: FieldArray) -> FieldArray:
         """(ω^{a_q} mod p, keyed hash of that value mod q): see the module docstring."""
-        rp = self.exp_p(a.q)
-        s = _seeds(self.key, "exp.q", "exp", (), 1)
-        with np.errstate(over="ignore"):
-            rq = _umod(_fmix64_(rp.view(np.uint64) ^ s[0]), self.q)
-        return FieldArray(rp, rq)
+        cell: list[np.ndarray] = []
+
+        def p() -> np.ndarray:
+            if not cell:
+                cell.append(self.exp_p(a.q))
+            return cell[0]
+
+        def q() -> np.ndarray:
+            if self.fast:
+                return _shared_elementwise(self._memo, "exp_q", self._exp_q, p())
+            return self._exp_q(p())
+
+        return self._make(a.shape, p, q)
 
     # -- uninterpreted functions keyed by this round's key -----------------------------------
 
     def uninterpreted(self, name: str, x: FieldArray, *params: Any) -> FieldArray:
-        return uninterpreted(name, self.key, x, *params, moduli=self.moduli)
+        return self._make_pair(
+            x.shape, lambda: uninterpreted(name, self.key, x, *params, moduli=self.moduli))
 
     def uninterpreted2(
         self, name: str, a: FieldArray, b: FieldArray, *params: Any, symmetric: bool = False
     ) -> FieldArray:
-        return uninterpreted2(
-            name, self.key, a, b, *params, symmetric=symmetric, moduli=self.moduli
-        )
+        return self._make_pair(_broadcast(a, b), lambda: uninterpreted2(
+            name, self.key, a, b, *params, symmetric=symmetric, moduli=self.moduli))
 
     def uninterpreted_reduce(
         self,
@@ -1294,17 +1760,128 @@ class FieldContext:
         *params: Any,
         keepdims: bool = False,
     ) -> FieldArray:
-        return uninterpreted_reduce(
-            name, self.key, x, axis, *params, keepdims=keepdims, moduli=self.moduli
-        )
+        return self._make_pair(_reduced_shape(x.shape, axis, keepdims), lambda: (
+            uninterpreted_reduce(name, self.key, x, axis, *params, keepdims=keepdims,
+                                 moduli=self.moduli)))
 
     def max(self, a: FieldArray, b: FieldArray, name: str = "max") -> FieldArray:
-        return keyed_max(name, self.key, a, b)
+        return self._make_pair(_broadcast(a, b), lambda: keyed_max(name, self.key, a, b))
 
     def max_reduce(
         self, x: FieldArray, axis: int, keepdims: bool = False, name: str = "max"
     ) -> FieldArray:
-        return keyed_max_reduce(name, self.key, x, axis, keepdims=keepdims)
+        return self._make_pair(_reduced_shape(x.shape, axis, keepdims),
+                               lambda: keyed_max_reduce(name, self.key, x, axis, keepdims))
+
+
+def _macs(sa: Sequence[int], sb: Sequence[int]) -> int:
+    """Multiply-adds of a @ b."""
+    shape = matmul_shape(sa, sb)
+    return math.prod(shape) * (sa[-1] if len(sa) else 1)
+
+
+def _scaled(x: FieldArray, axis: int) -> tuple[FieldArray, FieldArray] | None:
+    """(v, c) when ``x`` is the product ``v · c`` of a value ``v`` of x's shape and a factor
+    ``c`` that is constant along ``axis`` (size 1 there, or missing): a matmul operand whose
+    ``axis`` is the reduction dim then scales the product instead."""
+    if x.factors is None:
+        return None
+    for v, c in (x.factors, x.factors[::-1]):
+        if v.shape == x.shape and (c.ndim < -axis or c.shape[axis] == 1):
+            return v, c
+    return None
+
+
+def _arrays_in(value: Any) -> Iterator[np.ndarray]:
+    """The computed arrays in a memo entry (arrays, field arrays, tuples and lists of them)."""
+    if isinstance(value, np.ndarray):
+        yield value
+    elif isinstance(value, FieldArray):
+        for part in (value._p, value._q, *value.mirrors):
+            if isinstance(part, _Once):
+                part = part.value
+            if isinstance(part, np.ndarray):
+                yield part
+    elif isinstance(value, tuple | list):
+        for item in value:
+            yield from _arrays_in(item)
+
+
+def _components(x: FieldArray) -> tuple[np.ndarray, np.ndarray]:
+    return x.p, x.q
+
+
+def _broadcast(a: FieldArray, b: FieldArray) -> tuple[int, ...]:
+    try:
+        return tuple(np.broadcast_shapes(a.shape, b.shape))
+    except ValueError as exc:
+        raise ShapeError(f"shapes {a.shape} and {b.shape} do not broadcast") from exc
+
+
+def _reduced_shape(
+    shape: tuple[int, ...], axis: int | tuple[int, ...] | None, keepdims: bool
+) -> tuple[int, ...]:
+    """The shape of a reduction of ``shape`` over ``axis`` (NumPy's rules and errors)."""
+    if axis is None:
+        axes = set(range(len(shape)))
+    else:
+        axes = {_axis_index(a, len(shape))
+                for a in ((axis,) if isinstance(axis, int | np.integer) else axis)}
+    if keepdims:
+        return tuple(1 if i in axes else n for i, n in enumerate(shape))
+    return tuple(n for i, n in enumerate(shape) if i not in axes)
+
+
+def _axis_index(axis: int, ndim: int) -> int:
+    if not -ndim <= axis < ndim:
+        raise np.exceptions.AxisError(axis, ndim)
+    return int(axis) % ndim
+
+
+def _root(x: np.ndarray) -> np.ndarray:
+    """The array that owns ``x``'s memory (``x`` itself when it is not a view)."""
+    while isinstance(x.base, np.ndarray):
+        x = x.base
+    return x
+
+
+def _ident(x: np.ndarray) -> tuple[int, tuple[int, ...], tuple[int, ...], str]:
+    """Where an array's elements are: equal for two arrays exactly when they read the same
+    memory the same way (so, arrays being immutable here, when they hold the same values);
+    the stride of an axis of length 1 is never used, so it does not count."""
+    strides = tuple(st if n > 1 else 0 for st, n in zip(x.strides, x.shape, strict=True))
+    return (x.__array_interface__["data"][0], x.shape, strides, x.dtype.str)
+
+
+def _shared_elementwise(
+    memo: dict, name: str, fn: Callable[[np.ndarray], np.ndarray], x: np.ndarray
+) -> np.ndarray:
+    """``fn(x)`` for an elementwise ``fn``, computed once per memory: a view ``x`` of every
+    element of a contiguous array ``r`` (a transposed, reshaped or tiled view of it, as block
+    tiles of a kernel input or of a product are) gets the same view of ``fn(r)``, so the two
+    graphs of a comparison computing ``fn`` on one value in different layouts share it.
+    ``memo`` keeps the arrays it saw alive, so the memory of an entry is never reused."""
+    root = _root(x)
+    whole = (
+        root is not x
+        and root.dtype == x.dtype
+        and root.flags.c_contiguous
+        and x.size == root.size > 0
+        and all(x.strides)
+    )
+    source = root if whole else x
+    key = (name, _ident(source))
+    entry = memo.get(key)
+    if entry is None:
+        result = np.asarray(fn(source))
+        entry = (source, result if result.flags.c_contiguous else result.copy())
+        memo[key] = entry
+    result = entry[1]
+    if source is x:
+        return result
+    offset = x.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+    return np.ndarray(x.shape, dtype=result.dtype, buffer=result, offset=offset,
+                      strides=x.strides)
 
 
 # ---------------------------------------------------------------------------------------------

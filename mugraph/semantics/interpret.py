@@ -18,7 +18,6 @@ field interpretation gives bit-identical results, floats differ by summation ord
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +28,16 @@ from mugraph.errors import UnsupportedError
 from mugraph.ir.graph import BlockGraph, Op
 from mugraph.ir.ops import AccumKind, Group, Level, OpKind
 from mugraph.ir.tensor import TensorRef
-from mugraph.semantics.partition import LEAD, assemble_output, split_input
+from mugraph.semantics.partition import (  # noqa: F401 - the layout helpers are re-exported
+    LEAD,
+    MatmulLayout,
+    assemble_output,
+    fold_cols,
+    fold_rows,
+    matmul_layout,
+    split_input,
+    unfold,
+)
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,7 @@ class Interpretation:
 
     name = "interpretation"
     table: dict[OpKind, Rule] = {}
+    folds_matmul = True  # apply() batches products with folded_matmul
 
     def relayout(self, value: Any, fn: Callable[[Any], Any]) -> Any:
         return fn(value)
@@ -63,95 +72,12 @@ class Interpretation:
         rule = self.table.get(op.kind)
         if rule is None:
             raise UnsupportedError(f"{op.kind.value}: no {self.name} semantics")
-        if op.kind is OpKind.MATMUL:
+        if op.kind is OpKind.MATMUL and self.folds_matmul:
             return [folded_matmul(self, rule, op, args[0], args[1], ctx)]
         return rule(self, op, args, ctx)
 
 
 # ---- matrix products: batch axes folded into the free dims ---------------------------------------
-
-
-@dataclass(frozen=True)
-class MatmulLayout:
-    """How a batched product ``a @ b`` (np.matmul broadcasting) becomes a smaller batch.
-
-    Each batch axis (after padding both operands to ``ndim`` batch axes) is one of:
-    ``batch`` (both operands vary along it: it stays a batch axis), ``rows`` (only ``a``
-    varies: it joins a's row dim M), ``cols`` (only ``b`` varies: it joins b's column dim N)
-    or ``unit`` (neither varies).
-    """
-
-    ndim: int
-    batch: tuple[int, ...]
-    rows: tuple[int, ...]
-    cols: tuple[int, ...]
-    unit: tuple[int, ...]
-    sizes: tuple[int, ...]
-
-    @property
-    def folds(self) -> bool:
-        return bool(self.rows or self.cols)
-
-
-def matmul_layout(a_shape: Sequence[int], b_shape: Sequence[int]) -> MatmulLayout:
-    """Classify the batch axes of ``a @ b`` (see :class:`MatmulLayout`)."""
-    ndim = max(len(a_shape), len(b_shape)) - 2
-    ba = (1,) * (ndim + 2 - len(a_shape)) + tuple(a_shape[:-2])
-    bb = (1,) * (ndim + 2 - len(b_shape)) + tuple(b_shape[:-2])
-    groups: dict[str, list[int]] = {"batch": [], "rows": [], "cols": [], "unit": []}
-    for axis, (x, y) in enumerate(zip(ba, bb, strict=True)):
-        if x > 1 and y > 1:
-            groups["batch"].append(axis)
-        elif x > 1:
-            groups["rows"].append(axis)
-        elif y > 1:
-            groups["cols"].append(axis)
-        else:
-            groups["unit"].append(axis)
-    sizes = tuple(max(x, y) for x, y in zip(ba, bb, strict=True))
-    return MatmulLayout(ndim, *(tuple(groups[k]) for k in ("batch", "rows", "cols", "unit")), sizes)
-
-
-def _pad(x: np.ndarray, ndim: int) -> np.ndarray:
-    """x with leading size-1 axes up to ``ndim`` batch axes (np.matmul broadcasting)."""
-    return x.reshape((1,) * (ndim + 2 - x.ndim) + x.shape)
-
-
-def _sizes(lay: MatmulLayout, axes: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(lay.sizes[i] for i in axes)
-
-
-def fold_rows(x: np.ndarray, lay: MatmulLayout) -> np.ndarray:
-    """``a`` as (*batch, prod(rows)·M, K): its row axes joined in front of M (a view if it can)."""
-    x = _pad(x, lay.ndim)
-    m, k = x.shape[-2:]
-    x = x.transpose(lay.batch + lay.cols + lay.unit + lay.rows + (lay.ndim, lay.ndim + 1))
-    return x.reshape(_sizes(lay, lay.batch) + (math.prod(_sizes(lay, lay.rows)) * m, k))
-
-
-def fold_cols(x: np.ndarray, lay: MatmulLayout) -> np.ndarray:
-    """``b`` as (*batch, K, prod(cols)·N): its column axes joined in front of N."""
-    x = _pad(x, lay.ndim)
-    k, n = x.shape[-2:]
-    x = x.transpose(lay.batch + lay.rows + lay.unit + (lay.ndim,) + lay.cols + (lay.ndim + 1,))
-    return x.reshape(_sizes(lay, lay.batch) + (k, math.prod(_sizes(lay, lay.cols)) * n))
-
-
-def unfold(c: np.ndarray, lay: MatmulLayout) -> np.ndarray:
-    """The folded product (*batch, rows·M, cols·N) back as (*broadcast batch, M, N)."""
-    m = c.shape[-2] // math.prod(_sizes(lay, lay.rows))
-    n = c.shape[-1] // math.prod(_sizes(lay, lay.cols))
-    c = c.reshape(
-        (1,) * len(lay.unit)
-        + _sizes(lay, lay.batch)
-        + _sizes(lay, lay.rows)
-        + (m,)
-        + _sizes(lay, lay.cols)
-        + (n,)
-    )
-    labels = lay.unit + lay.batch + lay.rows + (-2,) + lay.cols + (-1,)
-    position = {label: i for i, label in enumerate(labels)}
-    return c.transpose([position[a] for a in (*range(lay.ndim), -2, -1)])
 
 
 def folded_matmul(

@@ -1,0 +1,235 @@
+"""The verifier's fast evaluation gives exactly the straightforward evaluation's values.
+
+Fast (``FieldContext(fast=True)``, what ``verify`` and the search use): components computed
+only when read, products and exponentials of the same memory computed once per round (also
+across the two graphs, and in other tilings), whole products summed from split-K partial
+products, ``(v · c) @ b`` as ``(v @ b) · c``, kernel operators applied again to the same values
+shared, large inputs drawn as float64 mirrors, and the program's side of each round kept for
+the search's candidates (:class:`ProgramRounds`). Straightforward (``fast=False``): every
+operator computed as it comes, nothing shared. On random programs, the library's μGraphs and
+every valid mutant of the mutation corpus, on the same draws, both must give the same outputs
+(both components); fast evaluation may skip a division by zero in a component nothing reads,
+never add one.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import test_verify as tv
+
+from mugraph.library import WORKLOADS
+from mugraph.search import verify as verify_module
+from mugraph.search.verify import ProgramRounds, q_inputs
+from mugraph.semantics.field import FieldInterpretation
+from mugraph.semantics.field_arith import (
+    FieldArray,
+    FieldContext,
+    FieldDivisionByZero,
+    P,
+    Q,
+    matmul_mod,
+    parallel_evaluation,
+)
+from mugraph.semantics.interpret import run_kernel_graph
+
+SMALL = (23, 11)
+
+
+def _outputs(graph, interp, inputs):
+    try:
+        outs = run_kernel_graph(interp, graph.ops, graph.outputs, inputs)
+        return [(o.p.copy(), o.q.copy()) for o in outs]
+    except FieldDivisionByZero as error:
+        return error
+
+
+def _both_ways(candidate, program, seed: int, primes=(P, Q)):
+    """(straightforward, fast) outputs of (candidate, program) on the same draw."""
+    q_needed = q_inputs(candidate) | q_inputs(program)
+    results = []
+    for fast in (False, True):
+        rng = np.random.default_rng(seed)
+        ctx, inputs = verify_module._draw_round(program, rng, q_needed, primes, None, fast)
+        if fast:
+            interp = FieldInterpretation(ctx)  # one context for both graphs, as verify does
+            results.append([_outputs(g, interp, inputs) for g in (candidate, program)])
+        else:
+            results.append([_outputs(g, FieldInterpretation(ctx), inputs)
+                            for g in (candidate, program)])
+    return results
+
+
+def _assert_same(plain, fast, label: str) -> str:
+    """Exactly equal outputs; a division by zero only where the straightforward one has one."""
+    outcome = "equal"
+    for got_plain, got_fast in zip(plain, fast, strict=True):
+        if isinstance(got_fast, FieldDivisionByZero):
+            assert isinstance(got_plain, FieldDivisionByZero), f"{label}: fast divided by zero"
+            outcome = "division by zero"
+            continue
+        if isinstance(got_plain, FieldDivisionByZero):
+            outcome = "division by zero skipped"  # in a component that nothing reads
+            continue
+        for (pp, pq), (fp, fq) in zip(got_plain, got_fast, strict=True):
+            np.testing.assert_array_equal(pp, fp, err_msg=f"{label}: Z_p differs")
+            np.testing.assert_array_equal(pq, fq, err_msg=f"{label}: Z_q differs")
+    return outcome
+
+
+@pytest.fixture
+def mirrors_everywhere(monkeypatch):
+    """Every input drawn as a float64 mirror (not only large ones)."""
+    monkeypatch.setattr(verify_module, "_MIRROR_MIN", 0)
+
+
+def test_fast_equals_straightforward_on_random_programs(mirrors_everywhere):
+    seen = {"equal": 0, "division by zero": 0, "division by zero skipped": 0}
+    for n, (what, one, two, _) in enumerate(tv._program_pairs(seed=99, count=25)):
+        if not (tv._valid(one) and tv._valid(two)):
+            continue
+        g1, g2 = tv.build([one]), tv.build([two])
+        for primes in ((P, Q), SMALL):
+            plain, fast = _both_ways(g1, g2, seed=n, primes=primes)
+            seen[_assert_same(plain, fast, f"{what}: {one} vs {two} over {primes}")] += 1
+    assert seen["equal"] >= 60 and seen["division by zero"] >= 1, seen
+
+
+def _library_cases():
+    for name, work in sorted(WORKLOADS.items()):
+        yield name, work.small
+        for sizes in tv.EXTRA_SIZES.get(name, ()):
+            yield name, sizes
+
+
+def test_fast_equals_straightforward_on_the_library_and_its_mutants(mirrors_everywhere):
+    compared = 0
+    for name, sizes in _library_cases():
+        work = WORKLOADS[name]
+        program = work.naive(sizes)
+        graphs = [work.optimized(sizes)]
+        graphs += [g for g in (tv._build(m, program) for m in tv.mutants(graphs[0])) if g]
+        for i, graph in enumerate(graphs):
+            plain, fast = _both_ways(graph, program, seed=i)
+            _assert_same(plain, fast, f"{name} {sizes} graph {i}")
+            compared += 1
+    assert compared >= 200, compared
+
+
+def test_shared_products_and_exponentials_are_exact():
+    rng = np.random.default_rng(4)
+    ctx = FieldContext.from_rng(rng, fast=True)
+    plain = ctx.with_fast(False)
+    # a tiled view of Q @ K (as a block graph's tiles fold back) hits the memo of Q @ K
+    q, k = ctx.random((2, 8, 4), rng), ctx.random((2, 4, 32), rng)
+    whole = ctx.matmul(q, k)
+    tiles = k.index_map(lambda a: a.reshape(2, 4, 4, 8).transpose(2, 0, 1, 3))  # 4 column tiles
+    tiled = ctx.matmul(q.index_map(lambda a: a[None]), tiles)
+    np.testing.assert_array_equal(whole.q, plain.matmul(q, k).q)
+    np.testing.assert_array_equal(tiled.p, plain.matmul(q.index_map(lambda a: a[None]), tiles).p)
+    # exp of a transposed view of a product is the same view of the product's exp
+    e_view = ctx.exp(whole.index_map(lambda a: a.transpose(0, 2, 1)))
+    np.testing.assert_array_equal(e_view.p, plain.exp(whole).p.transpose(0, 2, 1))
+    # split-K partial products give the whole product
+    x, y = ctx.random((3, 64), rng), ctx.random((64, 5), rng)
+    parts = ctx.matmul(x.index_map(lambda a: a.reshape(3, 4, 16).transpose(1, 0, 2)),
+                       y.index_map(lambda a: a.reshape(4, 16, 5)))
+    parts.p, parts.q  # noqa: B018 - computes them: the whole product is kept now
+    before = len(ctx.memo)
+    np.testing.assert_array_equal(ctx.matmul(x, y).p, matmul_mod(x.p, y.p, P))
+    np.testing.assert_array_equal(ctx.matmul(x, y).q, matmul_mod(x.q, y.q, Q))
+    assert len(ctx.memo) == before  # came from the memo
+    # (v · c) @ b with c constant along the reduction dim, and a @ (w · d)
+    v, c, b = ctx.random((6, 7), rng), ctx.random((6, 1), rng), ctx.random((7, 3), rng)
+    w, d = ctx.random((7, 3), rng), ctx.random((3,), rng)
+    for got, want in ((ctx.matmul(ctx.mul(v, c), b), plain.matmul(plain.mul(v, c), b)),
+                      (ctx.matmul(v, ctx.mul(w, d)), plain.matmul(v, plain.mul(w, d)))):
+        assert got.equals(want)
+    # x @ (y @ z) as (x @ y) @ z when y @ z is large and not computed (and the mirror case)
+    x, y, z = (ctx.random(s, rng) for s in ((2, 64), (64, 4), (4, 64)))
+    yz = plain.matmul(y, z)
+    for left in (True, False):
+        product = ctx.matmul(y, z)
+        got = ctx.matmul(x, product) if left else ctx.matmul(product, x.transpose(1, 0))
+        want = plain.matmul(x, yz) if left else plain.matmul(yz, x.transpose(1, 0))
+        assert got.equals(want) and product.computed_part("p") is None
+
+
+def test_float64_mirrors_hold_the_same_values():
+    ctx = FieldContext.from_rng(np.random.default_rng(1), fast=True)
+    plain_ctx = ctx.with_fast(False)
+    for shape, with_q in (((3, 1 << 19), True), ((700,), False)):  # one large: drawn in parts
+        with parallel_evaluation(2):
+            mirrored = ctx.random(shape, np.random.default_rng(8), with_q=with_q, mirror=True)
+            assert not mirrored.computed  # drawn when read
+            drawn = mirrored.gemm_part("p")
+        plain = plain_ctx.random(shape, np.random.default_rng(8), with_q=with_q)
+        assert drawn.dtype == np.float64 and plain.p.dtype == np.int64
+        np.testing.assert_array_equal(drawn, plain.p)
+        assert mirrored.equals(plain)
+    w = ctx.random((40, 30), np.random.default_rng(2), mirror=True)
+    x = ctx.random((5, 40), np.random.default_rng(3))
+    np.testing.assert_array_equal(matmul_mod(x.p, w.gemm_part("p"), P), matmul_mod(x.p, w.p, P))
+    np.testing.assert_array_equal(matmul_mod(w.gemm_part("q").T, x.q.T, Q),
+                                  matmul_mod(w.q.T, x.q.T, Q))
+    # a component nothing reads is never drawn
+    k = ctx.random((40, 30), np.random.default_rng(2), mirror=True)
+    logits = ctx.matmul(ctx.random((3, 8), np.random.default_rng(4)), k.index_map(lambda a: a[:8]))
+    ctx.exp(logits).p  # noqa: B018
+    assert k.computed_part("p") is None and k.mirrors[0].value is None
+    assert k.mirrors[1].value is not None
+
+
+def test_deferred_components_are_computed_only_when_read():
+    ctx = FieldContext.from_rng(np.random.default_rng(5), fast=True)
+    x = ctx.random((4, 4), np.random.default_rng(6))
+    zero = FieldArray(np.ones((4, 4), np.int64), np.zeros((4, 4), np.int64))
+    quotient = ctx.div(x, zero)  # Z_q divisor all zero: only reading .q divides by zero
+    np.testing.assert_array_equal(quotient.p, x.p)
+    with pytest.raises(FieldDivisionByZero):
+        quotient.q  # noqa: B018
+    logits = ctx.matmul(x, x)
+    ctx.exp(logits).p  # noqa: B018 - exp reads only the Z_q component of its argument
+    assert logits.computed_part("q") is not None and logits.computed_part("p") is None
+
+
+def test_program_rounds_verify_as_verify_does():
+    for name, work in sorted(WORKLOADS.items()):
+        program = work.naive(work.small)
+        rounds = ProgramRounds(program, seed=3)
+        good = rounds.verify(work.optimized(work.small), max_rounds=3)
+        again = rounds.verify(work.optimized(work.small), max_rounds=3)  # from the kept rounds
+        assert good.passed and again.passed, (name, str(good))
+        plan = verify_module.verify(work.optimized(work.small), program, max_rounds=3, seed=0)
+        assert (good.rounds, good.bound, good.guarantee) == (plan.rounds, plan.bound,
+                                                             plan.guarantee)
+        rejected = 0
+        for mutant in tv.mutants(work.optimized(work.small)):
+            graph = tv._build(mutant, program)
+            if graph is None or not tv.float_differs(graph, program):
+                continue
+            result = rounds.verify(graph, max_rounds=3)
+            assert not result.passed, (name, mutant.what, str(result))
+            rejected += 1
+            if rejected == 6:
+                break
+        assert rejected >= 3, name
+    assert rounds._rounds and rounds._kept <= rounds.max_bytes
+
+
+def test_program_rounds_without_memory_and_with_extra_q_inputs():
+    # a candidate dividing by an input the program only multiplies: it needs that input's
+    # Z_q component, which the kept rounds do not have: it gets fresh rounds
+    program = tv._graph([(3, 4), (3, 4)], lambda g, x, y: g.mul(x, y))
+    candidate = tv._graph([(3, 4), (3, 4)],
+                          lambda g, x, y: g.div(x, g.div(g.mul_scalar(y, 0.5), g.mul(y, y))))
+    same = tv._graph([(3, 4), (3, 4)], lambda g, x, y: g.mul(y, x))
+    for max_bytes in (0, 1 << 20):
+        rounds = ProgramRounds(program, seed=1, max_bytes=max_bytes)
+        assert not q_inputs(candidate) <= rounds.q_needed
+        assert not rounds.verify(candidate, max_rounds=4).passed
+        assert rounds.verify(same, max_rounds=4).passed
+        assert (len(rounds._rounds) > 0) == (max_bytes > 0)
+    assert math.isfinite(rounds.verify(same).bound)
