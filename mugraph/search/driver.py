@@ -2,10 +2,14 @@
 budget, Ctrl-C and resume. ``superoptimize`` is the entry point.
 
 The units are the first custom kernel's schedules (inputs, grid, for-loop), in a fixed order;
-each unit is enumerated to completion (or to the deadline) by one worker, which verifies the
-complete candidates it finds. Results are merged, deduplicated by structural hash and sorted
-by (cost, hash), so the answer does not depend on the number of workers — as long as no unit
-is cut short by the time budget.
+each unit is enumerated to completion (or to the deadline) by one worker, which estimates the
+cost of the complete graphs it finds. Results are merged, deduplicated by structural hash and
+sorted by (cost, hash). Verification is lazy: only graphs the search may return are verified —
+the best ``keep`` by estimate and the best ``keep_per_structure`` of each distinct kernel
+structure (:func:`mugraph.search.forms.structure_key`, up to ``max_structures``) — in
+parallel, after the enumeration (which gets ``ENUMERATION_SHARE`` of the budget when it cannot
+finish sooner); a graph that fails is replaced by the next one. So the answer does not depend
+on the number of workers — as long as no unit is cut short by the time budget.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from mugraph.ir.ops import OpKind
 from mugraph.ir.rebuild import rebuild_kernel_graph
 from mugraph.ir.serialize import from_json, to_json
 from mugraph.search.config import SearchConfig, default_config
+from mugraph.search.forms import structure_key
 from mugraph.search.generator import CustomChoice, Enumerator, SearchTimeout, Stats
 from mugraph.search.verify import NotVerifiableError
 from mugraph.semantics.abstract import ABSTRACT_SEMANTICS, Term
@@ -48,7 +53,7 @@ class Candidate:
             "graph": json.loads(to_json(self.graph, indent=None)),
             "cost": self.cost,
             "hash": self.hash,
-            "verification": str(self.verification),
+            "verification": None if self.verification is None else str(self.verification),
         }
 
 
@@ -66,6 +71,7 @@ class SearchResult:
     timed_out: bool = False
     interrupted: bool = False
     reached_target: bool = False
+    unverified: int = 0  # complete graphs found but never verified (not among those returned)
     log: list[str] = field(default_factory=list)
 
     @property
@@ -87,7 +93,8 @@ class SearchResult:
         return (
             f"search {state}: {self.units_done}/{self.units_total} units, "
             f"{self.stats.states} states, {self.stats.block_graphs} block graphs, "
-            f"{self.stats.candidates} candidates, {len(self.candidates)} verified, best {best}, "
+            f"{self.stats.candidates} candidates, {len(self.candidates)} verified "
+            f"({self.unverified} left unverified), best {best}, "
             f"{self.elapsed:.1f} s\n  pruned: {pruned or 'nothing'}"
         )
 
@@ -157,15 +164,7 @@ def _run_unit(unit: tuple[int, int, CustomChoice]) -> tuple[str, list[dict], Sta
         gen.stats.candidates += 1
         if key in found or len(found) >= config.max_candidates:
             return
-        try:
-            result = _verify(graph, program, config.delta, config.verify_rounds)
-        except NotVerifiableError:
-            gen.stats.pruned["not_verifiable"] += 1
-            return
-        if not result.passed:
-            gen.stats.pruned["verification"] += 1
-            return
-        found[key] = Candidate(graph, _WORKER["cost"](graph), key, result).to_dict()
+        found[key] = Candidate(graph, _WORKER["cost"](graph), key).to_dict()
 
     timed_out = False
     try:
@@ -173,6 +172,20 @@ def _run_unit(unit: tuple[int, int, CustomChoice]) -> tuple[str, list[dict], Sta
     except SearchTimeout:
         timed_out = True
     return _unit_key(unit), list(found.values()), gen.stats, timed_out
+
+
+def _verify_one(cand: dict, program=None, config=None) -> tuple[str, str | None, str]:
+    """(hash, verification text or None, verdict): verdict is "passed", "verification"
+    (not equivalent) or "not_verifiable" (a PRUNING_RULES name). ``program`` and ``config``
+    default to the worker's."""
+    program = program if program is not None else _WORKER["program"]
+    config = config if config is not None else _WORKER["config"]
+    graph = from_json(json.dumps(cand["graph"]))
+    try:
+        result = _verify(graph, program, config.delta, config.verify_rounds)
+    except NotVerifiableError:
+        return cand["hash"], None, "not_verifiable"
+    return cand["hash"], str(result), "passed" if result.passed else "verification"
 
 
 def _unit_key(unit: tuple[int, int, CustomChoice]) -> str:
@@ -229,9 +242,10 @@ def superoptimize(
     report = _progress_printer(progress)
     started = time.monotonic()
     deadline = started + cfg.time_limit
+    enumeration_deadline = started + cfg.time_limit * ENUMERATION_SHARE
     oracle = _OracleAdapter(program_terms(program)) if cfg.abstract_pruning else None
     try:
-        units = plan_units(program, cfg, oracle, deadline)
+        units = plan_units(program, cfg, oracle, enumeration_deadline)
     except SearchTimeout:
         units = []
         warnings.warn("mugraph: the time budget ran out while planning the search", stacklevel=2)
@@ -240,37 +254,144 @@ def superoptimize(
     result = SearchResult(
         program, [], Stats(), cfg, units_total=len(units), units_done=len(units) - len(todo)
     )
-    found: dict[str, dict] = {c["hash"]: c for c in saved}
+    pool = _CandidatePool(cfg, {c["hash"]: c for c in saved})
     try:
-        for key, cands, stats, timed_out in _execute(todo, program, cfg, oracle, deadline, cost):
+        for key, cands, stats, timed_out in _execute(
+            todo, program, cfg, oracle, enumeration_deadline, cost
+        ):
             result.stats.merge(stats)
-            for c in cands:
-                found.setdefault(c["hash"], c)
+            pool.add(cands)
             if timed_out:
                 result.timed_out = True
             else:
                 done.add(key)
                 result.units_done += 1
             if report:
-                report(_progress_line(result, found, started, cfg))
-            if target_cost is not None and any(c["cost"] <= target_cost for c in found.values()):
+                report(_progress_line(result, pool, started, cfg))
+            if target_cost is not None and pool.reach_target(program, target_cost, result.stats):
                 result.reached_target = True
                 break
     except KeyboardInterrupt:
         result.interrupted = True
-    result.elapsed = time.monotonic() - started
     # units the pool never started because the deadline passed also mean the budget ran out
     if not (result.interrupted or result.reached_target) and result.units_done < len(units):
-        result.timed_out = result.timed_out or time.monotonic() > deadline
-    _save_checkpoint(checkpoint, program, cfg, done, found)
-    ranked = sorted(found.values(), key=lambda c: (c["cost"], c["hash"]))
+        result.timed_out = result.timed_out or time.monotonic() > enumeration_deadline
+    if not result.interrupted:
+        try:
+            pool.verify_wanted(program, oracle, cost, deadline, result.stats)
+        except KeyboardInterrupt:
+            result.interrupted = True
+    result.elapsed = time.monotonic() - started
+    _save_checkpoint(checkpoint, program, cfg, done, pool.entries)
     result.candidates = [
         Candidate(from_json(json.dumps(c["graph"])), c["cost"], c["hash"], c["verification"])
-        for c in ranked
+        for c in pool.verified()
     ]
+    result.unverified = pool.unverified_count()
     if report:
         report(result.summary())
     return result
+
+
+# ---- lazy verification -------------------------------------------------------------------------
+
+ENUMERATION_SHARE = 0.8  # of the budget, when the enumeration cannot finish sooner
+
+
+class _CandidatePool:
+    """Complete graphs of a search by hash, each unverified, verified (its verification
+    text) or failed; which ones to verify next (the best ``keep`` by estimate and the best of
+    each structure), verified in parallel."""
+
+    def __init__(self, cfg: SearchConfig, saved: dict[str, dict]) -> None:
+        self.cfg = cfg
+        self.entries: dict[str, dict] = dict(saved)
+
+    def add(self, cands: list[dict]) -> None:
+        for c in cands:
+            self.entries.setdefault(c["hash"], c)
+
+    def ranked(self) -> list[dict]:
+        return sorted(self.entries.values(), key=lambda c: (c["cost"], c["hash"]))
+
+    def verified(self) -> list[dict]:
+        return [c for c in self.ranked() if c.get("verification") and not c.get("failed")]
+
+    def unverified_count(self) -> int:
+        return sum(1 for c in self.entries.values() if not c.get("verification"))
+
+    def wanted(self) -> list[dict]:
+        """Unverified graphs among the best ``keep`` not known to fail, and the best
+        ``keep_per_structure`` of each structure (the first ``max_structures`` structures by
+        their best estimate)."""
+        alive = [c for c in self.ranked() if not c.get("failed")]
+        chosen = {c["hash"]: c for c in alive[: self.cfg.keep]}
+        structures: dict[str, list[dict]] = {}
+        for c in alive:
+            if "structure" not in c:
+                c["structure"] = _structure_of(c)
+            best = structures.get(c["structure"])
+            if best is None and len(structures) < self.cfg.max_structures:
+                structures[c["structure"]] = [c]
+            elif best is not None and len(best) < self.cfg.keep_per_structure:
+                best.append(c)
+        chosen.update((c["hash"], c) for group in structures.values() for c in group)
+        return [c for c in chosen.values() if not c.get("verification")]
+
+    def record(self, key: str, text: str | None, verdict: str, stats: Stats) -> None:
+        entry = self.entries[key]
+        entry["verification"] = text or verdict
+        if verdict != "passed":
+            entry["failed"] = True
+            stats.pruned[verdict] += 1
+
+    def verify_wanted(self, program, oracle, cost, deadline: float, stats: Stats) -> None:
+        """Verify what :meth:`wanted` names, batch after batch, until nothing is wanted or
+        the deadline passed (the first batch always runs: a search that found graphs
+        returns a verified one)."""
+        first = True
+        while True:
+            batch = self.wanted()
+            if not batch or (not first and time.monotonic() > deadline):
+                return
+            first = False
+            for key, text, verdict in _verify_all(batch, program, self.cfg, oracle, cost):
+                self.record(key, text, verdict, stats)
+
+    def reach_target(self, program, target: float, stats: Stats) -> bool:
+        """Verify (here, in order) unverified graphs estimated at most ``target``; True once
+        one passes."""
+        for c in self.ranked():
+            if c["cost"] > target:
+                return False
+            if c.get("failed"):
+                continue
+            if c.get("verification"):
+                return True
+            self.record(*_verify_one(c, program, self.cfg), stats)
+            if not c.get("failed"):
+                return True
+        return False
+
+
+def _structure_of(cand: dict) -> str:
+    return structure_key(from_json(json.dumps(cand["graph"])))
+
+
+def _verify_all(batch: list[dict], program, cfg: SearchConfig, oracle, cost):
+    """(hash, text, verdict) of each graph of ``batch``, verified over the local cores."""
+    count = min(cfg.worker_count, len(batch))
+    if count == 1 or "fork" not in multiprocessing.get_all_start_methods():
+        _init_worker(program, cfg, oracle, float("inf"), cost)
+        return [_verify_one(c) for c in batch]
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(
+        count, initializer=_init_worker, initargs=(program, cfg, oracle, float("inf"), cost)
+    ) as pool:
+        try:
+            return list(pool.imap(_verify_one, batch, chunksize=1))
+        finally:
+            pool.terminate()
 
 
 def plan_units(
@@ -292,14 +413,17 @@ def plan_units(
         cfg.min_custom_kernels, min(cfg.max_custom_kernels, cfg.max_kernel_ops) + 1
     ):
         last = kernels == 1
+        largest = max(t.type.num_bytes for t in tensors)
         choices = [
             c
             for c in probe.custom_choices(
                 tensors, last=last, partial=not last and cfg.split_before_boundary
             )
-            if not last or set(c.inputs) == set(range(n_inputs))
+            if (not last or set(c.inputs) == set(range(n_inputs)))
+            and (last or not cfg.split_reads_largest
+                 or any(tensors[i].type.num_bytes == largest for i in c.inputs))
         ]
-        choices.sort(key=lambda c: (probe.choice_traffic(c, tensors), c.key()))
+        choices.sort(key=lambda c: (probe.choice_seconds(c, tensors), c.key()))
         units += [(kernels, cap, c) for cap in caps for c in choices]
     return units
 
@@ -327,14 +451,65 @@ def _execute(units, program, cfg, oracle, deadline, cost):
             pool.terminate()
 
 
-def _progress_line(result: SearchResult, found: dict, started: float, cfg: SearchConfig) -> str:
-    best = min((c["cost"] for c in found.values()), default=None)
+# ---- the final verification: its rounds over the local cores ----------------------------------
+
+_PAIR: dict[str, Any] = {}
+
+
+def _init_pair(candidate, program, delta) -> None:
+    _PAIR.update(candidate=candidate, program=program, delta=delta)
+
+
+def _verify_chunk(task: tuple[int, int]):
+    from mugraph.search.verify import verify
+
+    rounds, seed = task
+    return verify(
+        _PAIR["candidate"], _PAIR["program"], _PAIR["delta"], max_rounds=rounds, seed=seed
+    )
+
+
+def verify_in_parallel(candidate, program, delta: float = 1e-9, *, max_rounds: int = 64,
+                       workers: int | None = None):
+    """:func:`mugraph.verify` with its rounds spread over ``workers`` forked processes, each
+    drawing its own random points (independent seeds): the same plan (rounds, bound) as one
+    process running them all, in a fraction of the time. A failure in any process fails."""
+    from mugraph.search.verify import analyse, difference, plan_rounds, verify
+
+    pair = difference(analyse(candidate), analyse(program))
+    rounds, bound, guarantee = plan_rounds(pair, delta, max_rounds)
+    count = min(workers or os.cpu_count() or 1, rounds)
+    if count <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return verify(candidate, program, delta, max_rounds=max_rounds)
+    chunks = [rounds // count + (1 if i < rounds % count else 0) for i in range(count)]
+    seeds = [int(s.generate_state(1)[0]) for s in np.random.SeedSequence().spawn(count)]
+    started = time.perf_counter()
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(count, initializer=_init_pair, initargs=(candidate, program, delta)) as pool:
+        try:
+            parts = pool.map(_verify_chunk, list(zip(chunks, seeds, strict=True)), chunksize=1)
+        finally:
+            pool.terminate()
+    merged = parts[0]
+    merged.rounds = sum(r.rounds for r in parts)
+    merged.redraws = sum(r.redraws for r in parts)
+    merged.passed = all(r.passed for r in parts)
+    merged.failure = next((r.failure for r in parts if not r.passed), None)
+    merged.bound = bound if merged.passed and merged.rounds >= rounds else None
+    merged.guarantee = guarantee
+    merged.elapsed = time.perf_counter() - started
+    merged.notes.append(f"rounds run in {count} processes")
+    return merged
+
+
+def _progress_line(result: SearchResult, pool, started: float, cfg: SearchConfig) -> str:
+    best = min((c["cost"] for c in pool.entries.values()), default=None)
     best_text = f"{best * 1e6:.2f} us" if best is not None else "-"
     top = ", ".join(f"{k} {v}" for k, v in result.stats.pruned.most_common(3))
     return (
         f"[{time.monotonic() - started:6.1f}/{cfg.time_limit:.0f} s] units {result.units_done}/"
         f"{result.units_total}  states {result.stats.states}  pruned: {top}  "
-        f"verified {len(found)}  best {best_text}"
+        f"complete graphs {len(pool.entries)}  best {best_text} (est., unverified)"
     )
 
 
