@@ -53,7 +53,7 @@ def test_shape_classes_pick_presets():
 
 def test_presets_follow_shapes_and_yield_to_the_user():
     cfg = default_config(ROWS["gated_mlp_llama3_8b_b1"].program())
-    assert cfg.split_min_extent == 4096 and cfg.min_blocks == 32  # K; a quarter of 132 SMs
+    assert cfg.split_min_extent == 4096 and cfg.min_blocks == 16  # K; an eighth of 132 SMs
     assert cfg.loop_tiles == (64, 128, 256, 512, 1024)  # K / 64 .. K / 4
     small = default_config(rmsnorm_linear())
     assert small.loop_tiles == (16, 32, 64)

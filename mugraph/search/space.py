@@ -12,6 +12,11 @@ SearchConfig) replaces the automatic choice, and keyword options change single f
 whichever space is used (``superoptimize(min_blocks=1)``). ``classify(program)`` says which
 class and why; the config records the preset's name (``config.preset``).
 
+The search verifies candidates with one round over finite fields in these presets (a
+screen: a non-equivalent graph fails it with overwhelming probability); the graph
+``superoptimize`` returns then gets the full final verification, its rounds spread over all
+cores (:func:`mugraph.search.driver.verify_in_parallel`).
+
 Why these spaces (H100 figures; ``gpu.multiprocessors`` = 132):
 
 - attention — ``softmax(Q @ K) @ V``: one kernel over the whole KV sequence (FlashAttention,
@@ -29,6 +34,8 @@ Why these spaces (H100 figures; ``gpu.multiprocessors`` = 132):
   into the main one (paper Fig 9b).
 - mlp — a chain through a small hidden dim (adapter MLP): partial sums of the first matmul
   over blocks, then a kernel that combines them (paper Fig 10b); the generic space has it.
+- elementwise — no matmul (the norms in front of QK-norm attention): one kernel without a
+  loop, reductions inside the block, blocks of 16-128 rows or columns.
 - generic — anything else: the historical defaults (grid sizes dividing the dims, loops of
   1-64 iterations).
 """
@@ -146,20 +153,22 @@ def _attention_fields(facts: ProgramFacts) -> dict:
         "loop_reduced_only": True,
         "forloop_ranges": (1, 2, 4, 8, 16, 32, 64, 128),
         "max_full_split": 4096,
-        "min_blocks": _quarter_wave(facts),
+        "min_blocks": _min_blocks(facts),
         "max_blocks": 4096,
         "min_block_ops": 6,
         "max_block_ops": 6,
         "max_total_block_ops": 8,
         "max_reread_bytes": facts.largest_input_bytes // 8,
         "split_reads_largest": True,
+        "verify_rounds": 1,
     }
 
 
-def _quarter_wave(facts: ProgramFacts) -> int:
-    """A quarter of the multiprocessors, rounded down to a power of two (32 on an H100):
-    fewer blocks leave most of the GPU idle."""
-    return 1 << max(0, (facts.gpu.multiprocessors // 4).bit_length() - 1)
+def _min_blocks(facts: ProgramFacts) -> int:
+    """An eighth of the multiprocessors, rounded down to a power of two (16 on an H100):
+    fewer blocks leave most of the GPU idle. (Decode attention split 16 ways can still win:
+    its combining kernel reads fewer partials.)"""
+    return 1 << max(0, (facts.gpu.multiprocessors // 8).bit_length() - 1)
 
 
 def _pow2_between(low: int, high: int) -> tuple[int, ...]:
@@ -175,12 +184,13 @@ def _gemv_fields(facts: ProgramFacts) -> dict:
         "split_min_extent": facts.longest_reduction,
         "loop_tiles": _pow2_between(max(16, k // 64), max(16, k // 4)),
         "loop_reduced_only": True,
-        "min_blocks": _quarter_wave(facts),
+        "min_blocks": _min_blocks(facts),
         "min_block_ops": 6,
         "max_block_ops": 6,
         "max_total_block_ops": 8,
         "max_reread_bytes": facts.largest_input_bytes // 8,
         "split_reads_largest": True,
+        "verify_rounds": 1,
         "max_grid_axes": 2,
     }
 
@@ -213,6 +223,22 @@ PRESETS: dict[str, Preset] = {
             "a chain through a small hidden dim: partial sums over blocks, then a combining "
             "kernel (Fig 10b); the generic space",
             lambda facts: {},
+        ),
+        Preset(
+            "elementwise",
+            "no matmul (norms, elementwise chains): one kernel without a for-loop, blocks of "
+            "16-128 rows or columns, reductions inside the block",
+            lambda facts: {
+                "max_custom_kernels": 1,
+                "block_kinds_extra": frozenset({OpKind.REDUCTION}),
+                "grid_tiles": (16, 32, 64, 128),
+                "forloop_ranges": (1,),
+                "max_grid_axes": 2,
+                "max_full_split": 4096,
+                "min_blocks": _min_blocks(facts),
+                "min_block_ops": 6,
+                "max_block_ops": 6,
+            },
         ),
         Preset("generic", "grid sizes dividing the dims, loops of 1-64 iterations",
                lambda facts: {}),
@@ -260,6 +286,7 @@ SHAPE_CLASSES: tuple[ShapeClass, ...] = (
         lambda f: f.low_rank,
         "mlp",
     ),
+    ShapeClass("elementwise", "no matmul", lambda f: not f.matmuls, "elementwise"),
     ShapeClass("generic", "anything else", lambda f: True, "generic"),
 )
 
