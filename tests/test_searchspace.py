@@ -12,6 +12,7 @@ import pytest
 import mugraph as mi
 from benchmarks.suite.programs import attention_program, qknorm_attention_program
 from benchmarks.suite.rows import ROWS
+from mugraph.cli import PRESET_NAMES
 from mugraph.library import WORKLOADS
 from mugraph.search.config import default_config
 from mugraph.search.driver import reference_recheck, superoptimize, verify_in_parallel
@@ -62,6 +63,7 @@ def test_presets_follow_shapes_and_yield_to_the_user():
     assert default_config(rmsnorm_linear(), grid_tiles=[32]).grid_tiles == (32,)
     with pytest.raises(mi.UnsupportedError, match="unknown config preset"):
         default_config(rmsnorm_linear(), "transformer")
+    assert set(PRESET_NAMES) == set(PRESETS)  # the CLI's --config offers every preset
 
 
 def test_attention_space_finds_one_kernel_and_split_kv_forms():

@@ -333,10 +333,16 @@ class KernelGraph(GraphBuilder):
     def superoptimize(self, config=None, *, time_limit: float | None = None, **options):
         """The best verified μGraph computing this graph's function (a KernelGraph).
 
-        ``config`` is a preset name ("attention", "lora", "mlp") or a SearchConfig; other
-        keywords override search-space fields. The search result (every verified candidate,
-        statistics) is kept as ``.search_result`` on the returned graph. When nothing better is
-        found, this graph itself is returned.
+        ``config`` None (the default) searches the space of the program's shape class, picked
+        and sized from its shapes (``mugraph.search.space``: attention, gemv, lora, mlp,
+        elementwise or generic; ``mugraph.search.space.classify(graph)`` says which); a
+        preset name ("attention", "gemv", "lora", "mlp", "elementwise", "generic") or a
+        SearchConfig replaces that choice, and keywords naming SearchConfig fields override
+        single fields of it (``time_limit``, ``workers``, ``min_blocks``...). ``cache`` (a
+        directory, True for the default one, or a ResultCache) answers from, and stores in,
+        mugraph's result cache. The search result (the verified candidates, statistics) is kept
+        as ``.search_result`` on the returned graph. When nothing better is found, this graph
+        itself is returned.
         """
         from mugraph.search.api import superoptimize_graph
 
