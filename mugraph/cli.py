@@ -29,7 +29,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 EXIT_OK, EXIT_NOT_EQUIVALENT, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
-PRESET_NAMES = ("attention", "lora", "mlp")
+# the presets of mugraph.search.space (named here so that --help imports nothing heavy)
+PRESET_NAMES = (
+    "attention", "gemv", "lora", "mlp", "elementwise", "generic",
+    "norm_linear", "gated_mlp", "attention_block", "lora_block", "linear_epilogue",
+)
 DEFAULT_TIME_LIMIT = 60.0
 LOCAL_RAY = "local"  # --cluster without an address: start a local Ray
 
@@ -733,7 +737,7 @@ def _add_optimize(sub, common) -> None:
     p.add_argument("--max-custom-kernels", type=_positive_int, default=None, metavar="N",
                    help="most graph-defined kernels in one μGraph")
     p.add_argument("--config", choices=PRESET_NAMES, default=None,
-                   help="a search-space preset")
+                   help="a search-space preset (default: the program's shape class)")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="output folder (default: ./mugraph_out/<program name>)")
     p.add_argument("--no-progress", action="store_true", help="do not show search progress")

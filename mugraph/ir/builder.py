@@ -348,14 +348,20 @@ class KernelGraph(GraphBuilder):
     def superoptimize(self, config=None, *, time_limit: float | None = None, **options):
         """The best verified μGraph computing this graph's function (a KernelGraph).
 
-        ``config`` is a preset name ("attention", "lora", "mlp") or a SearchConfig; other
-        keywords override search-space fields or choose how the search runs (``workers``,
-        ``engine="local" | "ray"``, ``address``, ``start_method``, ``checkpoint``,
-        ``progress``, ``target_cost``: see ``mugraph.search.driver.superoptimize``). The search
+        ``config`` None (the default) searches the space of the program's shape class, picked
+        and sized from its shapes (``mugraph.search.space``: attention, gemv, lora, mlp,
+        elementwise or generic; ``mugraph.search.space.classify(graph)`` says which); a
+        preset name or a SearchConfig replaces that choice, and keywords naming SearchConfig
+        fields override single fields of it (``time_limit``, ``workers``, ``min_blocks``...).
+        Other keywords choose how the search runs (``workers``, ``engine="local" | "ray"``,
+        ``address``, ``start_method``, ``checkpoint``, ``progress``, ``target_cost``: see
+        ``mugraph.search.driver.superoptimize``) and how candidates are ranked (``ranking``:
+        measured on the GPU when there is one). ``cache`` (a directory, True for the default
+        one, or a ResultCache) answers from, and stores in, mugraph's result cache. The search
         result (a SearchResult: every verified candidate, statistics; for a program split into
         subprograms, each part's result in ``.parts``) is kept as ``.search_result`` on the
-        returned graph, and its check against this graph as ``.verification``. When nothing
-        better is found, this graph itself is returned.
+        returned graph, its check against this graph as ``.verification`` and the ranking as
+        ``.ranking``. When nothing better is found, this graph itself is returned.
         """
         from mugraph.search.api import superoptimize_graph
 

@@ -1,21 +1,32 @@
-"""``KernelGraph.superoptimize``: partition into LAX subprograms when needed, search each,
-construct thread graphs, rank the verified candidates (measured on the GPU when there is one:
-:mod:`mugraph.optimize.ranking`), verify the result again."""
+"""``KernelGraph.superoptimize``: partition into LAX subprograms when needed, search each (or
+take its answer from a result cache), construct thread graphs, rank the verified candidates
+(measured on the GPU when there is one: :mod:`mugraph.optimize.ranking`), verify the chosen
+one again with the full rounds.
+
+The search space: ``config=None`` (the default) takes the preset of the program's shape class
+(:func:`mugraph.search.space.classify`: attention, gemv, lora, mlp, elementwise or generic),
+derived from its shapes; a preset name or a SearchConfig replaces that choice, and keyword
+options that name SearchConfig fields override single fields of whichever space is used. Each
+subprogram of a partitioned program is classified on its own.
+"""
 
 from __future__ import annotations
 
 import math
+import os
 import time
 import warnings
+from dataclasses import fields
 
 import numpy as np
 
 from mugraph.ir.ops import OpKind
-from mugraph.search.config import SearchConfig
+from mugraph.search.config import SearchConfig, default_config
 from mugraph.search.driver import (
     SearchResult,
     _check_search_options,
     superoptimize,
+    verify_in_parallel,
 )
 from mugraph.search.fusion import construct_thread_graphs
 from mugraph.search.partition import superoptimize_partitioned
@@ -30,6 +41,10 @@ from mugraph.search.verify import (
 MAX_OPS_PER_SEARCH = 8
 # float64 re-check of a stitched graph: equivalent graphs differ by rounding only
 FLOAT_RECHECK_LIMIT = 1e-6
+# Candidates tried, fastest first, when the final verification rejects the chosen one (a false
+# pass of the search's screening rounds).
+FINAL_TRIES = 4
+_CONFIG_FIELDS = frozenset(f.name for f in fields(SearchConfig))
 
 
 def superoptimize_graph(
@@ -40,6 +55,8 @@ def superoptimize_graph(
     final_rounds: int = 32,
     max_ops_per_search: int = MAX_OPS_PER_SEARCH,
     ranking=None,
+    cache=None,
+    cache_lookup: bool = True,
     **options,
 ):
     """The best verified μGraph for ``program`` (see KernelGraph.superoptimize).
@@ -51,27 +68,38 @@ def superoptimize_graph(
 
     ranking: how verified candidates are ranked (:class:`mugraph.optimize.ranking.
     RankingOptions`, a dict of its fields, or a mode: "auto", "gpu", "cost"); how it went is
-    kept as ``.ranking`` on the returned graph and on its ``search_result``."""
+    kept as ``.ranking`` on the returned graph and on its ``search_result``.
+
+    cache: None (no cache), True (the default cache directory), a directory, or a
+    :class:`mugraph.cache.ResultCache`: each searched (sub)program is looked up there first
+    (a hit is re-verified and returned with its recorded ranking and launch settings, without
+    searching; not with ``cache_lookup=False``) and stored there after a search."""
     from mugraph.optimize.ranking import ranking_options
 
     ranking = ranking_options(ranking)
     program.check()
     _check_search_options(time_limit, options.get("workers"), options.get("target_cost"))
     n_ops = sum(1 for op in program.ops if op.kind is not OpKind.INPUT)
+    how = _How(final_rounds, options, ranking, _result_cache(cache), cache_lookup)
     try:
         check_verifiable(program)
         whole = n_ops <= max_ops_per_search
     except NotVerifiableError:
         whole = False
     if whole:
-        return _optimize_one(program, config, time_limit, final_rounds, options, ranking)
-    return _optimize_split(
-        program, config, time_limit, final_rounds, max_ops_per_search, options, ranking
-    )
+        return _optimize_one(program, config, time_limit, how)
+    return _optimize_split(program, config, time_limit, max_ops_per_search, how)
 
 
-def _optimize_split(program, config, time_limit, final_rounds, max_ops_per_search, options,
-                    ranking):
+class _How:
+    """How each (sub)program is optimized: final rounds, driver options, ranking, cache."""
+
+    def __init__(self, final_rounds, options, ranking, store, lookup) -> None:
+        self.final_rounds, self.options, self.ranking = final_rounds, options, ranking
+        self.store, self.lookup = store, lookup
+
+
+def _optimize_split(program, config, time_limit, max_ops_per_search, how: _How):
     """Search each subprogram, stitch, and verify the stitched graph against the program."""
     started = time.monotonic()
     budget = time_limit if time_limit is not None else _default_time(program, config)
@@ -79,14 +107,16 @@ def _optimize_split(program, config, time_limit, final_rounds, max_ops_per_searc
     results: list[SearchResult] = []
     rankings = []
     checks: list[VerificationResult] = []
+    chosen = []  # what replaced each part
 
     def optimize_part(part):
         share = budget / max(1, n_ops) * sum(1 for op in part.ops if op.kind is not OpKind.INPUT)
-        best = _optimize_one(part, config, share, final_rounds, options, ranking, quiet=True)
-        results.append(best.search_result)
+        best = _optimize_one(part, config, share, how, quiet=True)
+        results.append(getattr(best, "search_result", None) or _cached_result(part, best))
         checks.append(getattr(best, "verification", None) or _identical(part))
         if getattr(best, "ranking", None) is not None:
             rankings.append(best.ranking)
+        chosen.append(best)
         return best
 
     stitched, parts = superoptimize_partitioned(program, optimize_part, max_ops_per_search)
@@ -94,13 +124,16 @@ def _optimize_split(program, config, time_limit, final_rounds, max_ops_per_searc
     best = program if stitched.structural_hash() == program.structural_hash() else stitched
     best.search_result = result
     best.partitions = parts
+    best.part_graphs = chosen
+    if best is not program:
+        best.launch_settings = _stitched_launch(best, chosen)
     if rankings:
         from mugraph.optimize.ranking import RankingResult
 
         result.ranking = best.ranking = RankingResult.combine(rankings)
     if best is not program:
         delta = results[0].config.delta if results else 1e-9
-        best.verification = verify_stitched(best, program, checks, delta, final_rounds)
+        best.verification = verify_stitched(best, program, checks, delta, how.final_rounds)
     elif not result.interrupted:
         warnings.warn(
             "mugraph: the search found no verified μGraph better than the program; "
@@ -108,6 +141,27 @@ def _optimize_split(program, config, time_limit, final_rounds, max_ops_per_searc
             stacklevel=3,
         )
     return best
+
+
+def _kernel_key(op):
+    return op.kind, op.attrs, op.outputs
+
+
+def _stitched_launch(stitched, chosen) -> dict:
+    """The launch settings the parts' rankings chose (or their cache entries recorded), moved
+    to the stitched graph's operators: a customized operator gets the settings of the part
+    kernel it is (same block graph and output types)."""
+    from mugraph.runtime.compiled import recorded_launch
+
+    by_kernel = {}
+    for graph in chosen:
+        for i, config in recorded_launch(graph).items():
+            by_kernel[_kernel_key(graph.ops[i])] = config
+    return {
+        i: by_kernel[_kernel_key(op)]
+        for i, op in enumerate(stitched.ops)
+        if op.kind is OpKind.CUSTOMIZED and _kernel_key(op) in by_kernel
+    }
 
 
 def float_recheck(graph, program, seed: int = 0) -> float:
@@ -185,39 +239,102 @@ def _default_time(program, config) -> float:
     return SearchConfig().time_limit
 
 
-def _optimize_one(program, config, time_limit, final_rounds, options, ranking,
-                  quiet: bool = False):
-    preset = config if isinstance(config, str) else None
-    cfg = config if isinstance(config, SearchConfig) else None
-    result = superoptimize(program, config=cfg, preset=preset, time_limit=time_limit, **options)
-    if result.best is None:
-        if not quiet:
-            warnings.warn(
-                "mugraph: the search found no verified μGraph better than the program; "
-                f"returning it unchanged ({result.summary()})",
-                stacklevel=4,
-            )
-        program.search_result = result
-        return program
-    best, ranked = _rank(program, result, ranking, options.get("progress"))
-    result.ranking = ranked
-    if best is None:
-        if not quiet:
-            warnings.warn(
-                f"mugraph: measured on the GPU, no verified μGraph beat the program; returning "
-                f"it unchanged ({ranked.summary()})",
-                stacklevel=4,
-            )
-        program.search_result = result
-        program.ranking = ranked
-        return program
-    check = verify(best, program, delta=result.config.delta, max_rounds=final_rounds)
-    if not check.passed:  # thread graphs never change meaning; this would be a mugraph bug
-        raise AssertionError(f"thread-graph construction broke equivalence: {check}")
-    best.search_result = result
-    best.verification = check
-    best.ranking = ranked
+def _result_cache(cache):
+    if cache is None or cache is False:
+        return None
+    from mugraph.cache import ResultCache
+
+    if isinstance(cache, ResultCache):
+        return cache
+    if cache is True:
+        return ResultCache()
+    if isinstance(cache, str | os.PathLike):
+        return ResultCache(cache)
+    raise TypeError(
+        f"superoptimize: cache must be None, True, a directory or a ResultCache, got {cache!r}"
+    )
+
+
+def search_config(program, config=None, time_limit=None, **options) -> SearchConfig:
+    """The SearchConfig a search of ``program`` uses: ``config`` (None: the program's shape
+    class, a preset name, or a SearchConfig) with the options that name its fields."""
+    if isinstance(config, SearchConfig):
+        cfg = config
+    else:
+        cfg = default_config(program, config if isinstance(config, str) else None)
+    overrides = {k: v for k, v in options.items() if k in _CONFIG_FIELDS or k == "franges"}
+    if time_limit is not None:
+        overrides["time_limit"] = time_limit
+    return cfg.with_overrides(**overrides) if overrides else cfg
+
+
+def _cached_result(program, hit) -> SearchResult:
+    """A search result standing for a cache hit (no search ran in this call)."""
+    from mugraph.search.generator import Stats
+
+    result = SearchResult(program, [], Stats(), SearchConfig())
+    result.log.append(f"answered by the result cache: {(hit.cache_entry or {}).get('path')}")
+    return result
+
+
+def _optimize_one(program, config, time_limit, how: _How, quiet: bool = False):
+    cfg = search_config(program, config, time_limit, **how.options)
+    rest = {k: v for k, v in how.options.items() if k not in _CONFIG_FIELDS and k != "franges"}
+    if how.store is not None and how.lookup:
+        hit = how.store.get(program, cfg)
+        if hit is not None:
+            return hit
+    result = superoptimize(program, config=cfg, **rest)
+    best = _chosen(program, result, how, quiet)
+    if how.store is not None:
+        try:
+            how.store.put(program, cfg, best, result)
+        except OSError as error:
+            warnings.warn(f"mugraph: could not store a search result in {how.store}: {error}",
+                          stacklevel=3)
     return best
+
+
+def _chosen(program, result: SearchResult, how: _How, quiet: bool):
+    """The ranked best candidate, verified again with the full rounds (spread over the
+    search's workers); the program itself when no candidate is left or it measured fastest.
+    A candidate the full rounds reject (a false pass of the search's screening rounds) is
+    dropped from the result's candidates and the rest ranked again."""
+    for _ in range(FINAL_TRIES):
+        if result.best is None:
+            if not quiet:
+                warnings.warn(
+                    "mugraph: the search found no verified μGraph better than the program; "
+                    f"returning it unchanged ({result.summary()})",
+                    stacklevel=5,
+                )
+            program.search_result = result
+            return program
+        best, ranked = _rank(program, result, how.ranking, how.options.get("progress"))
+        result.ranking = ranked
+        if best is None:
+            if not quiet:
+                warnings.warn(
+                    f"mugraph: measured on the GPU, no verified μGraph beat the program; "
+                    f"returning it unchanged ({ranked.summary()})",
+                    stacklevel=5,
+                )
+            program.search_result = result
+            program.ranking = ranked
+            return program
+        check = verify_in_parallel(
+            best, program, result.config.delta, max_rounds=how.final_rounds,
+            workers=result.config.worker_count,
+        )
+        if check.passed:
+            best.search_result = result
+            best.verification = check
+            best.ranking = ranked
+            return best
+        rejected = result.candidates.pop(int(ranked.chosen.lstrip("#")))
+        result.log.append(f"final verification rejected candidate {rejected.hash}: {check}")
+    program.search_result = result
+    return program
 
 
 def _rank(program, result: SearchResult, ranking, progress):

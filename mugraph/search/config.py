@@ -14,6 +14,9 @@ _STRUCTURAL_BLOCK_KINDS = frozenset(
 )
 
 
+_SIZE_TUPLES = ("grid_sizes", "forloop_ranges", "grid_tiles", "partial_splits", "loop_tiles")
+
+
 @dataclass(frozen=True)
 class SearchConfig:
     """What the generator may build. ``None`` fields are derived from the program.
@@ -24,22 +27,56 @@ class SearchConfig:
     min_tile:       a grid axis or the for-loop leaves at least this many elements of the
                     index it splits per block / iteration (tensor cores want 16) ...
     max_full_split: ... unless it splits an index of at most this size completely (heads)
+    max_total_block_ops: block operators of all custom kernels of a graph together (a split
+                    form's combining kernel needs few once the first kernel has its share)
+    max_reread_bytes: a program input an earlier kernel read is read again by a later one only
+                    when it has at most this many bytes (None: any); a combining kernel may
+                    re-read a GEMV's activation, not its weight
     split_before_boundary: a custom kernel that is not the last splits an index the
                     program reduces over its grid, so its outputs are partial results a
                     later kernel combines (otherwise the two kernels could be one)
+    split_reads_largest: the first kernel of a graph of several reads the program's largest
+                    input (the split kernel streams the weight, or the KV cache: a first
+                    kernel that leaves the largest input to a later one adds a launch to a
+                    one-kernel form's traffic)
     block_kinds:    block operator kinds to enumerate (default: matmul, add, mul, div,
                     accumulators, plus every elementwise kind the program uses)
     accum_kinds:    accumulator kinds to enumerate
+
+    Shape-derived schedules (None / 0 / False: no restriction; the class presets of
+    :mod:`mugraph.search.space` set them, and their sizes follow from the program's shapes):
+
+    grid_tiles:     a grid axis over an index of the program's output leaves one of these
+                    extents per block (rows, columns, head-dim slices); a batch index (one
+                    every input and the output share, e.g. heads) may also be split completely
+    partial_splits: a grid axis over an index the program reduces (partial results for a
+                    combining kernel: split-K, split-KV) cuts it into one of these part counts
+    split_min_extent: an index the program reduces is split (over the grid, or by the
+                    for-loop) only when at least this long: presets split only the longest
+                    reduction (K of a GEMV, the KV sequence of attention), since a short one
+                    is cheaper whole in one block than accumulated or combined from partials
+    loop_tiles:     the for-loop leaves one of these extents per iteration
+    loop_reduced_only: the for-loop runs over a reduced index (or over partial results)
+    min_blocks:     a custom kernel has at least this many blocks, or the most its indices
+                    allow under the rules above (keep the multiprocessors busy)
+    keep:           verified candidates the search returns at least: the best ``keep`` by
+                    estimate and the best ``keep_per_structure`` of each distinct kernel
+                    structure (up to ``max_structures`` structures,
+                    :func:`mugraph.search.forms.structure_key`); other complete graphs are
+                    not verified (lazily: only what may be returned is verified)
+    preset:         the name of the space this config came from (informational)
     """
 
     max_custom_kernels: int = 2
     min_custom_kernels: int = 1
     max_kernel_ops: int = 2
     max_block_ops: int = 7
+    max_total_block_ops: int = 1 << 30
     min_block_ops: int = 3
     deepening: bool = True
     max_block_outputs: int = 2
     max_kernel_inputs: int = 4
+    max_reread_bytes: int | None = None
     grid_sizes: tuple[int, ...] | None = None
     max_grid_axes: int = 3
     forloop_ranges: tuple[int, ...] | None = None
@@ -47,6 +84,7 @@ class SearchConfig:
     min_tile: int = 16
     max_full_split: int = 64
     split_before_boundary: bool = True
+    split_reads_largest: bool = False
     block_kinds: frozenset[OpKind] | None = None
     kernel_kinds: frozenset[OpKind] = frozenset()
     accum_kinds: frozenset[AccumKind] = frozenset({AccumKind.NONE, AccumKind.SUM})
@@ -64,6 +102,16 @@ class SearchConfig:
     imaps: tuple[tuple[int, int, int], ...] | None = None
     omaps: tuple[tuple[int, int, int], ...] | None = None
     fmaps: tuple[int, ...] | None = None
+    grid_tiles: tuple[int, ...] | None = None
+    partial_splits: tuple[int, ...] | None = None
+    split_min_extent: int = 0
+    loop_tiles: tuple[int, ...] | None = None
+    loop_reduced_only: bool = False
+    min_blocks: int = 1
+    keep: int = 8
+    keep_per_structure: int = 2
+    max_structures: int = 8
+    preset: str = "generic"
     extra: dict = field(default_factory=dict, compare=False)
 
     def with_overrides(self, **overrides) -> SearchConfig:
@@ -74,6 +122,9 @@ class SearchConfig:
                 overrides[name] = tuple(_grid_tuple(name, v) for v in overrides[name])
         if overrides.get("fmaps") is not None:
             overrides["fmaps"] = tuple(int(v) for v in overrides["fmaps"])
+        for name in _SIZE_TUPLES:
+            if overrides.get(name) is not None:
+                overrides[name] = tuple(int(v) for v in overrides[name])
         unknown = set(overrides) - set(self.__dataclass_fields__)
         if unknown:
             raise UnsupportedError(f"superoptimize: unknown search option(s) {sorted(unknown)}")
@@ -94,58 +145,32 @@ def _grid_tuple(name: str, value) -> tuple[int, int, int]:
     return (*items, *(pad,) * (3 - len(items)))  # type: ignore[return-value]
 
 
-PRESETS: dict[str, dict] = {
-    # matmul chains with a small inner dim: concatenation fuses the low-rank path
-    "lora": {"block_kinds_extra": frozenset({OpKind.CONCAT}), "max_block_ops": 5},
-    # attention: exp, partial sums of the denominators, two kernels
-    "attention": {"accum_kinds": frozenset({AccumKind.NONE, AccumKind.SUM})},
-    # MLPs: split-K partial sums over blocks, then a combining kernel
-    "mlp": {},
-}
-
-# The shape classes of model partitions (mugraph.search.shape_class): each is searched on a
-# small representative as ONE custom kernel on ONE block that loops over the reduced index;
-# the answer is tiled for the real sizes afterwards. So these searches complete in seconds.
-_ONE_BLOCK = {
-    "max_custom_kernels": 1,
-    "griddims": ((1, 1, 1),),
-    "forloop_ranges": (4,),
-    "deepening": False,
-}
-PRESETS.update({
-    # RMSNorm (with its epsilon) + projection: rms accumulated beside the matmul
-    "norm_linear": dict(_ONE_BLOCK),
-    # silu(X W1) * (X W3), after an RMSNorm: both matmuls, the rms and the gate in one loop
-    "gated_mlp": dict(_ONE_BLOCK),
-    # softmax(Q K) V with a 0/1 mask: exp, its sum and (exp) V accumulated over the keys
-    "attention_block": {**_ONE_BLOCK, "accum_kinds": frozenset({AccumKind.NONE, AccumKind.SUM})},
-    # X W + (X A) B: both paths accumulated in one loop
-    "lora_block": {**_ONE_BLOCK, "block_kinds_extra": frozenset({OpKind.CONCAT})},
-    # a projection with its bias / residual applied in the epilogue
-    "linear_epilogue": dict(_ONE_BLOCK),
-})
-
-
 def default_config(program, preset: str | None = None, **overrides) -> SearchConfig:
-    """A config for ``program``: its elementwise kinds, grid sizes dividing its dims."""
-    used = {op.kind for op in program.ops}
-    kinds = set(_STRUCTURAL_BLOCK_KINDS) | {k for k in used if k in Group.ELEMENTWISE}
-    if OpKind.RMS_NORM in used:
-        kinds.add(OpKind.FORLOOP_ACCUM)
-    extra = dict(PRESETS.get(preset or "", {}))
+    """A config for ``program``: the space of ``preset``, or of the program's shape class when
+    ``preset`` is None (:mod:`mugraph.search.space`), with its elementwise kinds and grid sizes
+    dividing its dims; ``overrides`` change single fields."""
+    from mugraph.search.space import PRESETS, preset_fields
+
     if preset is not None and preset not in PRESETS:
         raise UnsupportedError(
             f"superoptimize: unknown config preset {preset!r}; use one of {sorted(PRESETS)}"
         )
+    name, extra = preset_fields(program, preset)
+    used = {op.kind for op in program.ops}
+    kinds = set(_STRUCTURAL_BLOCK_KINDS) | {k for k in used if k in Group.ELEMENTWISE}
+    if OpKind.RMS_NORM in used:
+        kinds.add(OpKind.FORLOOP_ACCUM)
     kinds |= extra.pop("block_kinds_extra", frozenset())
     accum = {AccumKind.NONE, AccumKind.SUM}
     if OpKind.RMS_NORM in used:
         accum.add(AccumKind.RMS)
+    accum |= extra.pop("accum_kinds", frozenset())
     config = SearchConfig(
         block_kinds=frozenset(kinds),
         accum_kinds=frozenset(accum),
         grid_sizes=_default_grid_sizes(program),
         forloop_ranges=(1, 2, 4, 8, 16, 32, 64),
+        preset=name,
     )
     return config.with_overrides(**{**extra, **overrides})
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import multiprocessing
 import os
 import sys
 import time
@@ -521,7 +522,9 @@ def plan_units(
     Iterative deepening: graphs of one custom kernel come first, then two...; within a
     kernel count the cap on block operators grows from ``cfg.min_block_ops`` (with
     ``cfg.deepening``) so small μGraphs are found first; within a cap, schedules go
-    cheapest-traffic first. A unit of n kernels enumerates graphs of exactly n kernels."""
+    cheapest first by estimated seconds (with ``cfg.split_reads_largest``, a first kernel
+    of several reads the largest input). A unit of n kernels enumerates graphs of exactly
+    n kernels."""
     probe = Enumerator(program, cfg, oracle, deadline)
     tensors = probe.initial_tensors()
     n_inputs = len(tensors)
@@ -532,16 +535,70 @@ def plan_units(
         cfg.min_custom_kernels, min(cfg.max_custom_kernels, cfg.max_kernel_ops) + 1
     ):
         last = kernels == 1
+        largest = max(t.type.num_bytes for t in tensors)
         choices = [
             c
             for c in probe.custom_choices(
                 tensors, last=last, partial=not last and cfg.split_before_boundary
             )
-            if not last or set(c.inputs) == set(range(n_inputs))
+            if (not last or set(c.inputs) == set(range(n_inputs)))
+            and (last or not cfg.split_reads_largest
+                 or any(tensors[i].type.num_bytes == largest for i in c.inputs))
         ]
-        choices.sort(key=lambda c: (probe.choice_traffic(c, tensors), c.key()))
+        choices.sort(key=lambda c: (probe.choice_seconds(c, tensors), c.key()))
         units += [(kernels, cap, c) for cap in caps for c in choices]
     return units
+
+
+# ---- the final verification: its rounds over the local cores ----------------------------------
+
+_PAIR: dict[str, Any] = {}
+
+
+def _init_pair(candidate, program, delta) -> None:
+    _PAIR.update(candidate=candidate, program=program, delta=delta)
+
+
+def _verify_chunk(task: tuple[int, int]):
+    from mugraph.search.verify import verify
+
+    rounds, seed = task
+    return verify(
+        _PAIR["candidate"], _PAIR["program"], _PAIR["delta"], max_rounds=rounds, seed=seed
+    )
+
+
+def verify_in_parallel(candidate, program, delta: float = 1e-9, *, max_rounds: int = 64,
+                       workers: int | None = None):
+    """:func:`mugraph.verify` with its rounds spread over ``workers`` forked processes, each
+    drawing its own random points (independent seeds): the same plan (rounds, bound) as one
+    process running them all, in a fraction of the time. A failure in any process fails."""
+    from mugraph.search.verify import analyse, difference, plan_rounds, verify
+
+    pair = difference(analyse(candidate), analyse(program))
+    rounds, bound, guarantee = plan_rounds(pair, delta, max_rounds)
+    count = min(workers or os.cpu_count() or 1, rounds)
+    if count <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return verify(candidate, program, delta, max_rounds=max_rounds)
+    chunks = [rounds // count + (1 if i < rounds % count else 0) for i in range(count)]
+    seeds = [int(s.generate_state(1)[0]) for s in np.random.SeedSequence().spawn(count)]
+    started = time.perf_counter()
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(count, initializer=_init_pair, initargs=(candidate, program, delta)) as pool:
+        try:
+            parts = pool.map(_verify_chunk, list(zip(chunks, seeds, strict=True)), chunksize=1)
+        finally:
+            pool.terminate()
+    merged = parts[0]
+    merged.rounds = sum(r.rounds for r in parts)
+    merged.redraws = sum(r.redraws for r in parts)
+    merged.passed = all(r.passed for r in parts)
+    merged.failure = next((r.failure for r in parts if not r.passed), None)
+    merged.bound = bound if merged.passed and merged.rounds >= rounds else None
+    merged.guarantee = guarantee
+    merged.elapsed = time.perf_counter() - started
+    merged.notes.append(f"rounds run in {count} processes")
+    return merged
 
 
 def _progress_line(result: SearchResult, costs: dict, started: float, cfg: SearchConfig) -> str:

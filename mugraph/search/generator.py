@@ -13,6 +13,7 @@ ranks and reports progress.
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -165,6 +166,7 @@ class BlockLimits:
 
     n_inputs: int
     max_outputs: int
+    max_ops: int  # block operators the graph may still hold (max_block_ops, max_total_block_ops)
 
 
 @dataclass
@@ -219,6 +221,16 @@ class Generator:
         self.output_atoms = {lab.outer_atom(x) for labels in self.output_labels for x in labels} - {
             None
         }
+        # batch indices: in the output and in every input (attention's heads)
+        self.batch_atoms = set(self.output_atoms)
+        for labels in self.input_labels:
+            self.batch_atoms &= {lab.outer_atom(x) for x in labels}
+        self.atom_extents: dict[str, int] = {}  # whole extent of each index of the inputs
+        for labels in self.input_labels:
+            for lbl in labels:
+                if lbl:
+                    atom, size = lbl[0]
+                    self.atom_extents[atom] = max(self.atom_extents.get(atom, 0), size)
         self.target_types = program.output_types
         self.smem_budget = program.gpu.shared_memory_per_block
         self._subexpr_cache: dict[Term, bool] = {}
@@ -263,11 +275,23 @@ class Generator:
         ``required`` (the last kernel must consume every tensor not used yet)."""
         cfg = self.config
         needed = sorted(required)
-        others = [i for i in range(len(tensors)) if i not in required]
+        others = [
+            i for i in range(len(tensors)) if i not in required and self._may_read(tensors, i)
+        ]
         for count in range(max(1, len(needed)), min(cfg.max_kernel_inputs, len(tensors)) + 1):
             for extra in itertools.combinations(others, count - len(needed)):
                 inputs = tuple(sorted((*needed, *extra)))
                 yield from self._schedules([tensors[i] for i in inputs], inputs, last, partial)
+
+    def _may_read(self, tensors: list[Tensor], i: int) -> bool:
+        """A program input an earlier kernel read already is read again only when it has at
+        most max_reread_bytes (re-reading a large one doubles its traffic)."""
+        limit = self.config.max_reread_bytes
+        n_inputs = len(self.input_labels)
+        return (
+            limit is None or i >= n_inputs or tensors[i].uses == 0
+            or tensors[i].type.num_bytes <= limit
+        )
 
     def _schedules(
         self,
@@ -281,12 +305,8 @@ class Generator:
         if last and cfg.label_pruning:
             atoms = [a for a in atoms if a in self.output_atoms]
         sizes = {a: _atom_size(ins, a) for a in atoms}
-        grid_sizes = set(cfg.grid_sizes or ())
-        if cfg.griddims is not None:
-            grid_sizes = {g for dims in cfg.griddims for g in dims if g > 1}
-        axis_options = [
-            (a, g) for a in atoms for g in sorted(grid_sizes) if self._split_ok(sizes[a], g)
-        ]
+        axis_options = [(a, g) for a in atoms for g in self._grid_splits(a, sizes[a])]
+        grids = []
         for n_axes in range(0, cfg.max_grid_axes + 1):
             self.check_time()
             for axes in itertools.combinations(axis_options, n_axes):
@@ -294,9 +314,7 @@ class Generator:
                     continue
                 if partial and all(a in self.output_atoms for a, _ in axes):
                     continue
-                blocks = 1
-                for _, g in axes:
-                    blocks *= g
+                blocks = math.prod(g for _, g in axes)
                 if blocks > cfg.max_blocks:
                     continue
                 split = [_split_labels(t.labels, axes) for t in ins]
@@ -305,25 +323,71 @@ class Generator:
                 grid_dim = Grid(tuple(axes), None).grid_dim
                 if cfg.griddims is not None and grid_dim not in cfg.griddims:
                     continue
-                for loop in self._loops(split):
-                    choice = self._maps(ins, positions, Grid(tuple(axes), loop))
-                    if choice is not None and self._maps_allowed(choice):
-                        yield choice
+                grids.append((axes, blocks, split, list(self._loops(split))))
+        # at least min_blocks blocks, or a quarter of as many as these inputs' indices allow
+        # in grids that leave a for-loop (accumulators need one; any grid when none does):
+        # small programs cannot fill the GPU, and their best grid may leave some index whole
+        looping = [b for _, b, _, loops in grids if len(loops) > 1]
+        reach = max(looping or [b for _, b, _, _ in grids] or [1])
+        fewest = min(cfg.min_blocks, max(1, reach // 4))
+        for axes, blocks, _, loops in grids:
+            if blocks < fewest:
+                continue
+            for loop in loops:
+                choice = self._maps(ins, positions, Grid(tuple(axes), loop))
+                if choice is not None and self._maps_allowed(choice):
+                    yield choice
+
+    def _grid_splits(self, atom: str, extent: int) -> list[int]:
+        """The part counts a grid axis may cut index ``atom`` (of ``extent``) into: by the
+        shape rules of the config (grid_tiles, partial_splits) where it sets them, else the
+        grid sizes that leave at least min_tile per block (or split a small index
+        completely)."""
+        cfg = self.config
+        if cfg.griddims is not None:
+            sizes = sorted({g for dims in cfg.griddims for g in dims if g > 1})
+            return [g for g in sizes if self._split_ok(extent, g)]
+        reduced = atom not in self.output_atoms and not lab.is_partial_atom(atom)
+        if reduced and self.atom_extents.get(atom, 0) < cfg.split_min_extent:
+            return []
+        if reduced and cfg.partial_splits is not None:
+            return [
+                g for g in cfg.partial_splits
+                if g >= 2 and extent % g == 0 and extent // g >= cfg.min_tile
+            ]
+        if not reduced and cfg.grid_tiles is not None:
+            out = {extent // t for t in cfg.grid_tiles if extent % t == 0 and extent // t >= 2}
+            if atom in self.batch_atoms and 2 <= extent <= cfg.max_full_split:
+                out.add(extent)  # one head (batch element) per block
+            return sorted(out)
+        return [g for g in sorted(cfg.grid_sizes or ()) if self._split_ok(extent, g)]
 
     def _loops(self, split: list) -> Iterator[tuple[str, int] | None]:
-        """For-loop choices: an index and a range leaving tiles of at least min_tile — or,
-        for partial results side by side (an index that is the outer factor of a compound
-        dim), one iteration per partial, which combines them."""
+        """For-loop choices: an index and a range leaving tiles of at least min_tile (of a
+        loop_tiles extent, where the config sets them) — or, for partial results side by
+        side (an index that is the outer factor of a compound dim), one iteration per
+        partial, which combines them."""
         yield None
+        cfg = self.config
         atoms = sorted({lab.outer_atom(lbl) for labels in split for lbl in labels if lbl} - {None})
         for atom in atoms:
+            partials = lab.is_partial_atom(atom)
+            if cfg.loop_reduced_only and atom in self.output_atoms and not partials:
+                continue
+            reduced = atom not in self.output_atoms and not partials
+            if reduced and self.atom_extents.get(atom, 0) < cfg.split_min_extent:
+                continue
             factors = [lbl for labels in split for lbl in labels if lbl and lbl[0][0] == atom]
             size = min(lbl[0][1] for lbl in factors)
-            partials = lab.is_partial_atom(atom)
-            for f in self.config.forloop_ranges or ():
+            for f in cfg.forloop_ranges or ():
                 if f < 2 or size % f:
                     continue
-                if size // f >= self.config.min_tile or (partials and f == size):
+                if partials and f == size:
+                    yield (atom, f)
+                elif cfg.loop_tiles is not None:
+                    if size // f in cfg.loop_tiles:
+                        yield (atom, f)
+                elif size // f >= cfg.min_tile:
                     yield (atom, f)
 
     def _maps_allowed(self, choice: CustomChoice) -> bool:
@@ -349,9 +413,7 @@ class Generator:
             imaps.append(tuple(imap + [-1] * (3 - len(imap))))
             fdim = -1
             if grid.loop:
-                labels = _split_labels(t.labels, grid.axes)
-                dims = [d for d, lbl in enumerate(labels) if lab.outer_atom(lbl) == grid.loop[0]]
-                fdim = dims[0] if dims else -1
+                fdim = _loop_dim(_split_labels(t.labels, grid.axes), *grid.loop)
             fdims.append(fdim)
         if grid.loop and all(f < 0 for f in fdims):
             return None  # a loop that splits nothing only repeats work
@@ -382,6 +444,23 @@ class Generator:
                 elems * src.type.dtype.itemsize * blocks * (grid.forloop_range if fdim >= 0 else 1)
             )
         return total
+
+    def choice_seconds(self, choice: CustomChoice, tensors: list[Tensor]) -> float:
+        """A rough time of the kernel's loads: its traffic at the bandwidth its blocks can
+        draw (few blocks draw little), plus the latency of its loop; used to explore likely
+        fast schedules first (cost-model constants, :mod:`mugraph.optimize.cost_model`)."""
+        from mugraph.optimize.cost_model import DEFAULT_PARAMS as params
+
+        gpu = self.program.gpu
+        traffic = self.choice_traffic(choice, tensors)
+        blocks = math.prod(g for _, g in choice.grid.axes)
+        busiest = math.ceil(blocks / gpu.multiprocessors)
+        sm_bandwidth = gpu.memory_bandwidth / gpu.multiprocessors * params.sm_burst
+        memory = max(
+            traffic / (gpu.memory_bandwidth * params.l2_bandwidth_ratio),
+            traffic / blocks * busiest / sm_bandwidth,
+        )
+        return memory + busiest * choice.grid.forloop_range * params.iteration_latency
 
     # ---- block level -------------------------------------------------------------------------
 
@@ -573,7 +652,7 @@ class Generator:
         outs = []
         partial = False
         for i in leaves:
-            spec = _output_spec(tensors[i], grid)
+            spec = _output_spec(tensors[i], grid, self.output_atoms)
             if spec is None:
                 return None
             if self.config.omaps is not None and spec[0] not in self.config.omaps:
@@ -691,6 +770,14 @@ def _unary_attrs(kind: OpKind) -> dict[str, Any]:
     return {}
 
 
+def _block_ops_in(kops: list[Op]) -> int:
+    """Block operators (not inputs or outputs) of the custom kernels in ``kops``."""
+    return sum(
+        sum(1 for bop in op.attr("graph").ops if bop.kind not in Group.BOUNDARY)
+        for op in kops if op.kind is OpKind.CUSTOMIZED
+    )
+
+
 def _atom_size(ins: list[Tensor], atom: str) -> int:
     return min(lbl[0][1] for t in ins for lbl in t.labels if lbl and lbl[0][0] == atom)
 
@@ -708,18 +795,52 @@ def _split_labels(labels: lab.Labels, axes) -> lab.Labels | None:
     return tuple(out)
 
 
-def _output_spec(t: Tensor, grid: Grid) -> tuple[tuple[int, int, int], int, lab.Labels] | None:
-    """omap and forloop_dim for a leaf, from its labels; None if it cannot be saved."""
+def _loop_dim(labels: lab.Labels | None, atom: str, f: int) -> int:
+    """The dim of a tile with ``labels`` that a loop over ``atom`` walks (-1: none). A loop
+    over partial results of index a (one iteration per partial) also walks index a itself
+    in as many chunks: the accumulations stay independent (labels keep a partial apart from a
+    chunk), and a combining kernel can reduce an input beside the partials (rms(X) beside the
+    split-K partial sums of X @ W)."""
+    if labels is None:
+        return -1
+    for d, lbl in enumerate(labels):
+        if lab.outer_atom(lbl) == atom:
+            return d
+    if lab.is_partial_atom(atom):
+        base = atom.removesuffix("#partial")
+        for d, lbl in enumerate(labels):
+            if lab.outer_atom(lbl) == base and lbl[0][1] % f == 0:
+                return d
+    return -1
+
+
+def _output_spec(
+    t: Tensor, grid: Grid, output_atoms: set[str]
+) -> tuple[tuple[int, int, int], int, lab.Labels] | None:
+    """omap and forloop_dim for a leaf, from its labels; None if it cannot be saved — also
+    when a grid axis splits an index of the program's output that the tile does not vary
+    along (every block of that axis would write the same copy, not a partial result)."""
     rank = len(t.type.dims)
-    omap: list[int] = []
     labels = list(t.labels)
-    for atom, g in grid.axes:
-        dims = [d for d, lbl in enumerate(labels) if lab.outer_atom(lbl) == atom and d not in omap]
-        d = dims[0] if dims else rank - 1  # a reduced index: partial results side by side
-        if d in omap:
+    placed: dict[int, int] = {}  # grid axis -> the dim its blocks' tiles are stacked along
+    for axis, (atom, _) in enumerate(grid.axes):
+        dims = [d for d, lbl in enumerate(labels)
+                if lab.outer_atom(lbl) == atom and d not in placed.values()]
+        if dims:
+            placed[axis] = dims[0]
+    for axis, (atom, _) in enumerate(grid.axes):
+        if axis not in placed and atom in output_atoms:
             return None
-        omap.append(d)
-        labels[d] = lab.join_outer(labels[d], atom if dims else lab.partial_atom(atom), g)
+        if axis not in placed:  # a reduced index: partial results side by side, along the
+            free = [d for d in range(rank - 1, -1, -1) if d not in placed.values()]
+            if not free:  # last dim not taken by another axis (else the one before it...)
+                return None
+            placed[axis] = free[0]
+    omap = [placed[axis] for axis in range(len(grid.axes))]
+    for axis, (atom, g) in enumerate(grid.axes):
+        d = placed[axis]
+        own = lab.outer_atom(t.labels[d]) == atom
+        labels[d] = lab.join_outer(labels[d], atom if own else lab.partial_atom(atom), g)
     fdim = -1
     if t.phase is Phase.LOOP and grid.forloop_range > 1:
         atom, f = grid.loop  # type: ignore[misc]
@@ -790,6 +911,7 @@ class Enumerator(Generator):
             n_ops,
             last_rank[:2],
             self.config.max_block_ops,
+            _block_ops_in(kops),
             more,
         )
         known = self.memo.get(key)
@@ -917,11 +1039,20 @@ class Enumerator(Generator):
             return
         bops, bts = made
         cfg = self.config
-        limits = BlockLimits(len(bops), len(self.target_types) if last else cfg.max_block_outputs)
+        limits = BlockLimits(
+            len(bops),
+            len(self.target_types) if last else cfg.max_block_outputs,
+            min(cfg.max_block_ops, cfg.max_total_block_ops - _block_ops_in(kops)),
+        )
         smem = sum(t.type.num_bytes for t in bts)
         input_refs = tuple(kts[i].ref for i in choice.inputs)
 
         def close(bops, bts, outs, partial):
+            more = not last and (partial or not cfg.split_before_boundary)
+            if not last and not more:
+                self.stats.pruned["split_before_boundary"] += 1
+            if must_continue and not more:
+                return  # a graph of fewer kernels, enumerated by an earlier unit
             op, metas = build_custom_op(bops, bts, outs, choice.grid, input_refs)
             self.stats.block_graphs += 1
             for i in choice.inputs:
@@ -929,11 +1060,6 @@ class Enumerator(Generator):
             kops.append(op)
             for j, (ttype, labels, expr) in enumerate(metas):
                 kts.append(Tensor(TensorRef(len(kops) - 1, j), ttype, labels, expr))
-            more = not last and (partial or not cfg.split_before_boundary)
-            if not last and not more:
-                self.stats.pruned["split_before_boundary"] += 1
-            if must_continue and not more:
-                return  # a graph of fewer kernels, enumerated by an earlier unit
             try:
                 self.kernel_dfs(kops, kts, n_custom + 1, n_ops + 1, rank, visit, more)
             finally:
@@ -954,7 +1080,7 @@ class Enumerator(Generator):
         closing = self.outputs_for(bts, grid, limits)
         if closing is not None:
             close(bops, bts, *closing)
-        remaining = self.config.max_block_ops - depth
+        remaining = limits.max_ops - depth
         if remaining <= 0:
             return
         leaves = sum(1 for t in bts if t.uses == 0)

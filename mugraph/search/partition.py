@@ -68,13 +68,23 @@ def _build(program: KernelGraph, positions: list[int]) -> Subprogram:
 
 
 def partition_program(program: KernelGraph, max_ops: int = 6) -> list[Subprogram]:
-    """Greedy cut in program order: grow a subprogram while it stays small and verifiable."""
+    """Greedy cut in program order: grow a subprogram while it stays small and verifiable —
+    and cut at the boundaries of every attention core (:func:`attention_cores`) that fits
+    in one subprogram, so that the core is searched whole (its own shape class) instead of
+    being cut between its matmuls."""
     compute = [p for p, op in enumerate(program.ops) if op.kind is not OpKind.INPUT]
+    boundaries = set()
+    for first, last in attention_cores(program):
+        span = [p for p in compute if first <= p <= last]
+        if len(span) <= max_ops:
+            boundaries |= {first, last + 1}
     parts: list[Subprogram] = []
     current: list[int] = []
     for pos in compute:
         trial = current + [pos]
-        if current and (len(trial) > max_ops or not _verifiable(program, trial)):
+        if current and (
+            pos in boundaries or len(trial) > max_ops or not _verifiable(program, trial)
+        ):
             parts.append(_build(program, current))
             trial = [pos]
         if not _verifiable(program, trial):
@@ -85,6 +95,46 @@ def partition_program(program: KernelGraph, max_ops: int = 6) -> list[Subprogram
     if current:
         parts.append(_build(program, current))
     return parts
+
+
+def attention_cores(program: KernelGraph) -> list[tuple[int, int]]:
+    """(first, last) operator positions of each softmax(A @ B) @ C in ``program``: from the
+    matmul an exponential's input comes from to the matmul its value reaches."""
+    ops = program.ops
+    consumers: dict[int, list[int]] = {}
+    for j, op in enumerate(ops):
+        for r in op.inputs:
+            consumers.setdefault(r.op, []).append(j)
+
+    def producer_matmul(pos: int) -> int | None:
+        stack, seen = [pos], set()
+        while stack:
+            p = stack.pop()
+            if p in seen:
+                continue
+            seen.add(p)
+            if ops[p].kind is OpKind.MATMUL:
+                return p
+            stack += [r.op for r in ops[p].inputs]
+        return None
+
+    def consumer_matmul(pos: int) -> int | None:
+        found = [j for j in consumers.get(pos, []) if ops[j].kind is OpKind.MATMUL]
+        if found:
+            return min(found)
+        later = [consumer_matmul(j) for j in consumers.get(pos, [])]
+        later = [j for j in later if j is not None]
+        return min(later) if later else None
+
+    cores = []
+    for pos, op in enumerate(ops):
+        if op.kind is not OpKind.EXP:
+            continue
+        first = producer_matmul(op.inputs[0].op)
+        last = consumer_matmul(pos)
+        if first is not None and last is not None:
+            cores.append((first, last))
+    return cores
 
 
 def _verifiable(program: KernelGraph, positions: list[int]) -> bool:

@@ -5,7 +5,7 @@ The search's cost grows with the number of block operators, not with tensor size
 verifying candidates does grow with sizes, and so does the number of grid and for-loop
 choices. A model's partitions come in a few *shape classes* (RMSNorm + projection, the gated
 MLP, attention, LoRA, a projection with an epsilon-free epilogue), each with a preset
-(:data:`mugraph.search.config.PRESETS`) that limits the search to one custom kernel on one
+(:data:`mugraph.search.space.PRESETS`) that limits the search to one custom kernel on one
 block, looping over the reduced index. So a program is optimized in three steps:
 
 1. :func:`representative` rebuilds the program with every large dim made 64 and every small
