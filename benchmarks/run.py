@@ -2,27 +2,30 @@
 μGraph, side by side, in one process.
 
     python -m benchmarks.run [NAMES...|--all] [--group A|B] [--reps N] [--budget S]
-        [--autotune-timeout S] [--no-autotune] [--no-compile] [--no-tune]
-        [--source auto|searched|hand] [--exclude ROW:LABEL] [--out DIR] [--list]
+        [--autotune-timeout S] [--no-autotune] [--no-compile] [--no-reference]
+        [--cache DIR] [--exclude ROW:LABEL] [--out DIR] [--list]
 
 NAMES are rows (``gqa_b1``) or workloads (``gqa``: both of its rows); none (or ``--all``):
 every row. On a GPU, per row: PyTorch eager, torch.compile (default mode, and
-``max-autotune-no-cudagraphs``), SDPA on its best backend (attention rows), and the μGraph
-(``benchmarks/searched/<row>.json`` when the search verified one, else the hand-written one of
-``mugraph.library``; its candidates screened and its launch settings tuned), each the
-median of ``--reps`` runs after warm-up with the L2 cache flushed (``mugraph.optimize``'s
-``profile_callable``). Before timing, every output is compared with PyTorch's float32 result
-on fresh random inputs; a μGraph whose relative error is 1e-2 or more is reported and not
-timed. Copy bandwidth and matmul rate are measured once, for the floor. The work runs in
-passes: every row's eager, SDPA and μGraph candidates (screened: the fastest that agrees is
-kept), then torch.compile (default), then one batch tuning the launch settings of every
-row's kernels, then max-autotune (each workload's first row first) until ``--budget``
-seconds have passed, then the final μGraph timings; results are written after every pass,
-so a whole run fits one 10-minute call. A candidate whose kernel faults the GPU (an illegal
-address: the process's CUDA context is lost) starts the run again in a fresh process, with
-the same inputs, the rest of the budget and that candidate excluded (``--exclude ROW:LABEL``;
-the row notes it). Without a GPU: each μGraph is checked
-on the Triton interpreter at the row's small sizes (TRITON_INTERPRET=1, CPU tensors; searched
+``max-autotune-no-cudagraphs``), SDPA on its best backend (attention rows), and mugraph: the
+headline is what ``row.program().superoptimize(cache=DIR)`` returns (the search's answer
+that ``benchmarks.search_suite`` stored in the result cache, ``--cache``, default
+``benchmarks/searched/cache``, chosen there by the GPU ranking with its launch settings),
+compiled with ``mugraph.compile`` exactly as a user runs it — nothing screened or tuned by
+the runner; a row the cache has no answer for has no mugraph figure and says so. Beside it,
+for reference only, the hand-written μGraph of ``mugraph.library`` (its tilings screened:
+the fastest that agrees). Every time is the median of ``--reps`` runs after warm-up with the
+L2 cache flushed (``mugraph.optimize``'s ``profile_callable``). Before timing, every output
+is compared with PyTorch's float32 result on fresh random inputs; a μGraph whose relative
+error is 1e-2 or more is reported and not timed. Copy bandwidth and matmul rate are measured
+once, for the floor. The work runs in passes: every row's eager, SDPA, mugraph and reference
+μGraph, then torch.compile (default), then max-autotune (each workload's first row first)
+until ``--budget`` seconds have passed, then the final mugraph timings; results are written
+after every pass, so a whole run fits one 10-minute call. A μGraph whose kernel faults the
+GPU (an illegal address: the process's CUDA context is lost) starts the run again in a fresh
+process, with the same inputs, the rest of the budget and that μGraph excluded (``--exclude
+ROW:LABEL``; the row notes it). Without a GPU: each μGraph (``--source``) is checked on the
+Triton interpreter at the row's small sizes (TRITON_INTERPRET=1, CPU tensors; searched
 μGraphs by the float64 reference semantics at suite sizes) and the cost model's estimates
 stand in for times.
 
@@ -46,21 +49,27 @@ from typing import NoReturn
 import torch
 
 from benchmarks.suite import rows_table, select
-from benchmarks.suite.mugraphs import Choice, choose, hand_written_choice
+from benchmarks.suite.mugraphs import (
+    CACHE_DIR,
+    Choice,
+    choose,
+    hand_written_choice,
+    superoptimized,
+)
 from benchmarks.suite.report import (
     CPU_HEAD,
     GPU_HEAD,
     cpu_cells,
-    finite,
     gpu_cells,
     markdown_table,
     plot,
+    suite_summary,
     summarize,
     text_table,
 )
 from benchmarks.suite.rows import Row
 from benchmarks.suite.tensors import floor_seconds, make_inputs, rel_error
-from benchmarks.suite.tuning import EXCLUDED_NOTE, CudaFault, is_cuda_fault
+from benchmarks.suite.tuning import CudaFault
 
 HERE = Path(__file__).resolve().parent
 TOLERANCE = 1e-2  # relative error a float16 result must stay under
@@ -95,12 +104,9 @@ def add_note(rec: dict, note: str) -> None:
 
 
 def finish_status(rec: dict) -> None:
-    """The row's status column: ok, or what went wrong, then the notes (and, for a searched
-    μGraph, the hand-written one's time for comparison)."""
+    """The row's status column: ok, or what went wrong, then the notes."""
     problems = [n for n in rec["notes"] if n]
     rec["status"] = "; ".join(problems) if problems else "ok"
-    if finite(rec.get("hand_us")):
-        rec["status"] += f" (hand-written: {rec['hand_us']:.1f} us)"
 
 
 def write_results(records: list[dict], meta: dict, out: Path) -> None:
@@ -117,11 +123,11 @@ class Live:
 
     row: Row
     rec: dict
-    choice: Choice
+    choice: Choice  # the headline: what superoptimize returned
+    hand: Choice | None = None  # the hand-written reference (None: not run)
     inputs: list = field(default_factory=list)
     ref: torch.Tensor | None = None
-    program: object | None = None  # the compiled μGraph (default launch settings)
-    tuned: object | None = None
+    program: object | None = None  # the compiled headline μGraph
 
 
 def _copy_seconds(reps: int) -> float:
@@ -195,8 +201,8 @@ def precompile_all(lives: list[Live]) -> None:
     programs = []
     for lv in lives:
         graphs = [graph for _, graph in lv.choice.candidates]
-        if lv.choice.source == "searched":
-            graphs += [g for g in [hand_written_choice(lv.row).graph] if g is not None]
+        if lv.hand is not None:
+            graphs += [graph for _, graph in lv.hand.candidates]
         for graph in graphs:
             try:
                 programs.append(compile_graph(graph, check=False))
@@ -215,13 +221,23 @@ def new_live(row: Row, args, rates: dict, seed: int) -> Live:
                                  rates["matmul_rate"])
     rec.update(floor_us=floor * 1e6, floor_bound=bound, seed=seed)
     try:
-        choice = choose(row, args.source)
+        graph, source, note = superoptimized(row, args.cache, args.search_time_limit)
+        label = "superoptimize"
+        choice = Choice(source, graph, note, label, ((label, graph),) if graph is not None else ())
     except Exception as error:  # noqa: BLE001
         choice = Choice("none", None, f"ERROR {error_text(error)}")
     rec.update(source=choice.source, source_note=choice.note, variant=choice.label)
     if choice.source == "none":
-        add_note(rec, f"no μGraph: {choice.note}")
-    return Live(row, rec, choice)
+        add_note(rec, f"no mugraph figure: {choice.note}")
+    hand = None
+    if args.reference:
+        try:
+            hand = hand_written_choice(row)
+        except Exception as error:  # noqa: BLE001
+            rec["hand_note"] = error_text(error)
+        if hand is not None and hand.graph is None:
+            rec["hand_note"], hand = hand.note, None
+    return Live(row, rec, choice, hand)
 
 
 def pass_prepare(live: Live, args) -> None:
@@ -235,11 +251,10 @@ def pass_prepare(live: Live, args) -> None:
     check_and_time(rec, "eager_us", lambda: row.torch_fn(*live.inputs), live.ref, args.reps)
     if row.attention:
         time_sdpa(live, args.reps)
-    if live.choice.graph is None:
-        return
     excluded = excluded_labels(args, row.name)
-    screen_mugraph(live, args.reps, excluded)
-    if live.choice.source == "searched":
+    if live.choice.graph is not None:
+        screen_mugraph(live, args.reps, excluded)
+    if live.hand is not None:
         time_hand_written(live, args.reps, excluded)
 
 
@@ -256,8 +271,9 @@ def excluded_labels(args, row_name: str) -> frozenset[str]:
 
 
 def screen_mugraph(live: Live, reps: int, excluded: frozenset[str] = frozenset()) -> None:
-    """The row's candidate μGraphs (search alternatives or tilings), each compared with the
-    reference and timed briefly; the fastest that agrees becomes the row's program."""
+    """The headline μGraph compared with the reference and timed (through the screening
+    helper, which reports mismatches, compile errors and GPU faults the same way for any
+    number of candidates: here there is one, what superoptimize returned)."""
     from benchmarks.suite.tuning import screen
 
     rec = live.rec
@@ -283,28 +299,23 @@ def screen_mugraph(live: Live, reps: int, excluded: frozenset[str] = frozenset()
 
 
 def time_hand_written(live: Live, reps: int, excluded: frozenset[str] = frozenset()) -> None:
-    """For comparison only (never the row's mugraph figure): the hand-written μGraph of a
-    row whose μGraph the search found, with default launches."""
-    from mugraph.runtime.compiled import compile_graph
+    """The reference column (never the row's mugraph figure): the hand-written μGraph of
+    ``mugraph.library``, its tilings screened with default launches, the fastest that agrees
+    timed."""
+    from benchmarks.suite.tuning import screen
 
-    hand = hand_written_choice(live.row)
-    if hand.graph is None:
+    rec = live.rec
+    candidates = [(f"{HAND_LABEL}:{label}", graph) for label, graph in live.hand.candidates]
+    screened = screen(candidates, live.inputs, lambda p: mugraph_error(live, p), TOLERANCE,
+                      reps=max(10, reps // 5), exclude=excluded)
+    ok = [x for x in screened if x.us is not None]
+    if not ok:
+        rec["hand_note"] = screened[0].note if screened else "no candidate"
         return
-    if HAND_LABEL in excluded:
-        live.rec["hand_note"] = EXCLUDED_NOTE
-        return
-    try:
-        program = compile_graph(hand.graph, check=False)
-        err = rel_error(program(inputs=live.inputs)[0], live.ref)
-    except Exception as error:  # noqa: BLE001
-        if is_cuda_fault(error):
-            raise CudaFault(HAND_LABEL, error) from error
-        live.rec["hand_note"] = error_text(error)
-        return
-    live.rec["hand_err"] = err
-    if err < TOLERANCE:
-        live.rec["hand_us"] = timed(lambda: program(inputs=live.inputs), reps)
-        live.rec["hand_variant"] = hand.label
+    best = min(ok, key=lambda x: x.us)
+    rec["hand_err"] = mugraph_error(live, best.program)
+    rec["hand_us"] = timed(lambda: best.program(inputs=live.inputs), reps)
+    rec["hand_variant"] = best.label.removeprefix(f"{HAND_LABEL}:")
 
 
 def time_sdpa(live: Live, reps: int) -> None:
@@ -349,40 +360,11 @@ def pass_compile(live: Live, mode: str | None, key: str, timeout: float, reps: i
     torch._dynamo.reset()
 
 
-def pass_tune(lives: list[Live], reps: int) -> None:
-    """Launch settings of every row's kernels, tuned in one batch (benchmarks.suite.tuning);
-    a row keeps the tuned program when it agrees with the reference."""
-    from benchmarks.suite.tuning import RowTuning, tune_rows
-
-    by_key = {lv.row.name: lv for lv in lives if lv.program is not None}
-    items = [RowTuning(key, lv.program, lambda p, lv=lv: p(inputs=lv.inputs))
-             for key, lv in by_key.items()]
-    started = time.monotonic()
-    results = tune_rows(items, lambda key, p: mugraph_error(by_key[key], p), TOLERANCE,
-                        reps=max(10, reps // 5), log=log)
-    for key, (program, us, default_us) in results.items():
-        lv = by_key[key]
-        lv.rec["tune_s"] = round(time.monotonic() - started, 1)
-        if program is not lv.program and us is not None and default_us and us < default_us:
-            lv.tuned = program
-            lv.rec["tuned_variant"] = f"{lv.rec.get('variant')} (launch tuned)"
-            lv.rec["tuned_launch"] = {str(i): [s.launch_config.num_warps,
-                                               s.launch_config.num_stages]
-                                      for i, s in program.steps.items()}
-
-
 def pass_final(live: Live, reps: int) -> None:
-    """Time the default and the tuned μGraph again (compile workers gone); keep the faster."""
-    rec = live.rec
+    """Time the headline μGraph again (compile workers gone)."""
     if live.program is None:
         return
-    default_us = timed(lambda: live.program(inputs=live.inputs), reps)
-    tuned_us = timed(lambda: live.tuned(inputs=live.inputs), reps) if live.tuned else None
-    rec["mugraph_default_us"], rec["mugraph_tuned_us"] = default_us, tuned_us
-    options = [(t, v) for t, v in ((tuned_us, rec.get("tuned_variant")),
-                                   (default_us, rec.get("variant"))) if t is not None]
-    if options:
-        rec["mugraph_us"], rec["variant"] = min(options, key=lambda o: o[0])
+    live.rec["mugraph_us"] = timed(lambda: live.program(inputs=live.inputs), reps)
 
 
 def autotune_order(lives: list[Live]) -> list[Live]:
@@ -424,21 +406,13 @@ def run_gpu(rows: list[Row], args, out: Path) -> list[dict]:
     runnable = [lv for lv in lives if lv.inputs]
     if args.compile:
         for lv in runnable:
-            if elapsed() > args.budget - args.tune_reserve:
+            if elapsed() > args.budget - args.autotune_reserve:
                 add_note(lv.rec, "torch.compile: skipped (time budget)")
                 continue
             pass_compile(lv, None, "compile_us", args.compile_timeout, args.reps)
             log(f"torch.compile {lv.row.name}: {lv.rec.get('compile_us')} us "
                 f"({lv.rec.get('compile_compile_s')} s)")
         save("compile")
-    if args.tune:
-        if elapsed() < args.budget - args.tune_reserve / 2:
-            pass_tune(runnable, args.reps)
-            log("tuned launch settings")
-        else:
-            for lv in runnable:
-                add_note(lv.rec, "not tuned (time budget)")
-        save("tune")
     if args.autotune:
         for lv in autotune_order(runnable):
             left = args.budget - elapsed()
@@ -464,9 +438,14 @@ def run_gpu(rows: list[Row], args, out: Path) -> list[dict]:
                f"floor = max(bytes / {rates['bandwidth'] / 1e12:.2f} TB/s, flops / "
                f"{rates['matmul_rate'] / 1e12:.0f} TFLOP/s)")
     cells = [gpu_cells(r) for r in records]
-    (out / "results.md").write_text(f"{caption}\n\n{markdown_table(GPU_HEAD, cells)}\n")
+    summary = suite_summary(records)
+    meta["summary"] = summary
+    write_results(records, meta, out)
+    (out / "results.md").write_text(
+        f"{caption}\n\n{markdown_table(GPU_HEAD, cells)}\n\n{summary}\n")
     print(f"\n{caption}")
     print(text_table(GPU_HEAD, cells))
+    print(summary)
     print(f"\n{meta['chart']}; {out / 'results.json'}; {elapsed():.0f} s in all")
     return records
 
@@ -624,13 +603,20 @@ def parse_args(argv=None, cuda: bool | None = None):
                         help="skip torch.compile (both modes)")
     parser.add_argument("--no-autotune", dest="autotune", action="store_false",
                         help="skip torch.compile max-autotune-no-cudagraphs")
-    parser.add_argument("--no-tune", dest="tune", action="store_false",
-                        help="run the μGraphs with default launch settings")
-    parser.add_argument("--tune-reserve", type=float, default=120.0,
-                        help="seconds of the budget torch.compile leaves for tuning")
+    parser.add_argument("--no-reference", dest="reference", action="store_false",
+                        help="skip the hand-written reference μGraphs")
+    parser.add_argument("--autotune-reserve", type=float, default=60.0,
+                        help="seconds of the budget torch.compile leaves for max-autotune")
+    parser.add_argument("--cache", type=Path, default=CACHE_DIR,
+                        help="the result cache superoptimize answers from")
+    parser.add_argument("--search-time-limit", type=float, default=None,
+                        help="the budget the rows were searched with (default: each row's "
+                             "benchmarks/searched/<row>.json); a cached search cut short by a "
+                             "smaller budget does not answer a larger one")
     parser.add_argument("--no-precompile", dest="precompile", action="store_false",
                         help="compile the μGraphs' kernels one by one, in this process")
-    parser.add_argument("--source", choices=["auto", "searched", "hand"], default="auto")
+    parser.add_argument("--source", choices=["auto", "searched", "hand"], default="auto",
+                        help="CPU check mode and --list only: which μGraph to check")
     parser.add_argument("--seed", type=int, default=None, help="input seed (default: fresh)")
     parser.add_argument("--out", type=Path, default=HERE, help="directory of results.json/png")
     parser.add_argument("--list", action="store_true", help="print the rows and exit")

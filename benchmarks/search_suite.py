@@ -117,10 +117,11 @@ def check_alternative(program, graph, verification: str) -> dict:
     }
 
 
-def alternatives(program, best, workers: int = 1) -> list[dict]:
+def alternatives(program, best, workers: int = 1, recheck: bool = True) -> list[dict]:
     """The search's verified candidates other than the winner, as whole programs (for a
     partitioned program, each candidate of a part stitched with the other parts' winners),
-    re-checked over ``workers`` processes, best estimate first."""
+    re-checked over ``workers`` processes (``recheck``; else listed with their estimates and
+    verification only), best estimate first."""
     results = search_results(best)
     parts = getattr(best, "partitions", None)
     chosen = getattr(best, "part_graphs", None)
@@ -136,13 +137,20 @@ def alternatives(program, best, workers: int = 1) -> list[dict]:
             if key not in seen:
                 seen.add(key)
                 tasks.append((program, graph, str(candidate.verification)))
-    out = _map(_check_task, tasks, workers)
+    out = _map(_check_task if recheck else _list_task, tasks, workers)
     out.sort(key=lambda a: a["est_us"])
     return out
 
 
 def _check_task(task) -> dict:
     return check_alternative(*task)
+
+
+def _list_task(task) -> dict:
+    _, graph, verification = task
+    return {**form_record(graph), "verification": verification, "verified": True,
+            "float_recheck_rel_err": None, "codegen": "not checked",
+            "graph": json.loads(graph.to_json())}
 
 
 def _map(fn, tasks: list, workers: int) -> list:
@@ -182,7 +190,8 @@ def search_summary(best) -> dict:
     }
 
 
-def search_row(row: Row, time_limit: float, workers: int, out: Path, cache: ResultCache) -> dict:
+def search_row(row: Row, time_limit: float, workers: int, out: Path, cache: ResultCache,
+               recheck: bool = True) -> dict:
     """Search one row; write its log (always) and its JSON (when the search improved the
     program)."""
     program = row.program()
@@ -207,11 +216,12 @@ def search_row(row: Row, time_limit: float, workers: int, out: Path, cache: Resu
             record["verification"] = str(getattr(best, "verification", "")) or "; ".join(
                 str(getattr(g, "verification", "")) for g in getattr(best, "part_graphs", []))
             record["graph"] = json.loads(best.to_json())
+            record["float_recheck_rel_err"] = reference_recheck(best, program)
             ranking = getattr(best, "ranking", None)
             record["ranking"] = ranking.to_dict() if ranking is not None else None
             record["launch"] = {str(i): [c.num_warps, c.num_stages]
                                 for i, c in (getattr(best, "launch_settings", None) or {}).items()}
-            alts = alternatives(program, best, workers)
+            alts = alternatives(program, best, workers, recheck)
         record["verdict"] = "verified" if improved else "nothing better than the program"
     except Exception as error:  # noqa: BLE001 - a failing row is logged, the others go on
         record.update(verified=False, verdict="error",
@@ -242,7 +252,7 @@ def write_log(path: Path, record: dict, progress: list[str]) -> None:
     lines += ["", f"progress (every {PROGRESS_EVERY}th line):", *shown, "", "alternatives:"]
     for i, alt in enumerate(record.get("alternatives", [])):
         lines.append(f"  {i}: est {alt['est_us']} us, {alt['form']}; {alt['verification']}; "
-                     f"float64 re-check {alt['float_recheck_rel_err']:.3g}; "
+                     f"float64 re-check {_g(alt['float_recheck_rel_err'])}; "
                      f"codegen {alt['codegen']}")
     path.write_text("\n".join(lines) + "\n")
 
@@ -276,6 +286,10 @@ def write_summary(out: Path, lines: list[dict]) -> None:
     (out / "summary.md").write_text("\n".join(rows) + "\n")
 
 
+def _g(x) -> str:
+    return "not run" if x is None else f"{x:.3g}"
+
+
 def _round(x):
     return None if x is None else round(x, 2)
 
@@ -287,11 +301,14 @@ def main(argv=None) -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--out", type=Path, default=SEARCHED_DIR)
     parser.add_argument("--cache", type=Path, default=CACHE_DIR)
+    parser.add_argument("--no-recheck", dest="recheck", action="store_false",
+                        help="list the alternatives without their float64 re-check and "
+                             "code generation (the winner is checked by the GPU ranking)")
     args = parser.parse_args(argv)
     cache = ResultCache(args.cache)
     lines = []
     for row in select(args.rows):
-        record = search_row(row, args.time_limit, args.workers, args.out, cache)
+        record = search_row(row, args.time_limit, args.workers, args.out, cache, args.recheck)
         lines.append(summary_line(record))
         print(json.dumps(lines[-1]), flush=True)
         write_summary(args.out, lines)

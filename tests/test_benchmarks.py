@@ -30,6 +30,7 @@ from benchmarks.suite.mugraphs import SEARCHED_DIR, choose, load_searched  # noq
 from benchmarks.suite.report import summarize, text_table  # noqa: E402
 from benchmarks.suite.tensors import graph_counts, make_inputs, rel_error  # noqa: E402
 from mugraph.codegen.loader import interpreter_active  # noqa: E402
+from mugraph.search.api import superoptimize_graph  # noqa: E402
 
 ROW_NAMES = list(ROWS)
 ROOT = Path(__file__).resolve().parents[1]
@@ -233,14 +234,24 @@ def test_runner_gpu_pipeline_with_fakes(tmp_path, monkeypatch):
     monkeypatch.setattr(run, "make_inputs", lambda g, device, seed, **kw: real_inputs(
         g, "cpu", seed, **kw))
     rows = [_small(ROWS["mlp_adapter_b8"]), _small(ROWS["mqa_falcon7b_decode_b1"])]
-    args = run.parse_args(["--no-compile", "--reps", "2", "--seed", "1"], cuda=True)
+    # the headline is what superoptimize returns from the result cache: search one row into
+    # a fresh cache, leave the other out (it must say that it has no figure)
+    cache = tmp_path / "cache"
+    searched = superoptimize_graph(rows[1].program(), time_limit=5, workers=2, cache=cache,
+                                   ranking="cost")
+    assert searched is not rows[1].program()
+    args = run.parse_args(["--no-compile", "--reps", "2", "--seed", "1", "--cache", str(cache),
+                           "--search-time-limit", "5"], cuda=True)
     records = run.run_gpu(rows, args, tmp_path)
     data = json.loads((tmp_path / "results.json").read_text())
     assert data["meta"]["stage"] == "done" and len(data["rows"]) == 2
-    for rec in records:
-        assert rec["status"] == "ok", rec
-        assert rec["mugraph_us"] > 0 and rec["eager_us"] > 0 and rec["speedup"] > 0
-    assert records[1]["sdpa_backend"]
+    missing, found = records
+    assert missing.get("mugraph_us") is None and "no search result" in missing["status"]
+    assert missing["hand_us"] > 0  # the reference column is there, never the headline
+    assert found["source"] == "searched" and found["status"] == "ok", found
+    assert found["mugraph_us"] > 0 and found["eager_us"] > 0 and found["speedup"] > 0
+    assert found["sdpa_backend"] and found["variant"] == "superoptimize"
+    assert "geometric mean" in data["meta"]["summary"]
 
 
 def test_screen_drops_a_candidate_that_disagrees(monkeypatch):

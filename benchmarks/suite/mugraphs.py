@@ -1,6 +1,14 @@
-"""Which μGraph mugraph runs for a row: the search's (``benchmarks/searched/<row>.json``)
-when it found and verified one, else the hand-written μGraph of :mod:`mugraph.library` that
-computes the row's program at the row's sizes, else none (with the reason).
+"""Which μGraph mugraph runs for a row.
+
+The runner's headline on a GPU is :func:`superoptimized`: what ``superoptimize`` returns for
+the row's program, answered by the result cache the suite's search filled
+(``benchmarks/searched/cache``, written by ``python -m benchmarks.search_suite`` on the same
+GPU, with the GPU ranking's measured pick and launch settings) — the user's own call with
+``cache=``; nothing is screened or tuned by the runner. A row the cache has no answer for
+has no mugraph figure and says so. The hand-written μGraphs of :mod:`mugraph.library` are a
+separate reference column, never the headline. :func:`choose` is the older view used by the
+CPU check mode and the bench scripts: the search's file (``benchmarks/searched/<row>.json``),
+else the hand-written μGraph.
 
 Hand-written μGraphs are built by the library at the row's sizes and tile choices; where the
 row reads an input through strides (K as a transposed view) the graph's inputs are given the
@@ -27,6 +35,7 @@ from mugraph.ir.tensor import TensorRef, TensorType
 from mugraph.library import WORKLOADS
 
 SEARCHED_DIR = Path(__file__).resolve().parents[1] / "searched"
+CACHE_DIR = SEARCHED_DIR / "cache"
 
 
 @dataclass
@@ -229,3 +238,56 @@ def choose(row: Row, source: str = "auto", directory: Path | None = None) -> Cho
     if reason and choice.source == "none":
         choice.note = f"{reason}; {choice.note}"
     return choice
+
+
+def search_time_limit(row: Row, directory: Path | None = None) -> float | None:
+    """The budget the row was searched with (its search file), so that a lookup asks the
+    cache for the same search; None when the row has no search file."""
+    path = searched_path(row, directory)
+    try:
+        return float(json.loads(path.read_text())["time_limit"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def superoptimized(row: Row, cache_dir: Path | None = None, time_limit: float | None = None):
+    """(graph, source, note): what ``row.program().superoptimize(cache=..., cache_only=True)``
+    returns — the cached search answer with its recorded launch settings — with ``source``
+    "searched" (the search's μGraph), "unimproved" (the search found nothing better: the
+    program runs as PyTorch operators) or "none" (no answer in the cache: graph None)."""
+    import warnings
+
+    from mugraph.cache import ResultCache
+    from mugraph.search.api import superoptimize_graph
+
+    program = row.program()
+    cache = ResultCache(cache_dir or CACHE_DIR)
+    budget = time_limit or search_time_limit(row) or 30.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        best = superoptimize_graph(program, time_limit=budget, cache=cache, cache_only=True)
+    result = getattr(best, "search_result", None)
+    missing = _cache_misses(result)
+    parts = len(result.parts) if result is not None and result.parts else 1
+    if best is program:
+        if missing:
+            return None, "none", f"no search result in {cache.path} (cache_only lookup)"
+        return best, "unimproved", "the search found nothing better than the program"
+    note = "superoptimize(cache=benchmarks/searched/cache)"
+    if parts > 1:
+        note += f": {parts} parts stitched"
+    if missing:
+        note += f"; {missing} of {parts} parts not in the cache (run as PyTorch operators)"
+    ranking = getattr(best, "ranking", None) or (getattr(best, "cache_entry", None) or {}).get(
+        "ranking")
+    if isinstance(ranking, dict) and ranking.get("method"):
+        note += f"; ranked by {ranking['method']}"
+    return best, "searched", note
+
+
+def _cache_misses(result) -> int:
+    if result is None:
+        return 0
+    if result.parts:
+        return sum(1 for p in result.parts if p.cache == "miss")
+    return int(result.cache == "miss")

@@ -23,6 +23,7 @@ import numpy as np
 from mugraph.ir.ops import OpKind
 from mugraph.search.config import SearchConfig, default_config
 from mugraph.search.driver import (
+    SearchOptionError,
     SearchResult,
     _check_search_options,
     superoptimize,
@@ -57,6 +58,7 @@ def superoptimize_graph(
     ranking=None,
     cache=None,
     cache_lookup: bool = True,
+    cache_only: bool = False,
     **options,
 ):
     """The best verified μGraph for ``program`` (see KernelGraph.superoptimize).
@@ -73,14 +75,18 @@ def superoptimize_graph(
     cache: None (no cache), True (the default cache directory), a directory, or a
     :class:`mugraph.cache.ResultCache`: each searched (sub)program is looked up there first
     (a hit is re-verified and returned with its recorded ranking and launch settings, without
-    searching; not with ``cache_lookup=False``) and stored there after a search."""
+    searching; not with ``cache_lookup=False``) and stored there after a search. With
+    ``cache_only=True`` nothing is searched: a (sub)program the cache has no answer for is
+    kept as it is, with a warning naming it (for deployments that must not search)."""
     from mugraph.optimize.ranking import ranking_options
 
     ranking = ranking_options(ranking)
     program.check()
     _check_search_options(time_limit, options.get("workers"), options.get("target_cost"))
     n_ops = sum(1 for op in program.ops if op.kind is not OpKind.INPUT)
-    how = _How(final_rounds, options, ranking, _result_cache(cache), cache_lookup)
+    how = _How(final_rounds, options, ranking, _result_cache(cache), cache_lookup, cache_only)
+    if cache_only and how.store is None:
+        raise SearchOptionError("superoptimize: cache_only=True needs a cache (cache=DIR or True)")
     try:
         check_verifiable(program)
         whole = n_ops <= max_ops_per_search
@@ -94,9 +100,9 @@ def superoptimize_graph(
 class _How:
     """How each (sub)program is optimized: final rounds, driver options, ranking, cache."""
 
-    def __init__(self, final_rounds, options, ranking, store, lookup) -> None:
+    def __init__(self, final_rounds, options, ranking, store, lookup, only) -> None:
         self.final_rounds, self.options, self.ranking = final_rounds, options, ranking
-        self.store, self.lookup = store, lookup
+        self.store, self.lookup, self.only = store, lookup, only
 
 
 def _optimize_split(program, config, time_limit, max_ops_per_search, how: _How):
@@ -269,11 +275,15 @@ def search_config(program, config=None, time_limit=None, **options) -> SearchCon
 
 
 def _cached_result(program, hit) -> SearchResult:
-    """A search result standing for a cache hit (no search ran in this call)."""
+    """A search result standing for a cache lookup (no search ran in this call): a hit, or
+    a miss (``hit`` None) under ``cache_only``."""
     from mugraph.search.generator import Stats
 
     result = SearchResult(program, [], Stats(), SearchConfig())
-    result.log.append(f"answered by the result cache: {(hit.cache_entry or {}).get('path')}")
+    if hit is not None:
+        result.cache = "hit"
+        entry = getattr(hit, "cache_entry", None) or {}
+        result.log.append(f"answered by the result cache: {entry.get('path')}")
     return result
 
 
@@ -284,6 +294,17 @@ def _optimize_one(program, config, time_limit, how: _How, quiet: bool = False):
         hit = how.store.get(program, cfg)
         if hit is not None:
             return hit
+    if how.only:
+        warnings.warn(
+            f"mugraph: the result cache {how.store.path} has no answer for this program "
+            f"({program.structural_hash()[:12]}, preset {cfg.preset}); cache_only=True: it is "
+            "kept unoptimized",
+            stacklevel=4,
+        )
+        result = _cached_result(program, None)
+        result.cache = "miss"
+        program.search_result = result
+        return program
     result = superoptimize(program, config=cfg, **rest)
     best = _chosen(program, result, how, quiet)
     if how.store is not None:

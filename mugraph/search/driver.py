@@ -93,6 +93,7 @@ class SearchResult:
     failed_items: list[str] = field(default_factory=list)
     handed_back: int = 0  # regions of units handed back by busy workers to idle ones
     parts: list[SearchResult] = field(default_factory=list)
+    cache: str = ""  # "hit": answered by the result cache; "miss": not there (cache_only)
 
     @property
     def best(self):
@@ -121,6 +122,7 @@ class SearchResult:
             failed_items=[key for p in parts for key in p.failed_items],
             handed_back=sum(p.handed_back for p in parts),
             parts=list(parts),
+            cache="miss" if any(p.cache == "miss" for p in parts) else "",
         )
 
     def _state(self) -> str:
