@@ -48,6 +48,7 @@ from mugraph.search.partition import stitch
 CACHE_DIR = SEARCHED_DIR / "cache"
 RECHECK_LIMIT = 1e-9  # float64 re-check: equivalent graphs differ by rounding only
 PROGRESS_EVERY = 25  # progress lines kept in the log: every n-th and the last
+MAX_ALTERNATIVES = 24  # alternatives kept per row: the best estimates and one per structure
 
 
 def config_record(config) -> dict:
@@ -139,7 +140,18 @@ def alternatives(program, best, workers: int = 1, recheck: bool = True) -> list[
                 tasks.append((program, graph, str(candidate.verification)))
     out = _map(_check_task if recheck else _list_task, tasks, workers)
     out.sort(key=lambda a: a["est_us"])
-    return out
+    return kept_alternatives(out)
+
+
+def kept_alternatives(alts: list[dict], most: int = MAX_ALTERNATIVES) -> list[dict]:
+    """The best of each distinct structure, then the best estimates, ``most`` in all (in
+    estimate order)."""
+    firsts = {}
+    for a in alts:
+        firsts.setdefault(a["structure"], a)
+    chosen = list(firsts.values())[:most]
+    chosen += [a for a in alts if a not in chosen][: most - len(chosen)]
+    return sorted(chosen, key=lambda a: a["est_us"])
 
 
 def _check_task(task) -> dict:
@@ -191,7 +203,7 @@ def search_summary(best) -> dict:
 
 
 def search_row(row: Row, time_limit: float, workers: int, out: Path, cache: ResultCache,
-               recheck: bool = True) -> dict:
+               recheck: bool = True, ranking: dict | None = None) -> dict:
     """Search one row; write its log (always) and its JSON (when the search improved the
     program)."""
     program = row.program()
@@ -206,7 +218,8 @@ def search_row(row: Row, time_limit: float, workers: int, out: Path, cache: Resu
     alts: list[dict] = []
     try:
         best = superoptimize_graph(program, time_limit=time_limit, workers=workers,
-                                   progress=progress.append, cache=cache, cache_lookup=False)
+                                   progress=progress.append, cache=cache, cache_lookup=False,
+                                   ranking=ranking)
         record.update(search_summary(best))
         record["wall_s"] = round(time.monotonic() - started, 1)
         improved = best is not program
@@ -222,6 +235,7 @@ def search_row(row: Row, time_limit: float, workers: int, out: Path, cache: Resu
             record["launch"] = {str(i): [c.num_warps, c.num_stages]
                                 for i, c in (getattr(best, "launch_settings", None) or {}).items()}
             alts = alternatives(program, best, workers, recheck)
+            record["alternatives_total"] = len(getattr(best.search_result, "candidates", []))
         record["verdict"] = "verified" if improved else "nothing better than the program"
     except Exception as error:  # noqa: BLE001 - a failing row is logged, the others go on
         record.update(verified=False, verdict="error",
@@ -304,11 +318,18 @@ def main(argv=None) -> None:
     parser.add_argument("--no-recheck", dest="recheck", action="store_false",
                         help="list the alternatives without their float64 re-check and "
                              "code generation (the winner is checked by the GPU ranking)")
+    parser.add_argument("--max-timed", type=int, default=None,
+                        help="GPU ranking: candidates timed at most (RankingOptions.max_timed)")
+    parser.add_argument("--tune-top", type=int, default=None,
+                        help="GPU ranking: fastest candidates whose launch is tuned")
     args = parser.parse_args(argv)
     cache = ResultCache(args.cache)
+    ranking = {k: v for k, v in (("max_timed", args.max_timed), ("tune_top", args.tune_top))
+               if v is not None} or None
     lines = []
     for row in select(args.rows):
-        record = search_row(row, args.time_limit, args.workers, args.out, cache, args.recheck)
+        record = search_row(row, args.time_limit, args.workers, args.out, cache, args.recheck,
+                            ranking)
         lines.append(summary_line(record))
         print(json.dumps(lines[-1]), flush=True)
         write_summary(args.out, lines)
