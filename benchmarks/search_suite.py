@@ -15,7 +15,8 @@ most the limit used here then returns exactly this row's winner without searchin
 what the benchmark runner's headline column runs. A row is searched even when the cache has
 an entry for it (the new answer replaces it).
 
-Per row, ``<out>/<row>.json`` holds the winner (``graph``: what ``superoptimize`` returned,
+Per row, ``<out>/<row>.json`` (``verified`` false when nothing better than the program was
+found, or on an error) holds the winner (``graph``: what ``superoptimize`` returned,
 with its estimate, kernel count, form, final verification, the ranking that chose it —
 measured times of every candidate timed on the GPU — and its launch settings),
 ``alternatives`` (the search's other verified candidates, thread graphs constructed, each
@@ -246,8 +247,8 @@ def search_row(row: Row, time_limit: float, workers: int, out: Path, cache: Resu
     record["alternatives"] = alts
     out.mkdir(parents=True, exist_ok=True)
     write_log(out / f"{row.name}.log", record, progress)
-    if record.get("verified"):
-        (out / f"{row.name}.json").write_text(json.dumps(record, indent=1))
+    # written whatever the verdict: the runner reads the budget a row was searched with here
+    (out / f"{row.name}.json").write_text(json.dumps(record, indent=1))
     return record
 
 

@@ -288,6 +288,9 @@ class ResultCache:
 
         ``best`` is the μGraph found (None, or the program itself, when nothing better was
         found); ``result`` the SearchResult (statistics; an interrupted search is not stored).
+        A search cut short by its budget does not replace a valid entry of a longer or a
+        complete search (the same subprogram searched again with a smaller share of a
+        budget, e.g. the attention part of a larger program): None is returned then.
         """
         if result is not None and getattr(result, "interrupted", False):
             return None
@@ -296,6 +299,8 @@ class ResultCache:
         improved = best is not None and best is not program and best != program
         search = search_summary(result)
         search.setdefault("time_limit", cfg.time_limit)
+        if self._better_entry_kept(key, search):
+            return None
         entry = {
             "format": ENTRY_FORMAT,
             "key": key,
@@ -312,6 +317,23 @@ class ResultCache:
         path = self.entry_path(key)
         _atomic_write(path, json.dumps(entry, indent=1))
         return path
+
+    def _better_entry_kept(self, key: dict, search: dict) -> bool:
+        """Whether the entry stored under ``key`` came from a search that the new one (cut
+        short by its budget) does not improve on: complete, or given a larger budget."""
+        if not search.get("timed_out"):
+            return False
+        path = self.entry_path(key)
+        if not path.exists():
+            return False
+        try:
+            old = self._read(path, key).get("search") or {}
+        except CacheEntryError:
+            return False
+        old_limit, new_limit = old.get("time_limit"), search.get("time_limit")
+        if not old.get("timed_out"):
+            return True
+        return old_limit is not None and new_limit is not None and old_limit > new_limit
 
     # ---- housekeeping ------------------------------------------------------------------------
 

@@ -156,11 +156,15 @@ def test_hand_written_mugraph_fits_the_row(name):
 
 
 def test_searched_results_load_and_fit():
-    files = sorted(SEARCHED_DIR.glob("*.json"))
+    files = sorted(p for p in SEARCHED_DIR.glob("*.json") if p.stem in ROWS)
     for path in files:
         doc = json.loads(path.read_text())
         row = ROWS[path.stem]
-        assert doc["verified"] and "equivalent" in doc["verification"]
+        assert path.with_suffix(".log").exists()
+        if not doc["verified"]:  # searched, nothing better than the program: no graph
+            assert doc["verdict"] != "verified" and "graph" not in doc
+            continue
+        assert "equivalent" in doc["verification"]
         assert doc["float_recheck_rel_err"] < 1e-9
         graph, _ = load_searched(row, row.program())
         assert graph is not None, path.name
@@ -202,11 +206,12 @@ def test_runner_cpu_mode_writes_results(tmp_path, capsys):
     assert by_row["gqa_llama70b_decode_b1"]["status"] == "ok"
     assert by_row["gqa_llama70b_decode_b1"]["rel_err"] < 1e-2
     assert by_row["lora_b1"]["mugraph_est_us"] < by_row["lora_b1"]["naive_est_us"]
-    # QK-norm logits reach the head dim: the split-KV form's partial sums of exp overflow
-    # float16, so the row runs the one-kernel form, whose exp subtracts the running row max
+    # a searched row is checked by the float64 semantics at suite sizes, a hand-written one
+    # on the interpreter at small sizes
     qknorm = by_row["qknorm_gqa_b1"]
     assert qknorm["status"] == "ok" and qknorm["rel_err"] < 1e-2
-    assert qknorm["variant"].startswith("flash")
+    if qknorm["source"] == "searched":
+        assert qknorm["check"].startswith("float64") and qknorm["rel_err"] < 1e-9
     assert "cost model" in capsys.readouterr().out
 
 

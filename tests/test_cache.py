@@ -122,6 +122,26 @@ def test_a_search_cut_short_is_not_reused_for_a_larger_budget(cache):
     assert cache.get(program, SearchConfig(time_limit=30.0), arch="cpu") is None
 
 
+def test_a_shorter_search_cut_short_does_not_replace_a_better_entry(cache):
+    """The same subprogram searched again with a smaller share of a budget (the attention
+    part of a larger program, say) keeps the longer or complete search's answer."""
+    program, _, first = store(cache, best=fused(), config=SearchConfig(time_limit=12.0),
+                              timed_out=True)
+    _, _, again = store(cache, program, best=None, config=SearchConfig(time_limit=5.0),
+                        timed_out=True)
+    assert again is None
+    assert cache.get(program, SearchConfig(time_limit=12.0), arch="cpu") is not program
+    _, _, longer = store(cache, program, best=None, config=SearchConfig(time_limit=30.0),
+                         timed_out=True)
+    assert longer == first  # a longer search replaces it
+    assert cache.get(program, SearchConfig(time_limit=30.0), arch="cpu") is program
+    _, _, complete = store(cache, program, best=fused(), config=SearchConfig(time_limit=1.0))
+    assert complete == first  # a complete search replaces anything
+    _, _, cut = store(cache, program, best=None, config=SearchConfig(time_limit=60.0),
+                      timed_out=True)
+    assert cut is None  # nothing cut short replaces a complete search
+
+
 def test_an_interrupted_search_is_not_stored(cache):
     _, _, path = store(cache, best=fused(), interrupted=True)
     assert path is None and cache.entries() == []
