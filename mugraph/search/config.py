@@ -59,11 +59,11 @@ class SearchConfig:
     loop_reduced_only: the for-loop runs over a reduced index (or over partial results)
     min_blocks:     a custom kernel has at least this many blocks, or the most its indices
                     allow under the rules above (keep the multiprocessors busy)
-    keep:           verified candidates the search returns at least: the best ``keep`` by
-                    estimate and the best ``keep_per_structure`` of each distinct kernel
-                    structure (up to ``max_structures`` structures,
-                    :func:`mugraph.search.forms.structure_key`); other complete graphs are
-                    not verified (lazily: only what may be returned is verified)
+    keep, keep_per_structure, max_structures: unused — the search engine verifies every
+                    complete graph a unit finds (up to ``max_candidates`` per unit) and the
+                    GPU ranking picks the best by estimate and of each kernel structure
+                    (:mod:`mugraph.optimize.ranking`). Kept so that the result cache's keys
+                    (a hash of every field) stay those of the stored suite searches
     preset:         the name of the space this config came from (informational)
     """
 

@@ -142,25 +142,34 @@ class Preset:
     fields: Callable[[ProgramFacts], dict]
 
 
-def _attention_fields(facts: ProgramFacts) -> dict:
+def _split_reduction_fields(facts: ProgramFacts) -> dict:
+    """What the attention and gemv spaces share: one or two kernels, the longest reduction
+    split over the grid or looped over, block tiles of 16-128, at least :func:`_min_blocks`
+    blocks, 6 block operators, a one-round verification screen."""
     return {
         "max_custom_kernels": 2,
-        "accum_kinds": frozenset({AccumKind.NONE, AccumKind.SUM}),
         "grid_tiles": (16, 32, 64, 128),
-        "partial_splits": (2, 4, 8, 16, 32, 64, 128),
         "split_min_extent": facts.longest_reduction,
-        "loop_tiles": (32, 64, 128),
         "loop_reduced_only": True,
-        "forloop_ranges": (1, 2, 4, 8, 16, 32, 64, 128),
-        "max_full_split": 4096,
         "min_blocks": _min_blocks(facts),
-        "max_blocks": 4096,
         "min_block_ops": 6,
         "max_block_ops": 6,
         "max_total_block_ops": 8,
         "max_reread_bytes": facts.largest_input_bytes // 8,
         "split_reads_largest": True,
         "verify_rounds": 1,
+    }
+
+
+def _attention_fields(facts: ProgramFacts) -> dict:
+    return {
+        **_split_reduction_fields(facts),
+        "accum_kinds": frozenset({AccumKind.NONE, AccumKind.SUM}),
+        "partial_splits": (2, 4, 8, 16, 32, 64, 128),
+        "loop_tiles": (32, 64, 128),
+        "forloop_ranges": (1, 2, 4, 8, 16, 32, 64, 128),
+        "max_full_split": 4096,
+        "max_blocks": 4096,
     }
 
 
@@ -178,19 +187,9 @@ def _pow2_between(low: int, high: int) -> tuple[int, ...]:
 def _gemv_fields(facts: ProgramFacts) -> dict:
     k = facts.longest_reduction
     return {
-        "max_custom_kernels": 2,
-        "grid_tiles": (16, 32, 64, 128),
+        **_split_reduction_fields(facts),
         "partial_splits": (2, 4, 8, 16),
-        "split_min_extent": facts.longest_reduction,
         "loop_tiles": _pow2_between(max(16, k // 64), max(16, k // 4)),
-        "loop_reduced_only": True,
-        "min_blocks": _min_blocks(facts),
-        "min_block_ops": 6,
-        "max_block_ops": 6,
-        "max_total_block_ops": 8,
-        "max_reread_bytes": facts.largest_input_bytes // 8,
-        "split_reads_largest": True,
-        "verify_rounds": 1,
         "max_grid_axes": 2,
     }
 
@@ -283,8 +282,10 @@ PRESETS.update({
 
 
 @dataclass(frozen=True)
-class ShapeClass:
-    """A rule that picks a preset: ``law`` says when it applies (first match wins)."""
+class SpaceRule:
+    """A rule that picks a preset: ``law`` says when it applies (first match wins). (Not to
+    be confused with :class:`mugraph.search.shape_class.ShapeClass`: the families of model
+    partitions searched on a small representative under torch.compile.)"""
 
     name: str
     law: str
@@ -292,14 +293,14 @@ class ShapeClass:
     preset: str
 
 
-SHAPE_CLASSES: tuple[ShapeClass, ...] = (
-    ShapeClass(
+SHAPE_CLASSES: tuple[SpaceRule, ...] = (
+    SpaceRule(
         "attention",
         "an exponential is computed from a matmul and flows into another matmul",
         lambda f: f.softmax,
         "attention",
     ),
-    ShapeClass(
+    SpaceRule(
         "gemv",
         f"a matmul of at most {GEMV_MAX_ROWS} rows (no batch) whose weight is at least "
         f"{GEMV_WEIGHT_RATIO}x its activation: weight-bandwidth-bound, all multiprocessors "
@@ -307,24 +308,24 @@ SHAPE_CLASSES: tuple[ShapeClass, ...] = (
         lambda f: f.gemv,
         "gemv",
     ),
-    ShapeClass(
+    SpaceRule(
         "lora",
         f"two matmul products added, one through a dim of at most {LOW_RANK}",
         lambda f: f.low_rank and f.sum_of_products,
         "lora",
     ),
-    ShapeClass(
+    SpaceRule(
         "mlp",
         f"a chain of matmuls through a dim of at most {LOW_RANK}",
         lambda f: f.low_rank,
         "mlp",
     ),
-    ShapeClass("elementwise", "no matmul", lambda f: not f.matmuls, "elementwise"),
-    ShapeClass("generic", "anything else", lambda f: True, "generic"),
+    SpaceRule("elementwise", "no matmul", lambda f: not f.matmuls, "elementwise"),
+    SpaceRule("generic", "anything else", lambda f: True, "generic"),
 )
 
 
-def classify(program) -> ShapeClass:
+def classify(program) -> SpaceRule:
     """The first shape class whose rule holds for ``program``."""
     facts = program_facts(program)
     return next(c for c in SHAPE_CLASSES if c.applies(facts))
