@@ -35,7 +35,6 @@ from mugraph.search.verify import (
     NotVerifiableError,
     VerificationResult,
     check_verifiable,
-    verify,
 )
 
 # Programs with more operators than this are split into subprograms searched one by one.
@@ -210,7 +209,7 @@ def verify_stitched(stitched, program, checks, delta: float, rounds: int) -> Ver
     subprogram's function, so the composition computes the program's) with the false-pass
     bounds added up (union bound), and the whole is re-checked on random floats (float64)."""
     try:
-        return verify(stitched, program, delta=delta, max_rounds=rounds)
+        return verify_in_parallel(stitched, program, delta, max_rounds=rounds)
     except NotVerifiableError as error:
         reason = str(error).splitlines()[0]
     passed = all(c.passed for c in checks)
