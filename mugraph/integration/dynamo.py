@@ -424,44 +424,17 @@ def _resolve(program, overrides: dict):
     return resolve_config(program, overrides)
 
 
-def _cached_search(program, config, cache, part: PartitionReport, options: BackendOptions):
-    """The best μGraph of ``program`` under ``config``: from the cache, else searched."""
+def _cached_search(program, config, cache, part: PartitionReport, options: BackendOptions,
+                   arch: str = "any"):
+    """The best μGraph of ``program`` under ``config``: from the cache (entries of ``arch``),
+    else searched and stored there."""
     from mugraph.cache import search_summary
     from mugraph.search import api
 
-    if cache is not None:
-        hit = cache.get(program, config, arch="any")
-        if hit is not None:
-            part.cache, part.search = "hit", dict(hit.cache_entry.get("search") or {})
-            return hit
-        part.cache = "miss"
-    if config.time_limit <= 0:
-        part.status = "not searched"
-        return program
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=re.escape("mugraph: the search found no"))
-        best = api.superoptimize_graph(program, config)
-    part.search = search_summary(getattr(best, "search_result", None))
-    if cache is not None:
-        try:
-            cache.put(program, config, best, getattr(best, "search_result", None), arch="any")
-        except OSError as error:
-            warnings.warn(f"mugraph: could not store a search result in {cache}: {error}",
-                          stacklevel=2)
-    return best
-
-
-def _optimize_as_is(program, options: BackendOptions, arch: str, part: PartitionReport, cache):
-    """The best μGraph for ``program``: from the cache, else from a search (then cached)."""
-    from mugraph.cache import search_summary
-    from mugraph.search import api
-
-    config = _search_config(program, options)
     if cache is not None:
         hit = cache.get(program, config, arch=arch)
         if hit is not None:
             part.cache, part.search = "hit", dict(hit.cache_entry.get("search") or {})
-            part.status = "optimized" if hit is not program else "unimproved"
             return hit
         part.cache = "miss"
     if config.time_limit <= 0:
@@ -472,13 +445,20 @@ def _optimize_as_is(program, options: BackendOptions, arch: str, part: Partition
         best = api.superoptimize_graph(program, config)
     result = getattr(best, "search_result", None)
     part.search = search_summary(result)
-    part.status = "optimized" if best is not program else "unimproved"
     if cache is not None:
         try:
             cache.put(program, config, best, result, arch=arch)
         except OSError as error:
             warnings.warn(f"mugraph: could not store a search result in {cache}: {error}",
-                          stacklevel=2)
+                          stacklevel=3)
+    return best
+
+
+def _optimize_as_is(program, options: BackendOptions, arch: str, part: PartitionReport, cache):
+    """The best μGraph for ``program``: from the cache, else from a search (then cached)."""
+    best = _cached_search(program, _search_config(program, options), cache, part, options, arch)
+    if part.status != "not searched":
+        part.status = "optimized" if best is not program else "unimproved"
     return best
 
 
