@@ -35,6 +35,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from mugraph.codegen.triton_gen import CODEGEN_REVISION
+
 ENTRY_FORMAT = 1
 _SUFFIX = ".json"
 _UNKEYED_FIELDS = ("time_limit", "workers", "extra")
@@ -290,7 +292,9 @@ class ResultCache:
         found); ``result`` the SearchResult (statistics; an interrupted search is not stored).
         A search cut short by its budget does not replace a valid entry of a longer or a
         complete search (the same subprogram searched again with a smaller share of a
-        budget, e.g. the attention part of a larger program): None is returned then.
+        budget, e.g. the attention part of a larger program): None is returned then — unless
+        that entry was ranked on the GPU with kernels of an older code generator
+        (``CODEGEN_REVISION``).
         """
         if result is not None and getattr(result, "interrupted", False):
             return None
@@ -312,6 +316,7 @@ class ResultCache:
             if improved else None,
             "search": search,
             "ranking": ranking_summary(getattr(best, "ranking", None)),
+            "codegen": CODEGEN_REVISION,
         }
         entry["checksum"] = _checksum(entry)
         path = self.entry_path(key)
@@ -327,9 +332,12 @@ class ResultCache:
         if not path.exists():
             return False
         try:
-            old = self._read(path, key).get("search") or {}
+            entry = self._read(path, key)
         except CacheEntryError:
             return False
+        if entry.get("codegen") != CODEGEN_REVISION:
+            return False  # ranked with kernels that are no longer emitted
+        old = entry.get("search") or {}
         old_limit, new_limit = old.get("time_limit"), search.get("time_limit")
         if not old.get("timed_out"):
             return True

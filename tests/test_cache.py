@@ -142,6 +142,21 @@ def test_a_shorter_search_cut_short_does_not_replace_a_better_entry(cache):
     assert cut is None  # nothing cut short replaces a complete search
 
 
+def test_an_entry_ranked_with_older_kernels_is_replaced_by_any_search(cache, monkeypatch):
+    """Its measured ranking timed kernels the code generator no longer emits."""
+    import mugraph.cache as cache_module
+
+    program, _, first = store(cache, best=fused(), config=SearchConfig(time_limit=1.0))
+    monkeypatch.setattr(cache_module, "CODEGEN_REVISION", cache_module.CODEGEN_REVISION + 1)
+    _, _, cut = store(cache, program, best=None, config=SearchConfig(time_limit=5.0),
+                      timed_out=True)
+    assert cut == first
+    assert json.loads(first.read_text())["codegen"] == cache_module.CODEGEN_REVISION
+    _, _, again = store(cache, program, best=None, config=SearchConfig(time_limit=2.0),
+                        timed_out=True)
+    assert again is None  # the new entry is of this revision: the usual rule again
+
+
 def test_an_interrupted_search_is_not_stored(cache):
     _, _, path = store(cache, best=fused(), interrupted=True)
     assert path is None and cache.entries() == []

@@ -62,19 +62,26 @@ def offsets(
     """Element offsets of a tile: ``sum_d (base_d + lane_d - shift_d) * stride_d``.
 
     ``base[d]`` lists scalar terms (block and iteration offsets) of dim ``d``; ``strides[d]``
-    is a stride expression (a kernel argument or a literal).
+    is a stride expression (a kernel argument or a literal). Where ``strides`` and ``base``
+    have more dims than ``pad``, the first ones are dims of size 1 that the tile leaves out:
+    only their scalar terms count (``shift`` is keyed by the tile's dims).
     """
     shift = shift or {}
+    lead = len(strides) - len(pad)
     terms = []
+    for d in range(lead):
+        if base[d]:
+            total = " + ".join(base[d])
+            terms.append(total if strides[d] == "1" else f"({total}) * {strides[d]}")
     for d, p in enumerate(pad):
-        parts = list(base[d])
+        parts = list(base[d + lead])
         if p > 1:
             index = lane(d, pad, index64)
             s = shift.get(d, 0)
             parts.append(index if not s else f"({index} - {s})" if s > 0 else f"({index} + {-s})")
         if parts:
             total = " + ".join(parts)
-            stride = strides[d]
+            stride = strides[d + lead]
             terms.append(total if stride == "1" else f"({total}) * {stride}")
     extra = full_shape_term(pad)
     if extra:

@@ -23,6 +23,12 @@ A matmul of two concatenations that split the inner dim at the same place (LoRA'
 concatenated tiles. Reshapes that only add or drop size-1 dims tie the padding of the dims
 they keep (:mod:`mugraph.codegen.padding`), so they are reinterpretations too.
 
+Tiles: a kernel whose every block tensor has a leading dim of size 1 (an attention head per
+block, say) holds its tiles without that dim (:func:`squeezed_lead`): its offsets become scalar
+terms of the addresses. On an H100 (Triton 3.6) the same attention kernels ran 1.1-1.3x faster
+with 2-D tiles than with [1, M, N] tiles, and 10-50x faster where M was padded (falcon's 71
+query heads); ``benchmarks/probe_attention.py``.
+
 Matmul: ``tl.dot`` with float32 accumulation when every one of M, K, N exceeds 1 (their padded
 sizes are then at least ``dot_min_dim`` = 16); 3-D tiles use the batched ``tl.dot``; tiles of
 rank > 3 fold their batch dims into one. A matmul with M, K or N equal to 1 is a broadcast
@@ -48,6 +54,11 @@ from mugraph.ir.graph import BlockGraph, Op
 from mugraph.ir.ops import AccumKind, Group, OpKind
 from mugraph.ir.phase import Phase, block_phases
 from mugraph.ir.tensor import TensorRef, TensorType
+
+# Raised when the emitted kernels change in speed: a result-cache entry whose GPU ranking
+# timed kernels of an older revision is replaced by any new search of its program
+# (:meth:`mugraph.cache.ResultCache.put`). 2: tiles without a leading unit dim.
+CODEGEN_REVISION = 2
 
 TRITON_MAX_NUMEL = 1 << 20  # Triton's hard limit on the elements of one tensor
 TRITON_MAX_GRID_YZ = 65535
@@ -164,8 +175,30 @@ def {NAN_MAX}(a, b):
 """
 
 
+def squeezed_lead(block: BlockGraph) -> int:
+    """How many leading dims the kernel's register tiles leave out: 1 when every tensor of the
+    block graph has rank 3 or more and a leading dim of size 1 (and no operator works along
+    that dim or changes ranks), else 0. Its offsets then enter addresses as scalars."""
+    types = [t for op in block.ops for t in op.outputs]
+    if not types or any(len(t.dims) < 3 or t.dims[0] != 1 for t in types):
+        return 0
+    for op in block.ops:
+        if op.kind is OpKind.RESHAPE:
+            return 0
+        if op.kind in AXIS_OPS and op.attr("dim") % len(op.outputs[0].dims) == 0:
+            return 0
+    return 1
+
+
+AXIS_OPS = frozenset({OpKind.REDUCTION, OpKind.REDUCTION_MAX, OpKind.CONCAT})
+
+
 class KernelEmitter:
-    """Builds the source of one kernel from a block graph, operator by operator."""
+    """Builds the source of one kernel from a block graph, operator by operator.
+
+    ``lead`` leading dims (:func:`squeezed_lead`) are left out of every register tile:
+    :meth:`dims` and :meth:`pad` give a tile's shape without them, :meth:`axis` maps an
+    operator's dim to the tile's, and addresses take their offsets as scalar terms."""
 
     def __init__(self, block: BlockGraph, name: str, label: str, options: CodegenOptions,
                  carry: KernelCarry | None = None) -> None:
@@ -174,6 +207,7 @@ class KernelEmitter:
         self.name = name
         self.label = label
         self.options = options
+        self.lead = squeezed_lead(block)
         self.pads = padded_shapes(block, options.dot_min_dim)
         self.phases = block_phases(block)
         self.lines: dict[Phase, list[str]] = {PRE: [], LOOP: [], POST: []}
@@ -235,10 +269,19 @@ class KernelEmitter:
         return self.derived_memo[key]
 
     def dims(self, ref: TensorRef) -> tuple[int, ...]:
+        """The dims of ``ref``'s register tile (the tensor's, less the left-out lead)."""
+        return self.block.tensor_type(ref).dims[self.lead:]
+
+    def full_dims(self, ref: TensorRef) -> tuple[int, ...]:
+        """The dims of the block tensor ``ref`` (what addresses are computed from)."""
         return self.block.tensor_type(ref).dims
 
     def pad(self, ref: TensorRef) -> tuple[int, ...]:
-        return self.pads[ref]
+        return self.pads[ref][self.lead:]
+
+    def axis(self, dim: int) -> int:
+        """The tile axis of an operator's ``dim`` (negative dims count from the end)."""
+        return dim - self.lead if dim >= 0 else dim
 
     def dtype(self, ref: TensorRef) -> DType:
         return self.block.tensor_type(ref).dtype
@@ -325,7 +368,7 @@ class KernelEmitter:
         base = self.base_terms(dtensor.dims, tile, op.attr("imap"), op.attr("forloop_dim"))
         strides = [f"in{i}_s{d}" for d in range(len(tile))]
         offs = tiles.offsets(pad, strides, base, shift, self.options.index64)
-        mask = region if region is not None else tiles.valid_mask(tile, pad)
+        mask = region if region is not None else tiles.valid_mask(tile[self.lead:], pad)
         if mask is None:
             return f"tl.load(in{i}_ptr + {offs})"
         return f"tl.load(in{i}_ptr + {offs}, mask={mask}, other=0.0)"
@@ -355,17 +398,18 @@ def _load_scales(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
     i = op.attr("index")
     width = em.scaled.widths[i]
     dtensor: TensorType = op.attr("dtensor")
-    dims, pad = em.dims(ref), em.pad(ref)
+    dims, pad, full = em.dims(ref), em.pad(ref), em.full_dims(ref)
     imap, fdim = op.attr("imap"), op.attr("forloop_dim")
-    rows, row_pad = (*dims[:-1], 1), (*pad[:-1], 1)
-    last = len(dims) - 1
+    rows, row_pad, full_rows = (*dims[:-1], 1), (*pad[:-1], 1), (*full[:-1], 1)
+    last = len(full) - 1
     if dims[-1] == width:  # a whole producer block per tile: offsets in units of blocks
-        base = em.base_terms((*dtensor.dims[:-1], dtensor.dims[-1] // width), rows, imap, fdim)
+        base = em.base_terms((*dtensor.dims[:-1], dtensor.dims[-1] // width), full_rows, imap,
+                             fdim)
     else:
-        base = em.base_terms(dtensor.dims, dims, imap, fdim)
+        base = em.base_terms(dtensor.dims, full, imap, fdim)
         if base[last]:
             base[last] = [f"({' + '.join(base[last])}) // {width}"]
-    strides = [f"sin{i}_s{d}" for d in range(len(dims))]
+    strides = [f"sin{i}_s{d}" for d in range(len(full))]
     offs = tiles.offsets(row_pad, strides, base, None, em.options.index64)
     mask = tiles.valid_mask(rows, row_pad)
     expr = f"tl.load(sin{i}_ptr + {offs}" + (f", mask={mask}, other=0.0)" if mask else ")")
@@ -635,14 +679,14 @@ def _matmul_broadcast(em, op, ref, sec, a: Val, b: Val, pad, dims) -> Val:
 
 def _emit_reduction(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
     x = em.f32(em.zero_pads(em.get(op.inputs[0], sec), sec), sec)
-    d = op.attr("dim")
+    d = em.axis(op.attr("dim"))
     expr = f"tl.expand_dims(tl.sum({x.name}, axis={d}), {d})"
     return em.assign(sec, f"b{ref.op}", expr, em.dims(ref), em.pad(ref), zero_pad=True)
 
 
 def _emit_reduction_max(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
     x = em.f32(em.get(op.inputs[0], sec), sec)
-    d = op.attr("dim")
+    d = em.axis(op.attr("dim"))
     src = x.name
     mask = tiles.valid_mask(x.dims, x.pad, only=[d])
     if mask:
@@ -674,9 +718,9 @@ def _emit_concat(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
 
 def _concat_loads(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase, ops: list[Op]) -> Val:
     """Concat of two input tiles: one tile read from two address ranges."""
-    d = op.attr("dim")
     dims, pad = em.dims(ref), em.pad(ref)
-    split = ops[0].outputs[0].dims[d]
+    split = ops[0].outputs[0].dims[op.attr("dim")]
+    d = em.axis(op.attr("dim"))
     idx = tiles.lane(d, pad)
     rest = tiles.valid_mask(dims, pad, only=[i for i in range(len(dims)) if i != d])
     first = tiles.and_masks(rest, f"({idx} < {split})")
@@ -696,7 +740,7 @@ def _concat_scratch(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Va
     """Concat through block-private scratch: store both parts, barrier, load the whole."""
     a = em.f32(em.get(op.inputs[0], sec), sec)
     b = em.f32(em.get(op.inputs[1], sec), sec)
-    d = op.attr("dim")
+    d = em.axis(op.attr("dim"))
     dims, pad = em.dims(ref), em.pad(ref)
     base = _scratch_base(em, math.prod(dims))
     em.emit(sec, "tl.debug_barrier()")
@@ -937,11 +981,11 @@ def _emit_store(em: KernelEmitter, op: Op, j: int) -> None:
     sec = LOOP if fdim >= 0 else em.phases[ref.op]
     val = em.get(ref, sec)
     block = em.block
-    out_dims = maps.output_dims(
-        "new_output", val.dims, block.grid_dim, omap, block.forloop_range, fdim
-    )
-    base = em.base_terms(out_dims, val.dims, omap, fdim)
-    strides = [f"out{j}_s{d}" for d in range(len(val.dims))]
+    full = em.full_dims(ref)
+    out_dims = maps.output_dims("new_output", full, block.grid_dim, omap, block.forloop_range,
+                                fdim)
+    base = em.base_terms(out_dims, full, omap, fdim)
+    strides = [f"out{j}_s{d}" for d in range(len(full))]
     offs = tiles.offsets(val.pad, strides, base, None, em.options.index64)
     value = f"{val.name}.to(out{j}_ptr.dtype.element_ty)"
     mask = tiles.valid_mask(val.dims, val.pad)
@@ -964,9 +1008,10 @@ def _store_scales(em: KernelEmitter, op: Op, j: int, ref: TensorRef, sec: Phase,
         expr = f"tl.reshape({expr}, {[*em.pad(step)[:-1], 1]})"
     width = val.dims[-1]
     rows, row_pad = (*val.dims[:-1], 1), (*val.pad[:-1], 1)
+    full_rows = (*em.full_dims(op.inputs[0])[:-1], 1)
     scale_dims = (*out_dims[:-1], out_dims[-1] // width)
-    base = em.base_terms(scale_dims, rows, op.attr("omap"), op.attr("forloop_dim"))
-    strides = [f"sout{j}_s{d}" for d in range(len(rows))]
+    base = em.base_terms(scale_dims, full_rows, op.attr("omap"), op.attr("forloop_dim"))
+    strides = [f"sout{j}_s{d}" for d in range(len(full_rows))]
     offs = tiles.offsets(row_pad, strides, base, None, em.options.index64)
     em.emit(sec, _store_text(f"sout{j}_ptr + {offs}", expr, tiles.valid_mask(rows, row_pad)))
 

@@ -13,7 +13,9 @@ arguments of every kernel are precomputed, and kernels are launched through the 
 kernel's launcher rather than Triton's JIT dispatch. With ``cuda_graph`` on (the default on
 CUDA) a plan also captures the whole program in a CUDA graph, keyed by the pointers of the
 fresh outputs it is given, the second time it sees them, and replays it afterwards: one launch
-per call. Programs with PyTorch operators, or outputs that alias inputs, keep the general path.
+per call. Programs with PyTorch operators, or outputs that alias inputs, run the general path
+(each operator dispatched from Python) and, with ``cuda_graph`` on, capture that path in a CUDA
+graph the same way (a :class:`_CapturedPlan`).
 
 Programs are cached in-process by the graph's structural hash and the options.
 """
@@ -392,6 +394,18 @@ class CompiledProgram:
             outs = [self._finish_output(values, k, ref) for k, ref in enumerate(self._outputs)]
             self._add_plan(inputs, state, values, trace)
             return outs
+        outs = self.run_outputs(inputs)
+        if (
+            self.cuda_graph is not False
+            and state.device.type == "cuda"
+            and not interpreter_active()
+            and _current_device() == state.device.index
+        ):
+            self._remember(_CapturedPlan.build(self, inputs, state))
+        return outs
+
+    def run_outputs(self, inputs) -> list[Any]:
+        """The general path: every operator in order, then the outputs as declared."""
         values = self.run_values(inputs)
         return [self._finish_output(values, k, ref) for k, ref in enumerate(self._outputs)]
 
@@ -556,6 +570,9 @@ class CompiledProgram:
         except _NoPlan as why:
             self.plan_note = f"no fast path: {why}"
             return
+        self._remember(plan)
+
+    def _remember(self, plan: _Plan | _CapturedPlan) -> None:
         if len(self._plans) >= MAX_PLANS:
             self._plans.pop(next(iter(self._plans)))
         self._plans[plan.key] = plan
@@ -709,6 +726,87 @@ class _Plan:
         if len(self.graphs) >= MAX_GRAPHS_PER_PLAN:
             self.graphs.popitem(last=False)
         self.graphs[key] = graph
+
+
+class _CapturedPlan:
+    """One input set of a program that runs PyTorch operators (or returns an input): the
+    general path, captured in a CUDA graph the second time a set of fresh outputs is seen and
+    replayed afterwards — the operators' Python dispatch and the kernels' JIT launches then
+    cost one graph launch per call. The capture writes the outputs into the fresh tensors it is
+    given (keyed by their pointers, as :class:`_Plan`); PyTorch operators' intermediate tensors
+    live in the graph's own memory pool. A program whose capture fails (an operator that
+    synchronizes, say) keeps the general path."""
+
+    def __init__(self, program: CompiledProgram, key: tuple, signature: list, device) -> None:
+        self.program = program
+        self.key = key
+        self.signature = signature
+        self.device = device
+        self.device_index = device.index if device.index is not None else 0
+        self.graphs: OrderedDict = OrderedDict()
+        self.seen: dict[tuple, int] = {}
+        self.replays = 0
+        self.graph_failed = ""
+        self.verified = True  # the general path is always right
+        self.note = "CUDA graph of the general path (PyTorch operators)"
+
+    @classmethod
+    def build(cls, program: CompiledProgram, inputs, state: _DeviceState) -> _CapturedPlan:
+        key = tuple(x.data_ptr() for x in inputs)
+        signature = [(x.shape, tuple(x.stride()), x.dtype) for x in inputs]
+        return cls(program, key, signature, state.device)
+
+    matches = _Plan.matches
+
+    def call(self, inputs) -> list[Any]:
+        import torch
+
+        program = self.program
+        if self.graph_failed or torch.cuda.is_current_stream_capturing():
+            return program.run_outputs(inputs)
+        fresh = [_empty(t, self.device) for t in program._out_specs]
+        key = tuple([t.data_ptr() for t in fresh])
+        graph = self.graphs.get(key)
+        if graph is None:
+            seen = self.seen.get(key, 0) + 1
+            if len(self.seen) > 64:
+                self.seen.clear()
+            self.seen[key] = seen
+            if seen < 2:
+                return program.run_outputs(inputs)
+            graph = self._capture(key, fresh, inputs)
+            if graph is None:
+                return program.run_outputs(inputs)
+        graph.replay()
+        self.replays += 1
+        return fresh
+
+    def _capture(self, key: tuple, fresh: list[Any], inputs) -> Any:
+        import torch
+
+        program = self.program
+        graph = torch.cuda.CUDAGraph()
+        current = torch.cuda.current_stream(self.device)
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(current)
+        try:
+            with torch.cuda.stream(side):
+                graph.capture_begin()
+                try:
+                    values = program.run_values(inputs)
+                    for k, ref in enumerate(program._outputs):
+                        fresh[k].copy_(values[ref.op][ref.index])
+                finally:
+                    graph.capture_end()
+        except Exception as error:  # noqa: BLE001 - no graph: the general path stays
+            self.graph_failed = f"{type(error).__name__}: {error}"
+            return None
+        finally:
+            current.wait_stream(side)
+        if len(self.graphs) >= MAX_GRAPHS_PER_PLAN:
+            self.graphs.popitem(last=False)
+        self.graphs[key] = graph
+        return graph
 
 
 def _current_device() -> int:
