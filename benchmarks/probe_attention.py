@@ -10,6 +10,12 @@ its output agrees with PyTorch); and ``yardstick``: a hand-written Triton split-
 (2-D tiles, the log-sum-exp merge in a second kernel) over block sizes and splits. Times are
 medians of CUDA-event times with the L2 cache flushed (``profile_callable``); every output is
 compared with PyTorch's float32 result first.
+
+This probe is the experiment behind the code generator's 2-D tiles (``squeezed_lead`` in
+:mod:`mugraph.codegen.triton_gen`, ``CODEGEN_REVISION`` 2): on an H100 it measured the
+search's 3-D-tile kernels against the same kernels rewritten with 2-D tiles (table in
+``benchmarks/RESULTS.md``). The code generator now emits 2-D tiles itself, so on its current
+output the rewrite changes nothing and the two columns agree.
 """
 
 from __future__ import annotations
@@ -30,13 +36,11 @@ from benchmarks.suite.baselines import sdpa_candidates
 from benchmarks.suite.mugraphs import load_searched
 from benchmarks.suite.rows import ROWS
 from benchmarks.suite.tensors import make_inputs, rel_error
-from mugraph.ir.serialize import from_json
 from mugraph.optimize import profile_callable
 from mugraph.runtime import compiled as runtime
 
 DEFAULT_ROWS = ("gqa_b1", "gqa_b8", "mqa_b8", "mha_b8", "gqa_llama70b_spec_b8",
                 "mqa_falcon7b_decode_b1", "mqa_falcon7b_decode_b8")
-PROBE_GRAPHS = Path(__file__).resolve().parents[1] / "probe_graphs"
 RESULTS: list[dict] = []
 
 
@@ -206,24 +210,6 @@ def probe_row(name: str, reps: int) -> dict:
         f"{rec['program_graphed']:.1f} µs captured")
     graph, doc = load_searched(row, program)
     sweep = [None, (2, 3), (4, 2), (4, 3), (8, 2), (8, 3)]
-    if graph is None and (PROBE_GRAPHS / f"{name}.json").exists():
-        # no search winner (the program itself was fastest): the search's candidates, each
-        # timed at one launch setting, the fastest of them swept
-        docs = json.loads((PROBE_GRAPHS / f"{name}.json").read_text())
-        graphs = [from_json(json.dumps(d["graph"])) for d in docs]
-        for squeeze in (False, True):
-            timed = [(time_graph(g, inputs, ref, reps, [(4, 3)], squeeze)[0], i)
-                     for i, g in enumerate(graphs)]
-            log(f"  candidates{' 2d' if squeeze else ''}: "
-                + ", ".join(f"#{i} {t:.1f}" for t, i in timed))
-            _, i = min(timed)
-            rec[f"candidate{'_2d' if squeeze else ''}"] = i
-            graph, doc = graphs[i], {}
-            key = "searched_2d" if squeeze else "searched"
-            rec[key], rec[key + "_launch"] = time_graph(graph, inputs, ref, reps, sweep[1:],
-                                                        squeeze)
-            rec[key + "_recorded"] = float("nan")
-        graph = None
     if graph is not None:
         recorded = {int(k): tuple(v) for k, v in (doc.get("launch") or {}).items()}
         for squeeze in (False, True):

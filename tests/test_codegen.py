@@ -28,6 +28,7 @@ from mugraph.codegen.triton_gen import (  # noqa: E402
     TRITON_EMITTERS,
     reshape_groups,
     reshape_is_reinterpretation,
+    squeezed_lead,
 )
 from mugraph.errors import GraphInputError, UnsupportedError  # noqa: E402
 from mugraph.ir.ops import Group, OpKind  # noqa: E402
@@ -415,6 +416,66 @@ def test_accum_max_and_rescale_online_softmax_shape():
         ]
 
     run_check(one_kernel([((6, 60), (0, -1, -1), 1)], build, loops=3))
+
+
+# ---- tiles without a leading unit dim ---------------------------------------------------------
+
+_SUBSCRIPTS = re.compile(r"\)\[([^\[\]]*)\]")
+
+
+def _tile_ranks(source: str) -> set[int]:
+    """The ranks of the lane subscripts (``tl.arange(...)[None, :]``) in kernel source."""
+    return {len(m.group(1).split(",")) for m in _SUBSCRIPTS.finditer(source)
+            if "None" in m.group(1) or m.group(1) == ":"}
+
+
+def _attention_heads_per_block(rows=71, heads=4, d=16, n=64, loops=2):
+    """softmax(Q K) V with one head per block ([1, rows, d] tiles): rows padded to 128."""
+    def build(tb, t):
+        q, k, v = t
+        e = tb.exp(tb.matmul(q, k))
+        total = tb.forloop_accum(e, "sum")
+        o = tb.forloop_accum(tb.matmul(e, v))
+        return [(tb.div(o, total), (0, -1, -1), -1)]
+
+    ins = [((heads, rows, d), (0, -1, -1), -1), ((heads, d, n), (0, -1, -1), 2),
+           ((heads, n, d), (0, -1, -1), 1)]
+    return one_kernel(ins, build, grid=(heads, 1, 1), loops=loops)
+
+
+def test_tiles_with_a_leading_unit_dim_are_held_in_two_dims():
+    g = _attention_heads_per_block()
+    block = next(op for op in g.ops if op.kind is OpKind.CUSTOMIZED).attr("graph")
+    assert squeezed_lead(block) == 1
+    source = run_check(g, scale=0.5).source
+    assert _tile_ranks(source) == {2}
+    assert "tl.full([1," not in source and "pid_x * 1) * in0_s0" in source
+
+
+def test_a_leading_unit_dim_walked_by_the_loop_and_strided_output():
+    def build(tb, t):
+        x = t[0]  # [1, 8, 16] per iteration: the loop walks dim 0, the grid dim 1
+        return [(tb.exp(x), (1, -1, -1), 0),
+                (tb.forloop_accum(tb.reduction(x, 2), "none"), (1, -1, -1), -1)]
+
+    g = one_kernel([((3, 16, 16), (1, -1, -1), 0)], build, grid=(2, 1, 1), loops=3)
+    block = next(op for op in g.ops if op.kind is OpKind.CUSTOMIZED).attr("graph")
+    assert squeezed_lead(block) == 1
+    assert _tile_ranks(run_check(g).source) == {2}
+
+
+def test_kernels_that_work_along_the_leading_dim_keep_it():
+    def reduce_dim0(tb, t):
+        return [(tb.reduction(t[0], 0), (1, -1, -1), -1)]
+
+    def reshaped(tb, t):
+        return [(tb.reshape(t[0], (1, 8, 4, 4)), (1, -1, -1), -1)]
+
+    for build in (reduce_dim0, reshaped):
+        g = one_kernel([((1, 16, 16), (1, -1, -1), -1)], build)
+        block = next(op for op in g.ops if op.kind is OpKind.CUSTOMIZED).attr("graph")
+        assert squeezed_lead(block) == 0
+        assert 2 not in _tile_ranks(run_check(g).source)
 
 
 # ---- maps: imap, omap, forloop_dim ------------------------------------------------------------
