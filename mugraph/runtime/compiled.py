@@ -704,28 +704,7 @@ class _Plan:
 
     def _capture(self, key: tuple, fresh: list[Any], inputs) -> None:
         """Capture this input set's launches with these outputs (replayed by later calls)."""
-        import torch
-
-        device = self.device
-        graph = torch.cuda.CUDAGraph()
-        current = torch.cuda.current_stream(device)
-        side = torch.cuda.Stream(device)
-        side.wait_stream(current)
-        try:
-            with torch.cuda.stream(side):
-                graph.capture_begin()
-                try:
-                    self.launch(fresh, inputs, side.cuda_stream)
-                finally:
-                    graph.capture_end()
-        except Exception as error:  # noqa: BLE001 - no graph: launches stay direct
-            self.graph_failed = f"{type(error).__name__}: {error}"
-            return
-        finally:
-            current.wait_stream(side)
-        if len(self.graphs) >= MAX_GRAPHS_PER_PLAN:
-            self.graphs.popitem(last=False)
-        self.graphs[key] = graph
+        _capture_into(self, key, lambda stream: self.launch(fresh, inputs, stream))
 
 
 class _CapturedPlan:
@@ -782,31 +761,42 @@ class _CapturedPlan:
         return fresh
 
     def _capture(self, key: tuple, fresh: list[Any], inputs) -> Any:
-        import torch
-
         program = self.program
-        graph = torch.cuda.CUDAGraph()
-        current = torch.cuda.current_stream(self.device)
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(current)
-        try:
-            with torch.cuda.stream(side):
-                graph.capture_begin()
-                try:
-                    values = program.run_values(inputs)
-                    for k, ref in enumerate(program._outputs):
-                        fresh[k].copy_(values[ref.op][ref.index])
-                finally:
-                    graph.capture_end()
-        except Exception as error:  # noqa: BLE001 - no graph: the general path stays
-            self.graph_failed = f"{type(error).__name__}: {error}"
-            return None
-        finally:
-            current.wait_stream(side)
-        if len(self.graphs) >= MAX_GRAPHS_PER_PLAN:
-            self.graphs.popitem(last=False)
-        self.graphs[key] = graph
-        return graph
+
+        def run(stream: int) -> None:
+            values = program.run_values(inputs)
+            for k, ref in enumerate(program._outputs):
+                fresh[k].copy_(values[ref.op][ref.index])
+
+        return _capture_into(self, key, run)
+
+
+def _capture_into(plan: _Plan | _CapturedPlan, key: tuple, run) -> Any:
+    """Capture ``run(stream)`` on a side stream into a CUDA graph kept in ``plan.graphs`` under
+    ``key`` (the oldest evicted beyond MAX_GRAPHS_PER_PLAN); None, with ``plan.graph_failed``
+    saying why, when the capture fails (the plan then keeps launching without a graph)."""
+    import torch
+
+    graph = torch.cuda.CUDAGraph()
+    current = torch.cuda.current_stream(plan.device)
+    side = torch.cuda.Stream(plan.device)
+    side.wait_stream(current)
+    try:
+        with torch.cuda.stream(side):
+            graph.capture_begin()
+            try:
+                run(side.cuda_stream)
+            finally:
+                graph.capture_end()
+    except Exception as error:  # noqa: BLE001 - no graph: the plan runs without one
+        plan.graph_failed = f"{type(error).__name__}: {error}"
+        return None
+    finally:
+        current.wait_stream(side)
+    if len(plan.graphs) >= MAX_GRAPHS_PER_PLAN:
+        plan.graphs.popitem(last=False)
+    plan.graphs[key] = graph
+    return graph
 
 
 def _current_device() -> int:
