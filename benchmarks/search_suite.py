@@ -23,7 +23,8 @@ measured times of every candidate timed on the GPU — and its launch settings),
 re-checked in float64 and through code generation) and the search record (time, states,
 units, candidates verified, the config, the hand-written μGraph's best estimate);
 ``<out>/<row>.log`` the same in words with the search's progress. ``<out>/summary.json``
-and ``summary.md`` collect one line per row. ``NAME`` is a row
+and ``summary.md`` collect one line per row (a call that searches some rows keeps the other
+rows' lines). ``NAME`` is a row
 (``lora_b1``) or a workload (``lora``: both of its rows); no name means every row.
 """
 
@@ -38,7 +39,7 @@ import traceback
 from pathlib import Path
 
 from benchmarks.suite.mugraphs import SEARCHED_DIR, hand_written_choice
-from benchmarks.suite.rows import Row, select
+from benchmarks.suite.rows import ROWS, Row, select
 from mugraph.cache import ResultCache
 from mugraph.search.api import superoptimize_graph
 from mugraph.search.driver import default_cost, reference_recheck
@@ -287,7 +288,25 @@ def summary_line(record: dict) -> dict:
     return line
 
 
+def merged_summary(out: Path, lines: list[dict]) -> list[dict]:
+    """The summary lines of ``out`` with this call's ``lines`` in place of those rows' earlier
+    lines (a call that searches some rows keeps the others'), in table order."""
+    path = out / "summary.json"
+    by_row: dict[str, dict] = {}
+    if path.exists():
+        try:
+            by_row = {ln["row"]: ln for ln in json.loads(path.read_text())}
+        except (ValueError, KeyError, TypeError):
+            by_row = {}
+    by_row.update({ln["row"]: ln for ln in lines})
+    order = {name: i for i, name in enumerate(ROWS)}
+    return sorted(by_row.values(), key=lambda ln: order.get(ln["row"], len(order)))
+
+
 def write_summary(out: Path, lines: list[dict]) -> None:
+    """Write ``summary.json`` and ``summary.md``: this call's rows merged into the earlier
+    calls' (:func:`merged_summary`)."""
+    lines = merged_summary(out, lines)
     (out / "summary.json").write_text(json.dumps(lines, indent=1))
     head = ("| row | search s | states | verified | est µs | hand-written est µs | est vs hand | "
             "kernels | split | alternatives (structures) | split alternative |")

@@ -312,3 +312,19 @@ def test_a_candidate_that_faults_the_gpu_restarts_the_run_without_it(tmp_path, m
     again.restarts = run.MAX_RESTARTS
     with pytest.raises(SystemExit, match="after 3 restarts"):
         run.restart_after_fault(again, "lora_b1:other", 7, fault.value)
+
+
+def test_a_search_call_of_some_rows_keeps_the_other_rows_summary(tmp_path):
+    from benchmarks.search_suite import write_summary
+
+    def line(row, states):
+        return {"row": row, "elapsed_s": 1.0, "states": states, "candidates_verified": 1,
+                "est_us": 1.0, "hand_est_us": None, "vs_hand": None, "kernels": 1,
+                "split": False, "alternatives": 0, "alternative_structures": 0,
+                "split_alternative": False}
+
+    write_summary(tmp_path, [line("lora_b1", 1), line("gqa_b1", 2)])
+    write_summary(tmp_path, [line("lora_b1", 3)])
+    lines = json.loads((tmp_path / "summary.json").read_text())
+    assert [(ln["row"], ln["states"]) for ln in lines] == [("gqa_b1", 2), ("lora_b1", 3)]
+    assert "| gqa_b1 |" in (tmp_path / "summary.md").read_text()
