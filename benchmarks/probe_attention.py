@@ -1,21 +1,19 @@
-"""Where the attention rows' time goes (GPU): the search's kernels, the same kernels emitted
-with 2-D tiles, and a plain Triton split-KV kernel as a yardstick.
+"""Where the attention rows' time goes (GPU): the search's kernels beside SDPA and a plain
+Triton split-KV kernel as a yardstick.
 
     python -m benchmarks.probe_attention [--rows gqa_b8,mqa_b8] [--out DIR]
 
-For each row: SDPA's best backend; the search's winner (``benchmarks/searched/<row>.json``)
-with its recorded launch settings and over a few warps / stages; the same μGraph with every
-kernel's leading unit dim dropped from the emitted source (a text rewrite, kept only where
-its output agrees with PyTorch); and ``yardstick``: a hand-written Triton split-KV kernel
+For each row: SDPA's best backend; the program itself through mugraph's runtime (operator by
+operator, and captured in a CUDA graph); the search's winner (``benchmarks/searched/<row>.json``)
+with its recorded launch settings and over a few warps / stages; and ``yardstick``: a
+hand-written Triton split-KV kernel
 (2-D tiles, the log-sum-exp merge in a second kernel) over block sizes and splits. Times are
 medians of CUDA-event times with the L2 cache flushed (``profile_callable``); every output is
 compared with PyTorch's float32 result first.
 
-This probe is the experiment behind the code generator's 2-D tiles (``squeezed_lead`` in
-:mod:`mugraph.codegen.triton_gen`, ``CODEGEN_REVISION`` 2): on an H100 it measured the
-search's 3-D-tile kernels against the same kernels rewritten with 2-D tiles (table in
-``benchmarks/RESULTS.md``). The code generator now emits 2-D tiles itself, so on its current
-output the rewrite changes nothing and the two columns agree.
+Its first form (commit 57697c1) also rewrote the kernels' source with 2-D tiles: the
+experiment behind the code generator's own 2-D tiles (``squeezed_lead`` in
+:mod:`mugraph.codegen.triton_gen`, ``CODEGEN_REVISION`` 2; table in ``benchmarks/RESULTS.md``).
 """
 
 from __future__ import annotations
@@ -23,9 +21,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import re
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -46,29 +42,6 @@ RESULTS: list[dict] = []
 
 def log(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
-
-
-# ---- the 2-D rewrite --------------------------------------------------------------------------
-
-_SUB3 = re.compile(r"\[None, ([^\[\],]+), ([^\[\],]+)\]")
-_AXIS = re.compile(r"axis=(\d)")
-_EXPAND = re.compile(r"(tl\.expand_dims\((?:[^()]|\([^()]*(?:\([^()]*\))*[^()]*\))*), (\d)\)")
-
-
-def squeeze_source(src: str) -> str:
-    """Kernel source whose 3-D tiles all have a leading unit dim, rewritten with 2-D tiles."""
-    out = _SUB3.sub(r"[\1, \2]", src)
-    out = re.sub(r"tl\.full\(\[1, ", "tl.full([", out)
-    out = _AXIS.sub(lambda m: f"axis={int(m.group(1)) - 1}", out)
-    out = _EXPAND.sub(lambda m: f"{m.group(1)}, {int(m.group(2)) - 1})", out)
-    return out
-
-
-def _squeezing_generate(original):
-    def generate(*args, **kwargs):
-        src = original(*args, **kwargs)
-        return replace(src, source=squeeze_source(src.source))
-    return generate
 
 
 # ---- yardstick: split-KV attention with a log-sum-exp merge --------------------------------
@@ -179,17 +152,8 @@ def measure(fn, ref, reps: int) -> tuple[float, float]:
     return t.seconds * 1e6, err
 
 
-def compiled_call(graph, inputs, launch, squeeze: bool):
-    original = runtime.generate_kernel
-    if squeeze:
-        runtime.generate_kernel = _squeezing_generate(original)
-    try:
-        runtime.clear_cache()
-        program = runtime.compile_graph(graph, launch=launch, check=False, cuda_graph=False)
-        for step in program.steps.values():
-            step.kernel(False)
-    finally:
-        runtime.generate_kernel = original
+def compiled_call(graph, inputs, launch):
+    program = runtime.compile_graph(graph, launch=launch, check=False)
     return lambda: program(inputs)[0]
 
 
@@ -209,20 +173,14 @@ def probe_row(name: str, reps: int) -> dict:
     log(f"  program through the runtime: {rec['program_ops']:.1f} µs op by op, "
         f"{rec['program_graphed']:.1f} µs captured")
     graph, doc = load_searched(row, program)
-    sweep = [None, (2, 3), (4, 2), (4, 3), (8, 2), (8, 3)]
     if graph is not None:
         recorded = {int(k): tuple(v) for k, v in (doc.get("launch") or {}).items()}
-        for squeeze in (False, True):
-            key = "searched_2d" if squeeze else "searched"
-            rec[key + "_recorded"] = time_graph(graph, inputs, ref, reps, [recorded], squeeze)[0]
-            rec[key], rec[key + "_launch"] = time_graph(graph, inputs, ref, reps, sweep[1:],
-                                                        squeeze)
-            rec[key], rec[key + "_launch"] = min((rec[key], rec[key + "_launch"]),
-                                                 (rec[key + "_recorded"], "recorded"))
-    for key in ("searched", "searched_2d"):
-        if key in rec:
-            log(f"  {key}: recorded {rec[key + '_recorded']:.1f}, best {rec[key]:.1f} "
-                f"({rec[key + '_launch']})")
+        rec["searched_recorded"] = time_graph(graph, inputs, ref, reps, [recorded])[0]
+        swept = time_graph(graph, inputs, ref, reps, [(2, 3), (4, 2), (4, 3), (8, 2), (8, 3)])
+        rec["searched"], rec["searched_launch"] = min(swept, (rec["searched_recorded"],
+                                                              "recorded"))
+        log(f"  searched: recorded {rec['searched_recorded']:.1f}, best {rec['searched']:.1f} "
+            f"({rec['searched_launch']})")
     q, k, v = inputs
     best = (float("inf"), "")
     for bm, bn, split, warps, stages in yardstick_configs(q.shape[1], q.shape[0], v.shape[1]):
@@ -233,7 +191,7 @@ def probe_row(name: str, reps: int) -> dict:
     return rec
 
 
-def time_graph(graph, inputs, ref, reps: int, settings, squeeze: bool) -> tuple[float, str]:
+def time_graph(graph, inputs, ref, reps: int, settings) -> tuple[float, str]:
     """The fastest (µs, label) of ``graph`` over launch settings: (warps, stages) for every
     kernel, or a dict of them per kernel."""
     best = (float("inf"), "")
@@ -245,7 +203,7 @@ def time_graph(graph, inputs, ref, reps: int, settings, squeeze: bool) -> tuple[
             launch = {i: runtime.LaunchConfig(*setting) for i in _kernels(graph)}
             label = f"{setting[0]}w{setting[1]}s"
         try:
-            call = compiled_call(graph, inputs, launch, squeeze)
+            call = compiled_call(graph, inputs, launch)
         except Exception as error:  # noqa: BLE001 - reported, scored infinity
             log(f"      compile failed: {type(error).__name__}: {str(error)[:200]}")
             continue
@@ -271,13 +229,13 @@ def main(argv=None) -> None:
         except Exception as error:  # noqa: BLE001 - the other rows still run
             log(f"{name}: failed: {type(error).__name__}: {error}")
     cols = ("sdpa", "program_ops", "program_graphed", "searched_recorded", "searched",
-            "searched_2d", "yardstick")
-    print("| row | " + " | ".join(cols) + " | best 2-D launch | yardstick config |")
+            "yardstick")
+    print("| row | " + " | ".join(cols) + " | best launch | yardstick config |")
     print("| --- " * (len(cols) + 3) + "|")
     for rec in RESULTS:
         cells = [f"{rec.get(c, float('nan')):.1f}" for c in cols]
         print(f"| {rec['row']} | " + " | ".join(cells)
-              + f" | {rec.get('searched_2d_launch', '')} | {rec.get('yardstick_config', '')} |")
+              + f" | {rec.get('searched_launch', '')} | {rec.get('yardstick_config', '')} |")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "probe_attention.json").write_text(json.dumps(RESULTS, indent=1))

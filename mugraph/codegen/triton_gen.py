@@ -175,6 +175,9 @@ def {NAN_MAX}(a, b):
 """
 
 
+AXIS_OPS = frozenset({OpKind.REDUCTION, OpKind.REDUCTION_MAX, OpKind.CONCAT})  # a "dim" attr
+
+
 def squeezed_lead(block: BlockGraph) -> int:
     """How many leading dims the kernel's register tiles leave out: 1 when every tensor of the
     block graph has rank 3 or more and a leading dim of size 1 (and no operator works along
@@ -188,9 +191,6 @@ def squeezed_lead(block: BlockGraph) -> int:
         if op.kind in AXIS_OPS and op.attr("dim") % len(op.outputs[0].dims) == 0:
             return 0
     return 1
-
-
-AXIS_OPS = frozenset({OpKind.REDUCTION, OpKind.REDUCTION_MAX, OpKind.CONCAT})
 
 
 class KernelEmitter:

@@ -383,25 +383,17 @@ class CompiledProgram:
     def _call_checked(self, inputs) -> list[Any]:
         self._check_inputs(inputs)
         state = self._device_state(inputs[0].device)
-        if (
-            self._plannable
-            and state.device.type == "cuda"
-            and not interpreter_active()
-            and _current_device() == state.device.index
-        ):
+        on_gpu = (state.device.type == "cuda" and not interpreter_active()
+                  and _current_device() == state.device.index)
+        if self._plannable and on_gpu:
             trace: list = []
             values = self.run_values(inputs, _trace=trace)
             outs = [self._finish_output(values, k, ref) for k, ref in enumerate(self._outputs)]
             self._add_plan(inputs, state, values, trace)
             return outs
         outs = self.run_outputs(inputs)
-        if (
-            self.cuda_graph is not False
-            and state.device.type == "cuda"
-            and not interpreter_active()
-            and _current_device() == state.device.index
-        ):
-            self._remember(_CapturedPlan.build(self, inputs, state))
+        if on_gpu and self.cuda_graph is not False:
+            self._remember(_CapturedPlan(self, inputs, state.device))
         return outs
 
     def run_outputs(self, inputs) -> list[Any]:
@@ -614,8 +606,7 @@ class _Plan:
         import torch
 
         plan = cls()
-        plan.key = tuple(x.data_ptr() for x in inputs)
-        plan.signature = [(x.shape, tuple(x.stride()), x.dtype) for x in inputs]
+        plan.key, plan.signature = _input_key(inputs), _input_signature(inputs)
         plan.device = state.device
         plan.device_index = state.device.index if state.device.index is not None else 0
         fresh_index: dict[int, int] = {}  # id(tensor) -> fresh buffer index
@@ -655,12 +646,7 @@ class _Plan:
         return plan
 
     def matches(self, inputs) -> bool:
-        if len(inputs) != len(self.signature):
-            return False
-        for x, (shape, strides, dtype) in zip(inputs, self.signature, strict=False):
-            if x.dtype is not dtype or x.shape != shape or x.stride() != strides:
-                return False
-        return True
+        return _matches(self.signature, inputs)
 
     def call(self, inputs) -> list[Any]:
         import torch
@@ -679,13 +665,8 @@ class _Plan:
                 self.replays += 1
                 return [fresh[k] for k in self.outputs]
             self.launch(fresh, inputs, _current_stream(self.device_index))
-            if not capturing:
-                seen = self.seen.get(key, 0) + 1
-                if len(self.seen) > 64:
-                    self.seen.clear()
-                self.seen[key] = seen
-                if seen >= 2:
-                    self._capture(key, fresh, inputs)
+            if not capturing and _sightings(self.seen, key) >= 2:
+                self._capture(key, fresh, inputs)
             return [fresh[k] for k in self.outputs]
         self.launch(fresh, inputs, _current_stream(self.device_index))
         return [fresh[k] for k in self.outputs]
@@ -716,12 +697,10 @@ class _CapturedPlan:
     live in the graph's own memory pool. A program whose capture fails (an operator that
     synchronizes, say) keeps the general path."""
 
-    def __init__(self, program: CompiledProgram, key: tuple, signature: list, device) -> None:
+    def __init__(self, program: CompiledProgram, inputs, device) -> None:
         self.program = program
-        self.key = key
-        self.signature = signature
+        self.key, self.signature = _input_key(inputs), _input_signature(inputs)
         self.device = device
-        self.device_index = device.index if device.index is not None else 0
         self.graphs: OrderedDict = OrderedDict()
         self.seen: dict[tuple, int] = {}
         self.replays = 0
@@ -729,13 +708,8 @@ class _CapturedPlan:
         self.verified = True  # the general path is always right
         self.note = "CUDA graph of the general path (PyTorch operators)"
 
-    @classmethod
-    def build(cls, program: CompiledProgram, inputs, state: _DeviceState) -> _CapturedPlan:
-        key = tuple(x.data_ptr() for x in inputs)
-        signature = [(x.shape, tuple(x.stride()), x.dtype) for x in inputs]
-        return cls(program, key, signature, state.device)
-
-    matches = _Plan.matches
+    def matches(self, inputs) -> bool:
+        return _matches(self.signature, inputs)
 
     def call(self, inputs) -> list[Any]:
         import torch
@@ -747,11 +721,7 @@ class _CapturedPlan:
         key = tuple([t.data_ptr() for t in fresh])
         graph = self.graphs.get(key)
         if graph is None:
-            seen = self.seen.get(key, 0) + 1
-            if len(self.seen) > 64:
-                self.seen.clear()
-            self.seen[key] = seen
-            if seen < 2:
+            if _sightings(self.seen, key) < 2:
                 return program.run_outputs(inputs)
             graph = self._capture(key, fresh, inputs)
             if graph is None:
@@ -769,6 +739,37 @@ class _CapturedPlan:
                 fresh[k].copy_(values[ref.op][ref.index])
 
         return _capture_into(self, key, run)
+
+
+def _input_key(inputs) -> tuple:
+    return tuple(x.data_ptr() for x in inputs)
+
+
+def _input_signature(inputs) -> list[tuple]:
+    return [(x.shape, tuple(x.stride()), x.dtype) for x in inputs]
+
+
+def _matches(signature: list[tuple], inputs) -> bool:
+    """Whether ``inputs`` have the shapes, strides and dtypes a plan was made for."""
+    if len(inputs) != len(signature):
+        return False
+    for x, (shape, strides, dtype) in zip(inputs, signature, strict=False):
+        if x.dtype is not dtype or x.shape != shape or x.stride() != strides:
+            return False
+    return True
+
+
+SIGHTINGS_KEPT = 64  # output-pointer sets counted per plan before the counts start over
+
+
+def _sightings(seen: dict[tuple, int], key: tuple) -> int:
+    """How many times a plan has now been called with the fresh outputs ``key`` (a CUDA graph
+    is captured at the second)."""
+    count = seen.get(key, 0) + 1
+    if len(seen) > SIGHTINGS_KEPT:
+        seen.clear()
+    seen[key] = count
+    return count
 
 
 def _capture_into(plan: _Plan | _CapturedPlan, key: tuple, run) -> Any:
