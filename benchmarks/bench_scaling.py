@@ -97,6 +97,8 @@ def run_one(cell: str, engine: str, workers: int, cap: float) -> dict:
         "best_hash": best.hash if best else None,
         "best_us": round(best.cost * 1e6, 3) if best else None,
         "lost_items": len(result.failed_items),
+        "phases": {k: round(v, 2) for k, v in result.phases.items()},
+        "memo_shared": result.stats.pruned.get("memo_shared", 0),
     }
     if workers == 1 and engine == "local":  # the inline search: its oracle answered it all
         stats = made[-1].oracle.stats
@@ -234,6 +236,11 @@ def table(records: list[dict]) -> str:
                     same.append(r["best_hash"] == reference["best_hash"])
             mark = "yes" if same and all(same) else "NO" if same else "-"
             lines.append(f"{n:>8}" + "".join(f"{c:>22}" for c in cells) + f"   {mark}")
+        for r in rows:
+            if r["workers"] == max(x["workers"] for x in rows) and r.get("phases"):
+                spent = ", ".join(f"{k} {v:.1f} s" for k, v in r["phases"].items())
+                lines.append(f"  {r['engine']}, {r['workers']} workers: {spent}; "
+                             f"states {r['states']}")  # fmt: skip
         oracle = (reference or {}).get("oracle")
         if oracle:
             rebuild = oracle["uncached"] * oracle["median_uncached_us"] * 1e-6

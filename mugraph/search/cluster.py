@@ -72,6 +72,12 @@ class RayEngine:
         self._pending: dict[Any, list[WorkItem]] = {}
         self._hungry = False
 
+    def launch(self, setup: SearchSetup) -> None:
+        self.start(setup)
+
+    def ready(self) -> None:
+        """Nothing to wait for: Ray starts its workers as tasks arrive."""
+
     def start(self, setup: SearchSetup) -> None:
         ray = self.ray
         self._token = setup.token
@@ -158,15 +164,17 @@ class _PolledFlag:
         return self.value
 
 
+_FETCHED: dict[str, SearchSetup] = {}  # this Ray worker's setup of the running search
+
+
 def _ray_run_batch(token: str, setup_box: list, items: list[WorkItem], seconds: float, flag):
     """The task: run a batch in this Ray worker (the setup is fetched once per process)."""
-    from mugraph.search import work
-
-    if token in work._SETUPS:
-        setup = SearchSetup(token, "", None, None)  # type: ignore[arg-type]
-    else:
+    setup = _FETCHED.get(token)
+    if setup is None:
         import ray
 
         setup = ray.get(setup_box[0])
+        _FETCHED.clear()  # an earlier search's setup
+        _FETCHED[token] = setup
     timer = SliceTimer(_PolledFlag(flag), SLICE_SECONDS)
     return run_batch(setup, items, seconds, timer, worker=f"ray pid {os.getpid()}")

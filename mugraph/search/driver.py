@@ -22,7 +22,10 @@ import json
 import math
 import multiprocessing
 import os
+import shutil
+import socket
 import sys
+import tempfile
 import time
 import warnings
 from collections import deque
@@ -51,12 +54,20 @@ class SearchOptionError(MugraphError):
 
 @dataclass
 class Candidate:
-    """A verified μGraph with its estimated cost."""
+    """A verified μGraph with its estimated cost. ``source`` is the μGraph, or the JSON form
+    a worker sent, parsed the first time ``graph`` is read (a search of thousands of
+    candidates does not parse them all before it returns)."""
 
-    graph: Any
+    source: Any
     cost: float
     hash: str
     verification: Any = None
+
+    @property
+    def graph(self):
+        if isinstance(self.source, dict):
+            self.source = from_json(json.dumps(self.source))
+        return self.source
 
     def to_dict(self) -> dict:
         return {
@@ -94,6 +105,8 @@ class SearchResult:
     handed_back: int = 0  # regions of units handed back by busy workers to idle ones
     parts: list[SearchResult] = field(default_factory=list)
     cache: str = ""  # "hit": answered by the result cache; "miss": not there (cache_only)
+    # seconds spent in each phase: plan (units, oracle), start workers, search, finish
+    phases: dict[str, float] = field(default_factory=dict)
 
     @property
     def best(self):
@@ -255,21 +268,52 @@ def superoptimize(
     started = time.monotonic()
     deadline = started + cfg.time_limit
     oracle = _OracleAdapter(program_terms(program)) if cfg.abstract_pruning else None
-    try:
-        units = plan_units(program, cfg, oracle, deadline)
-    except SearchTimeout:
-        units = []
-        warnings.warn("mugraph: the time budget ran out while planning the search", stacklevel=2)
     from mugraph.search.pool import engine_for
 
     runner = engine_for(engine, cfg.worker_count, start_method=start_method, address=address)
-    search = _Search(program, cfg, units, runner, cost, started, deadline, report, target_cost)
-    search.resume(checkpoint)
-    search.run(oracle)
+    setup = _search_setup(program, cfg, oracle, runner, cost)
+    try:
+        runner.launch(setup)  # the workers start while this process plans the units
+        try:
+            units = plan_units(program, cfg, oracle, deadline)
+        except SearchTimeout:
+            units = []
+            warnings.warn(
+                "mugraph: the time budget ran out while planning the search", stacklevel=2
+            )
+        planned = time.monotonic() - started
+        search = _Search(program, cfg, units, runner, cost, started, deadline, report, target_cost)
+        search.result.phases["plan"] = planned
+        search.resume(checkpoint)
+        search.run(setup)
+    finally:
+        runner.close()
+        if setup.memo_dir:
+            shutil.rmtree(setup.memo_dir, ignore_errors=True)
     result = search.finish()
     if report:
         report(result.summary())
     return result
+
+
+def _search_setup(program, cfg, oracle, runner, cost):
+    """What every worker of the search needs (:class:`~mugraph.search.work.SearchSetup`);
+    with several workers, a fresh directory where they share continuations
+    (:mod:`mugraph.search.memo`), removed when the search ends."""
+    from mugraph.search.work import SearchSetup
+
+    token = hashlib.blake2b(f"{id(cfg)}:{time.time()}".encode(), digest_size=8).hexdigest()
+    memo_dir = tempfile.mkdtemp(prefix="mugraph-memo-") if runner.slots > 1 else ""
+    return SearchSetup(
+        token,
+        to_json(program, indent=None),
+        cfg,
+        oracle,
+        runner.threads(),
+        memo_dir=memo_dir,
+        memo_host=socket.gethostname() if memo_dir else "",
+        estimate=cost is default_cost,
+    )
 
 
 def _check_search_options(time_limit, workers, target_cost) -> None:
@@ -385,9 +429,8 @@ class _Search:
 
     # ---- running ---------------------------------------------------------------------------
 
-    def run(self, oracle) -> None:
-        from mugraph.search.work import SearchSetup
-
+    def run(self, setup) -> None:
+        """Run the open items on the runner, already launched with ``setup``."""
         queue = deque(
             item.part(region)
             for item in self.items
@@ -397,13 +440,14 @@ class _Search:
         if not queue:
             self._close()
             return
-        token = hashlib.blake2b(f"{id(self)}:{time.time()}".encode(), digest_size=8).hexdigest()
-        setup = SearchSetup(
-            token, to_json(self.program, indent=None), self.cfg, oracle, self.runner.threads()
-        )
         try:
-            self.runner.start(setup)
+            waiting = time.monotonic()
+            self.runner.ready()
+            self.result.phases["start workers"] = time.monotonic() - waiting
             self._loop(queue)
+            self.result.phases["search"] = time.monotonic() - waiting - self.result.phases[
+                "start workers"
+            ]
         except KeyboardInterrupt:
             self.result.interrupted = True
         finally:
@@ -462,9 +506,14 @@ class _Search:
                 self.result.failed_items.append(item.key)
 
     def _cost(self, candidate: dict) -> float:
+        """The candidate's cost: the worker's estimate when the search ranks by the default
+        cost (the worker holds the graph), else ``cost_fn`` of the graph, here."""
         key = candidate["hash"]
         if key not in self.costs:
-            self.costs[key] = float(self.cost_fn(self._graph(candidate)))
+            estimate = candidate.get("estimate") if self.cost_fn is default_cost else None
+            if estimate is None:
+                estimate = self.cost_fn(self._graph(candidate))
+            self.costs[key] = float(estimate)
         return self.costs[key]
 
     def _graph(self, candidate: dict):
@@ -476,6 +525,7 @@ class _Search:
     # ---- the answer ------------------------------------------------------------------------
 
     def finish(self) -> SearchResult:
+        finishing = time.monotonic()
         result = self.result
         result.elapsed = time.monotonic() - self.started
         if not (result.interrupted or result.reached_target):
@@ -487,8 +537,11 @@ class _Search:
                 found.setdefault(c["hash"], c)
         ranked = sorted(found.values(), key=lambda c: (self._cost(c), c["hash"]))
         result.candidates = [
-            Candidate(self._graph(c), self._cost(c), c["hash"], c["verification"]) for c in ranked
+            Candidate(self.graphs.get(c["hash"], c["graph"]), self._cost(c), c["hash"],
+                      c["verification"])  # fmt: skip
+            for c in ranked
         ]
+        result.phases["finish"] = time.monotonic() - finishing
         return result
 
 

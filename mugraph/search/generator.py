@@ -29,6 +29,7 @@ from mugraph.ir.phase import Phase, combine_phases
 from mugraph.ir.shapes import ShapeContext, infer_output_types
 from mugraph.ir.tensor import TensorRef, TensorType
 from mugraph.search.config import SearchConfig
+from mugraph.search.memo import LocalMemo, SharedMemo
 from mugraph.semantics import labels as lab
 from mugraph.semantics.abstract import ABSTRACT_SEMANTICS, Term, var
 
@@ -60,6 +61,8 @@ PRUNING_RULES: dict[str, str] = {
     "divide)",
     "memo_replay": "not a loss: the continuations of a kernel-graph prefix whose tensors equal "
     "an earlier prefix's were replayed from the memo instead of enumerated again",
+    "memo_shared": "not a loss: continuations replayed from an entry another worker of the "
+    "search computed (mugraph.search.memo); also counted under memo_replay",
     "invalid_graph": "the complete graph failed the builder's checks (counted, never returned)",
     "not_verifiable": "the complete graph is outside what the verifier decides (two "
     "exponentials on one path, reachable without abstract pruning); never returned",
@@ -210,8 +213,15 @@ class Generator:
     """Enumerates μGraphs for ``program`` under ``config``; yields complete kernel graphs."""
 
     def __init__(
-        self, program, config: SearchConfig, oracle: Oracle | None, deadline: float | None = None
+        self,
+        program,
+        config: SearchConfig,
+        oracle: Oracle | None,
+        deadline: float | None = None,
+        shared_memo: str | None = None,
     ) -> None:
+        """``shared_memo``: a directory where the workers of one search on this machine share
+        the continuations of kernel-graph prefixes (:mod:`mugraph.search.memo`)."""
         self.program = program
         self.config = config
         self.oracle = oracle if config.abstract_pruning else None
@@ -246,7 +256,9 @@ class Generator:
         self._rms_eps: tuple[float, ...] = tuple(
             sorted({float(op.attr("eps", 0.0)) for op in program.ops if op.kind is OpKind.RMS_NORM})
         ) or (0.0,)
-        self.memo: dict = _WORKER_MEMO.setdefault(_memo_scope(program, config), {})
+        scope = _memo_scope(program, config)
+        table = _WORKER_MEMO.setdefault(scope, {})
+        self.memo = SharedMemo(table, shared_memo, scope) if shared_memo else LocalMemo(table)
 
     # ---- kernel level ------------------------------------------------------------------------
 
@@ -915,20 +927,29 @@ class Enumerator(Generator):
             more,
         )
         known = self.memo.get(key)
+        if known is None and not self.memo.claim(key, self.deadline):
+            known = self.memo.get(key)  # another worker computed it while this one waited
         if known is not None:
             self.stats.pruned["memo_replay"] += 1
             for extra, outs in known:
                 visit(kops + extra, outs)
             return
+        # The continuations are collected first and visited after (the same graphs in the
+        # same order): a claim on the key is held while enumerating only, not while the
+        # caller verifies what was found.
         base = len(kops)
         found: list = []
 
         def record(ops, outs):
             found.append((ops[base:], outs))
-            visit(ops, outs)
 
-        self._kernel_step(kops, kts, n_custom, n_ops, last_rank, record, more)
-        self.memo[key] = found
+        try:
+            self._kernel_step(kops, kts, n_custom, n_ops, last_rank, record, more)
+            self.memo.put(key, found)
+        finally:
+            self.memo.release(key)
+        for extra, outs in found:
+            visit(kops + extra, outs)
 
     def _kernel_step(self, kops, kts, n_custom, n_ops, last_rank, visit, more) -> None:
         self.try_complete(kops, kts, visit)

@@ -92,8 +92,14 @@ class InlineEngine:
     def __init__(self) -> None:
         self._pending: list[tuple[list[WorkItem], float]] = []
 
-    def start(self, setup: SearchSetup) -> None:
+    def launch(self, setup: SearchSetup) -> None:
         self.setup = setup
+
+    def ready(self) -> None:
+        """Nothing to wait for: this process is the worker."""
+
+    def start(self, setup: SearchSetup) -> None:
+        self.launch(setup)
 
     def threads(self) -> int:
         return 0  # this process keeps its verifier threads
@@ -176,6 +182,7 @@ class ProcessPool:
         self._hunger: mmap.mmap | None = None
         self._hungry = False
         self._closed = False
+        self._unready = False  # launched: the workers' "ready" answers are not read yet
         self._deaths = 0
         self.shared = False
         self.in_use = False
@@ -206,7 +213,19 @@ class ProcessPool:
         return max(1, min(field_arith._MAX_WORKERS, (os.cpu_count() or 1) // self.slots))
 
     def start(self, setup: SearchSetup) -> None:
-        """Load ``setup`` into every worker (starting the missing ones)."""
+        """Load ``setup`` into every worker (starting the missing ones) and wait for them."""
+        self.launch(setup)
+        self.ready()
+
+    def ready(self) -> None:
+        """Wait until every worker launched has loaded the setup."""
+        if self._unready:
+            self._unready = False
+            self._await_ready(self.workers)
+
+    def launch(self, setup: SearchSetup) -> None:
+        """Send ``setup`` to every worker, starting the missing ones, without waiting for them
+        (the caller plans the search meanwhile; ``ready`` waits)."""
         self.setup = setup
         self._closed = False
         self._deaths = 0
@@ -233,7 +252,7 @@ class ProcessPool:
                 w.reap(1.0)
                 self.workers.remove(w)
         self.workers += [self._spawn() for _ in range(self.slots - len(self.workers))]
-        self._await_ready(self.workers)
+        self._unready = True
 
     def _await_ready(self, workers: list[_Worker], timeout: float = STARTUP_TIMEOUT_S) -> None:
         """Wait until every worker has loaded the search; one that dies first is an error."""
@@ -305,6 +324,9 @@ class ProcessPool:
         idle ones stay for the next search of this process unless the pool is private."""
         if self._closed:
             return
+        if self._unready:  # launched, never waited for: read their answers (or stop them)
+            with contextlib.suppress(EngineError):
+                self.ready()
         self._closed = True
         self.set_hungry(False)
         for w in [w for w in self.workers if w.batch is not None]:

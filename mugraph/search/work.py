@@ -15,6 +15,8 @@ exported tables (no e-graph library object is sent or used by a worker).
 from __future__ import annotations
 
 import json
+import os
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -88,6 +90,17 @@ class SearchSetup:
     config: SearchConfig
     oracle: Any  # the driver's oracle adapter (exported tables) or None
     threads: int = 0  # verification threads per worker (0: this process's default)
+    memo_dir: str = ""  # where workers on ``memo_host`` share continuations ("": they do not)
+    memo_host: str = ""
+    estimate: bool = False  # workers attach the default cost estimate of what they find
+
+    def shared_memo(self) -> str | None:
+        """The shared continuation directory, for a worker on the driver's machine."""
+        if self.memo_dir and self.memo_host == socket.gethostname() and os.path.isdir(
+            self.memo_dir
+        ):
+            return self.memo_dir
+        return None
 
 
 _SETUPS: dict[str, tuple[Any, SearchConfig, Any]] = {}
@@ -144,7 +157,7 @@ def run_item(
         max_custom_kernels=item.kernels,
         max_kernel_ops=base.max_kernel_ops if base.kernel_kinds else item.kernels,
     )
-    gen = Enumerator(program, config, oracle, deadline)
+    gen = Enumerator(program, config, oracle, deadline, shared_memo=setup.shared_memo())
     found: dict[str, dict] = {}
 
     def visit(ops, outputs) -> None:
@@ -170,6 +183,10 @@ def run_item(
             "hash": key,
             "verification": str(check),
         }
+        if setup.estimate:
+            from mugraph.search.driver import default_cost
+
+            found[key]["estimate"] = default_cost(graph)
 
     trail = Trail(item.region, due)
     result = ItemResult(item, [], gen.stats)
@@ -181,6 +198,9 @@ def run_item(
         result.rest = trail.rest
     result.found = list(found.values())
     result.seconds = time.monotonic() - started
+    shared = getattr(gen.memo, "shared_hits", 0)
+    if shared:
+        gen.stats.pruned["memo_shared"] += shared
     return result
 
 

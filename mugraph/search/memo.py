@@ -1,0 +1,141 @@
+"""Continuations of kernel-graph prefixes, kept per worker process and shared by the workers
+of one search that run on the same machine.
+
+What can follow a kernel-graph prefix depends only on its tensors (types, index labels,
+abstract expressions, uses) and the search space, not on how they were computed
+(``Enumerator.kernel_dfs``), so the continuations found for one prefix are replayed for every
+later prefix with the same key. Prefixes with equal keys come from most units (a split-KV
+first kernel computes the same partial tensors whatever its grid), so workers that each keep
+their own memo enumerate the same continuations again: a 16-worker search of gqa_b1 met 3.4x
+the states of a 1-worker one (H100 machine, 2026-11-23). A :class:`SharedMemo` also writes
+each continuation it computes to a directory of the search, and reads one another worker wrote
+before computing it; a worker about to compute a key *claims* it, and another worker that needs
+the same key meanwhile waits for it (for at most :data:`CLAIM_WAIT_S`, and never past a
+claim its owner dropped), instead of computing it too.
+
+Sharing cannot change the answer: an entry is written only once its enumeration completed
+(a time-out or a hand-back inside a continuation raises before ``put``), and replaying an entry
+visits exactly the graphs, in exactly the order, that computing it would. Each file holds the
+key itself and is used only when the key it holds equals the one asked (a digest collision, a
+truncated or foreign file is ignored and the continuation computed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import pickle
+import time
+from pathlib import Path
+from typing import Any
+
+# how long a worker waits for a continuation another worker claimed before computing it itself
+CLAIM_WAIT_S = 30.0
+_POLL_S = 0.005
+
+
+def key_digest(scope: Any, key: Any) -> str:
+    """A name for ``(scope, key)`` that is the same in every process: the keys hold tuples,
+    strings, ints, tensor types and interned abstract expressions, whose ``repr`` (the
+    expression's rendering) does not depend on the process's hash seed."""
+    text = repr((scope, key)).encode()
+    return hashlib.blake2b(text, digest_size=16).hexdigest()
+
+
+class LocalMemo:
+    """This process's continuations (no sharing): a dict with the memo's interface."""
+
+    def __init__(self, table: dict) -> None:
+        self.table = table
+
+    def get(self, key: Any) -> list | None:
+        return self.table.get(key)
+
+    def claim(self, key: Any, deadline: float | None = None) -> bool:
+        """Whether this worker should compute ``key`` (always, when nothing is shared)."""
+        return True
+
+    def put(self, key: Any, value: list) -> None:
+        self.table[key] = value
+
+    def release(self, key: Any) -> None:
+        """Drop this worker's claim on ``key`` (nothing to drop here)."""
+
+
+class SharedMemo(LocalMemo):
+    """This process's continuations, backed by ``directory`` (one file per key, written
+    atomically) that the other workers of the search on this machine read and write."""
+
+    def __init__(self, table: dict, directory: str | os.PathLike, scope: Any) -> None:
+        super().__init__(table)
+        self.directory = Path(directory)
+        self.scope = scope
+        self.shared_hits = 0  # continuations read from another worker's file
+        self.waits = 0  # times this worker waited for a claimed key
+        self.claimed: set[str] = set()  # digests of the keys this worker holds claims on
+
+    def _path(self, key: Any, suffix: str) -> Path:
+        return self.directory / f"{key_digest(self.scope, key)}{suffix}"
+
+    def _read(self, key: Any) -> list | None:
+        try:
+            data = self._path(key, ".pkl").read_bytes()
+            stored, value = pickle.loads(data)
+        except FileNotFoundError:
+            return None
+        except Exception:  # truncated, foreign or unreadable: compute it instead
+            return None
+        if stored != key:
+            return None
+        self.table[key] = value
+        self.shared_hits += 1
+        return value
+
+    def get(self, key: Any) -> list | None:
+        known = self.table.get(key)
+        return known if known is not None else self._read(key)
+
+    def claim(self, key: Any, deadline: float | None = None) -> bool:
+        """Claim ``key`` (True: compute it), or wait while another worker holds the claim and
+        return False if its entry appeared meanwhile (then ``get`` has it). Past ``deadline``
+        (this process's monotonic clock) it stops waiting: the caller's own time check ends
+        the search."""
+        claim = self._path(key, ".claim")
+        waited_since = None
+        while True:
+            try:
+                os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                self.claimed.add(claim.name)
+                if waited_since is not None and self._read(key) is not None:
+                    self.release(key)  # the owner finished between two looks
+                    return False
+                return True
+            except FileExistsError:
+                pass
+            except OSError:  # the directory is gone (the search ended): compute alone
+                return True
+            if self._read(key) is not None:
+                return False
+            now = time.monotonic()
+            if waited_since is None:
+                waited_since = now
+                self.waits += 1
+            elif now - waited_since > CLAIM_WAIT_S or (deadline is not None and now > deadline):
+                return True  # a claim held too long (a killed worker): compute it too
+            time.sleep(_POLL_S)
+
+    def put(self, key: Any, value: list) -> None:
+        self.table[key] = value
+        path = self._path(key, ".pkl")
+        temporary = path.with_suffix(f".{os.getpid()}.tmp")
+        with contextlib.suppress(OSError):
+            temporary.write_bytes(pickle.dumps((key, value), protocol=pickle.HIGHEST_PROTOCOL))
+            os.replace(temporary, path)
+
+    def release(self, key: Any) -> None:
+        claim = self._path(key, ".claim")
+        if claim.name in self.claimed:
+            self.claimed.discard(claim.name)
+            with contextlib.suppress(OSError):
+                claim.unlink()
