@@ -25,6 +25,7 @@ from mugraph.ir.graph import BlockGraph, Op
 from mugraph.ir.ops import AccumKind, Group, Level, OpKind
 from mugraph.ir.serialize import from_json
 from mugraph.ir.tensor import DTensor, STensor, TensorType
+from mugraph.ir.text import from_text, to_text
 from mugraph.optimize.ranking import RankingOptions, RankingResult
 from mugraph.persistent import PersistentKernel, PersistentProgram, build_decoder
 from mugraph.runtime.compiled import CompiledProgram, compile_graph
@@ -76,8 +77,10 @@ __all__ = [
     "float16",
     "float32",
     "from_json",
+    "from_text",
     "new_kernel_graph",
     "new_threadblock_graph",
+    "to_text",
     "verify",
 ]
 

@@ -1,7 +1,7 @@
 """The ``mugraph`` command line: optimize a program, show / verify μGraphs, manage the cache.
 
     mugraph optimize PROGRAM.py [--time-limit S] [--workers N] [--cluster [ADDRESS]] [--out DIR]
-    mugraph show GRAPH.json [--svg FILE] [--html FILE]
+    mugraph show GRAPH.json|GRAPH.mgt [--text] [--svg FILE] [--html FILE]
     mugraph verify A.json B.json [--delta D] [--max-rounds N] [--seed S]
     mugraph cache ls | clear
 
@@ -109,8 +109,10 @@ def _import_file(file: Path):
 
 
 def load_graph(path: str | os.PathLike):
-    """Read a μGraph JSON document (as written by ``KernelGraph.to_json``)."""
+    """Read a μGraph: a JSON document (``KernelGraph.to_json``) or, for a ``.mgt`` file or
+    one that starts with the text form's header, the text form (``KernelGraph.to_text``)."""
     from mugraph.ir.serialize import from_json
+    from mugraph.ir.text import HEADER, from_text
 
     file = Path(path)
     if not file.is_file():
@@ -119,8 +121,10 @@ def load_graph(path: str | os.PathLike):
         text = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise CliError(f"cannot read {file}: {error}") from error
+    meaningful = [ln.strip() for ln in text.splitlines() if ln.strip() and ln[:1] != "#"]
+    is_text = file.suffix == ".mgt" or meaningful[:1] == [HEADER]
     try:
-        return from_json(text)
+        return from_text(text) if is_text else from_json(text)
     except Exception as error:
         if _is_mugraph_error(error):
             raise type(error)(f"{file}: {error}") from error
@@ -527,6 +531,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         return _show_task_graph(args)
     graph = load_graph(args.graph)
     say = _printer(sys.stdout)
+    if args.text:
+        say(graph.to_text().rstrip("\n"))
+        return EXIT_OK
     say(str(graph))
     say(f"estimated time (cost model): {estimate(graph).summary()}")
     if args.svg:
@@ -751,7 +758,10 @@ def _add_show(sub, common) -> None:
         "(the kernel graph with each custom kernel's block graph drawn inside it). A task "
         "graph of a persistent kernel (TaskGraph.to_json) is shown as tasks and events.",
     )
-    p.add_argument("graph", metavar="GRAPH.json", help="a μGraph written by mugraph")
+    p.add_argument("graph", metavar="GRAPH.json", help="a μGraph written by mugraph (JSON, "
+                   "or the text form: a .mgt file)")
+    p.add_argument("--text", action="store_true", help="print the μGraph's text form (which "
+                   "mugraph.from_text and this command read back), nothing else")
     p.add_argument("--svg", metavar="FILE", help="write an SVG picture")
     p.add_argument("--html", metavar="FILE", help="write an HTML page (picture + text)")
     p.set_defaults(func=cmd_show)

@@ -1,9 +1,10 @@
-"""The must-reject corpus (tests/corpus/): malformed programs, maps, JSON documents and command
-lines, each with the mugraph error it must raise and fragments of its message.
+"""The must-reject corpus (tests/corpus/): malformed programs, maps, JSON documents, texts of
+μGraphs and command lines, each with the mugraph error it must raise and fragments of its
+message.
 
-Every program entry is also run through ``mugraph optimize`` and every JSON entry through
-``mugraph show``, in this process: the command line must fail with one error line naming the
-same error, before any search.
+Every program entry is also run through ``mugraph optimize`` and every JSON or text entry
+through ``mugraph show``, in this process: the command line must fail with one error line
+naming the same error, before any search.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ MANIFEST = tomllib.loads((CORPUS / "corpus.toml").read_text(encoding="utf-8"))
 PROGRAMS = MANIFEST["program"]
 DOCUMENTS = MANIFEST["json"]
 COMMANDS = MANIFEST["cli"]
+TEXTS = MANIFEST["text"]
 
 
 def load_module(path: Path) -> ModuleType:
@@ -67,10 +69,11 @@ def assert_fragments(text: str, fragments: list[str]) -> None:
 
 
 def test_the_corpus_is_large_and_every_entry_has_its_file():
-    assert len(PROGRAMS) + len(DOCUMENTS) + len(COMMANDS) >= 60
+    assert len(PROGRAMS) + len(DOCUMENTS) + len(TEXTS) + len(COMMANDS) >= 60
     assert {p.stem for p in (CORPUS / "programs").glob("*.py")} == set(PROGRAMS)
     assert {p.stem for p in (CORPUS / "json").glob("*.json")} == set(DOCUMENTS)
-    for section in (PROGRAMS, DOCUMENTS):
+    assert {p.stem for p in (CORPUS / "text").glob("*.mgt")} == set(TEXTS)
+    for section in (PROGRAMS, DOCUMENTS, TEXTS):
         for name, entry in section.items():
             error_class(entry["error"])
             assert entry["message"] and all(entry["message"]), name
@@ -138,6 +141,28 @@ def test_document_is_rejected(name):
 def test_document_is_rejected_by_the_command_line(name, capsys):
     entry = DOCUMENTS[name]
     path = CORPUS / "json" / f"{name}.json"
+    assert cli.main(["show", str(path)]) == cli.EXIT_ERROR
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"mugraph: error: {entry['error']}: {path}: "), line
+    assert entry["message"][0] in line, line
+
+
+# ---- texts of μGraphs --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(TEXTS))
+def test_text_is_rejected(name):
+    entry = TEXTS[name]
+    text = (CORPUS / "text" / f"{name}.mgt").read_text(encoding="utf-8")
+    with pytest.raises(error_class(entry["error"])) as caught:
+        mugraph.from_text(text)
+    assert_fragments(str(caught.value), entry["message"])
+
+
+@pytest.mark.parametrize("name", sorted(TEXTS))
+def test_text_is_rejected_by_the_command_line(name, capsys):
+    entry = TEXTS[name]
+    path = CORPUS / "text" / f"{name}.mgt"
     assert cli.main(["show", str(path)]) == cli.EXIT_ERROR
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"mugraph: error: {entry['error']}: {path}: "), line

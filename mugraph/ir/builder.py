@@ -345,6 +345,12 @@ class KernelGraph(GraphBuilder):
 
         return to_json(self)
 
+    def to_text(self) -> str:
+        """The text form that ``mugraph.from_text`` reads back (:mod:`mugraph.ir.text`)."""
+        from mugraph.ir.text import to_text
+
+        return to_text(self)
+
     def superoptimize(self, config=None, *, time_limit: float | None = None, **options):
         """The best verified μGraph computing this graph's function (a KernelGraph).
 
