@@ -44,7 +44,9 @@ that divides by an expression that is zero everywhere has no value to compare).
 
 Speed: every input whose Z_q component cannot reach an exponent, a divisor or an
 uninterpreted function gets a zero Z_q component, which the products skip
-(:func:`q_inputs`); the inputs' memory is reused from round to round (:class:`InputBuffers`);
+(:func:`q_inputs`); the inputs' memory is reused from round to round and from one call to
+the next (:class:`InputBuffers`; never while a value in it is alive), as is the memory of large
+results (``field_arith.recycled_empty``);
 the rounds run under ``field_arith.parallel_evaluation``; and each round evaluates both graphs
 in one fast :class:`~mugraph.semantics.field_arith.FieldContext` (candidate first): components
 are computed only when read, the two graphs share their products, exponentials and identical
@@ -57,8 +59,12 @@ program's side of each round for the next candidate.
 from __future__ import annotations
 
 import math
+import os
+import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -76,6 +82,7 @@ from mugraph.semantics.field_arith import (
     parallel_evaluation,
     theorem4_rounds,
 )
+from mugraph.semantics.field_arith import release_memory as release_field_memory
 from mugraph.semantics.interpret import run_kernel_graph
 from mugraph.semantics.partition import LEAD
 
@@ -725,8 +732,10 @@ def verify(
     program.check()
     _check_same_interface(candidate, program)
     pair = difference(analyse(candidate), analyse(program))
-    rounds = _FreshRounds(program, q_inputs(candidate) | q_inputs(program), seed, primes)
-    return _run_rounds(candidate, pair, rounds, delta, max_rounds, max_redraws)
+    with input_buffers() as buffers:
+        rounds = _FreshRounds(program, q_inputs(candidate) | q_inputs(program), seed, primes,
+                              buffers)
+        return _run_rounds(candidate, pair, rounds, delta, max_rounds, max_redraws)
 
 
 def _check_delta(delta: float) -> None:
@@ -788,20 +797,90 @@ def _evaluate(graph, interp, inputs) -> list[Any] | FieldDivisionByZero:
 
 class InputBuffers:
     """Memory for the random inputs, reused round after round (fresh memory for tens of
-    millions of elements costs more in page faults than drawing the values). Only for a
-    caller that drops every value of a round before the next one draws."""
+    millions of elements costs more in page faults than drawing the values).
+
+    A buffer is handed out again only when nothing but this object refers to it: no value,
+    view or memo entry of an earlier round is alive (NumPy views keep their owner alive, so
+    its reference count tells).  Otherwise fresh memory is taken, so reuse can never
+    overwrite a value still in use.  :func:`input_buffers` keeps one set from one
+    :func:`verify` call to the next."""
 
     def __init__(self) -> None:
         self._held: dict[tuple, tuple[np.ndarray, np.ndarray | None]] = {}
+        self._used: set[tuple] = set()
 
     def get(
         self, index: int, size: int, with_q: bool, dtype: Any = np.int64
     ) -> tuple[np.ndarray, np.ndarray | None]:
         key = (index, size, with_q, np.dtype(dtype).str)
-        if key not in self._held:
+        held = self._held.get(key)
+        if held is None or not all(_unreferenced(held, i) for i in range(2)):
             q = np.empty(size, dtype=dtype) if with_q else None
-            self._held[key] = (np.empty(size, dtype=dtype), q)
-        return self._held[key]
+            held = self._held[key] = (np.empty(size, dtype=dtype), q)
+        self._used.add(key)
+        return held
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for pair in self._held.values() for a in pair if a is not None)
+
+    def keep_used(self, max_bytes: int) -> None:
+        """Drop the buffers not asked for since the last call, and all of them when more
+        than ``max_bytes`` would stay."""
+        self._held = {k: v for k, v in self._held.items() if k in self._used}
+        self._used = set()
+        if self.nbytes > max_bytes:
+            self._held = {}
+
+
+def _unreferenced(pair: tuple, i: int) -> bool:
+    """Whether ``pair[i]`` (an array or None) is referred to by nothing but ``pair``."""
+    return pair[i] is None or sys.getrefcount(pair[i]) <= _ALONE
+
+
+def _alone_count() -> int:
+    """sys.getrefcount of an array that only a tuple holds (the call's own reference counted)."""
+    pair = (np.empty(0), None)
+    return sys.getrefcount(pair[0])
+
+
+_ALONE = _alone_count()
+
+_SHARED_BUFFERS = InputBuffers()
+_SHARED_LOCK = threading.Lock()
+
+
+def _fresh_shared_buffers() -> None:
+    """In a forked child: its own buffers and an unlocked lock (the parent may have held it)."""
+    global _SHARED_BUFFERS, _SHARED_LOCK
+    _SHARED_BUFFERS, _SHARED_LOCK = InputBuffers(), threading.Lock()
+
+
+os.register_at_fork(after_in_child=_fresh_shared_buffers)
+# input memory kept from one verify call to the next (as field_arith keeps large results)
+KEEP_INPUT_BYTES = int(os.environ.get("MUGRAPH_VERIFY_KEEP_BYTES", 1 << 30))
+
+
+@contextmanager
+def input_buffers() -> Iterator[InputBuffers]:
+    """The process's input buffers for one verification (kept for the next one, up to
+    ``KEEP_INPUT_BYTES``), or a private set when another thread is verifying now."""
+    if not _SHARED_LOCK.acquire(blocking=False):
+        yield InputBuffers()
+        return
+    try:
+        yield _SHARED_BUFFERS
+    finally:
+        _SHARED_BUFFERS.keep_used(KEEP_INPUT_BYTES)
+        _SHARED_LOCK.release()
+
+
+def release_memory() -> None:
+    """Give back the memory kept between verify calls: the inputs' and the large results'
+    (:func:`~mugraph.semantics.field_arith.release_memory`); it is taken again when needed."""
+    with _SHARED_LOCK:
+        _SHARED_BUFFERS.keep_used(0)
+    release_field_memory()
 
 
 def _draw_round(
@@ -874,10 +953,10 @@ class _FreshRounds:
     """Rounds drawn one after the other from one random stream (what :func:`verify` does):
     nothing is kept from one round to the next but the inputs' memory."""
 
-    def __init__(self, program, q_needed, seed, primes) -> None:
+    def __init__(self, program, q_needed, seed, primes, buffers: InputBuffers | None = None):
         self.program, self.q_needed, self.primes = program, q_needed, primes
         self.rng = np.random.default_rng(seed)
-        self.buffers = InputBuffers()
+        self.buffers = InputBuffers() if buffers is None else buffers
 
     def compare(self, candidate, attempt: int) -> str | None:
         return _one_round(candidate, self.program, self.rng, self.q_needed,

@@ -59,9 +59,8 @@ Matrix multiplication (:func:`matmul_mod`)
 ------------------------------------------
 The operand with fewer elements (``S``) is split into L balanced base-2^s digits with
 ``s = ceil((bits(m-1) + 1) / L)``, so every digit satisfies ``|d| <= D = 2^(s-1)``; the other
-operand (``W``) is converted to float64 unchanged (``0 <= w < m``).  The L digit matrices are
-stacked along the free dim, so all L products are one GEMM: ``S_l @ W`` for every l.  Every
-partial sum of a reduction of length k is bounded by ``k·D·(m-1)``, so the GEMM is exact
+operand (``W``) is used as it is (``0 <= w < m``, int64 or a float64 mirror).  Every partial
+sum of a reduction of length k is bounded by ``k·D·(m-1)``, so a float64 GEMM is exact
 (whatever order BLAS sums in, FMA or not) as long as ``k·D·(m-1) <= 2^53 - 2``.  The largest
 such k (the *exact chunk*) is:
 
@@ -74,19 +73,29 @@ L (limbs)  s bits  k_max mod P   k_max mod Q
 =========  ======  ============  ============
 
 A longer reduction is cut into chunks of at most k_max; each chunk's float64 sum is reduced
-modulo m exactly (``x - trunc(x·(1/m))·m``, exact for ``|x| <= 2^53 - 2``: see :func:`_fred`)
-and the reduced chunks are added up (at most ~4M chunks before float64 could round).  Limbs are
-recombined by Horner's rule ``r ← r·2^s + T_l (mod m)`` in float64 and the result is
-canonicalized in int64.  L is chosen per call by a small cost model (more limbs: more GEMM
-work; fewer limbs: more chunks, each a reduction of the output), and can be forced with
-``limbs=``.  ``W`` is converted to float64 in slices of about 2^21 elements into one reused
-buffer, which keeps the conversion out of the page-fault path (a float64 ``W``, a mirror, is
-used as it is).  An operand that is a
-:func:`zero_view` (an all-zero array of stride 0) makes the product a zero view at no cost.
-Inside :func:`parallel_evaluation` a large product is split along its larger free dim over
-worker threads of our own, with OpenBLAS single-threaded (its spinning threads cost dearly
-on a busy machine, and skinny products are memory-bound conversions).  Run this module
+modulo m exactly (``x - trunc(x·(1/m))·m``, exact for ``|x| <= 2^53 - 2``) and the reduced
+chunks are added up.  The L digit matrices go either along S's free dim (L products
+``S_l @ W``, recombined by Horner's rule ``r ← r·2^s + T_l (mod m)``: cheap for a small
+output) or along the reduction against L canonical copies ``2^(s·l)·W mod m`` of W (one GEMM
+whose sum is the product: cheap for an output much larger than W, as ``Q @ K^T``).
+:mod:`mugraph.semantics.field_gemm` holds this arithmetic and its proofs; L and the layout are
+chosen per call by a small cost model, and L can be forced with ``limbs=``.  The product is
+computed in tiles (a group of batch items times a range of W's free dim): each tile's GEMMs
+and epilogue run on cache-resident work arrays of its thread (:func:`thread_scratch`) and
+write the canonical int64 result in place; W is converted tile by tile when it is int64.  An
+operand that is a :func:`zero_view` (an all-zero array of stride 0) makes the product a zero
+view at no cost.  Inside :func:`parallel_evaluation` the tiles of a large product are spread
+over worker threads of our own, with OpenBLAS single-threaded (its spinning threads cost dearly
+on a busy machine, and skinny products are memory-bound).  Run this module
 (``python -m mugraph.semantics.field_arith``) for timings (:func:`benchmark_matmul`).
+
+Memory
+------
+Memory touched for the first time costs page faults (on a virtual machine whose host takes
+freed memory back, as much as the arithmetic).  Large results (products, exponentials, sums)
+are allocated by :func:`recycled_empty` in the memory of earlier results that nothing refers to
+any more, and work arrays are kept per thread; at most ``MUGRAPH_VERIFY_KEEP_BYTES`` (1 GiB)
+of unused memory is kept (:func:`release_memory` gives it back).
 
 Z_q components that do not matter
 ---------------------------------
@@ -170,6 +179,8 @@ import decimal
 import hashlib
 import math
 import os
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -181,6 +192,18 @@ from typing import Any
 import numpy as np
 
 from mugraph.errors import ShapeError
+from mugraph.semantics.field_gemm import (
+    GemmLayout,
+    GemmPlan,
+    TileScratch,
+    choose_layout,
+    digits,
+    finish_tile,
+    gemm_plan,
+    gemm_ready,
+    product_tile,
+    scaled_stack,
+)
 from mugraph.semantics.partition import fold_cols, fold_rows, matmul_layout, unfold
 
 __all__ = [
@@ -215,16 +238,11 @@ P: int = 2_147_483_579  # largest safe prime below 2^31 (2^31 - 69)
 Q: int = (P - 1) // 2  # 1_073_741_789 (2^30 - 35), prime, divides P - 1
 
 _MAX_MODULUS = 1 << 31  # (m-1)^2 < 2^62 keeps elementwise products exact in int64
-_F64_EXACT = (1 << 53) - 2  # |partial sums| bound of an exact GEMM (see _fred)
-_CONVERT_ELEMS = 1 << 21  # W is converted to float64 in slices of about this many elements
-_PARALLEL_MIN = 1 << 16  # ... using two threads when a slice has at least this many
-_EPILOGUE_ELEMS = 1 << 16  # limb recombination works on blocks of about this many outputs
 _BATCH_INV_MIN = 1 << 14  # batch (Montgomery) inversion above this many elements
 _BATCH_INV_STEPS = 64
 _RANDOM_CHUNK = 1 << 16  # random inputs are drawn in chunks of this many elements
 _RANDOM_PART = 1 << 20  # ... larger ones in parts of this many, one seeded stream per part
-_SPLIT_MIN_DIM = 64  # matmul_mod splits a free dim over threads in parts of at least this
-_SPLIT_MIN_MACS = 1 << 25  # ... for products of at least this many multiply-adds
+_SPLIT_MIN_MACS = 1 << 25  # matmul_mod uses the worker threads for products this large
 
 
 # ---------------------------------------------------------------------------------------------
@@ -576,7 +594,8 @@ def _canon_into(x: np.ndarray, m: int, out: np.ndarray, scratch: np.ndarray) -> 
     np.subtract(x, scratch, out=out)
 
 
-_BLOCK = 1 << 14  # elements per block of a blockwise elementwise kernel (a few arrays in L2)
+_BLOCK = 1 << 16  # elements per block of a blockwise elementwise kernel (a few arrays in L2;
+# smaller blocks spend more on the Python calls per block than they save in cache misses)
 
 
 def _blockwise(n: int, scratch_rows: int, block: Callable[[int, int, np.ndarray], None]) -> None:
@@ -588,7 +607,7 @@ def _blockwise(n: int, scratch_rows: int, block: Callable[[int, int, np.ndarray]
 
     def share(start: int, stop: int) -> Callable[[], None]:
         def run() -> None:
-            scratch = np.empty((scratch_rows, _BLOCK), dtype=np.int64)
+            scratch = thread_scratch().get_int("blockwise", (scratch_rows, _BLOCK))
             for lo in range(start, stop, _BLOCK):
                 block(lo, min(stop, lo + _BLOCK), scratch)
 
@@ -679,14 +698,45 @@ def inv_mod(x: np.ndarray, m: int, component: str = "?") -> np.ndarray:
 def sum_mod(
     x: np.ndarray, m: int, axis: int | tuple[int, ...] | None = None, keepdims: bool = False
 ) -> np.ndarray:
-    """Sum over axis mod m (exact: int64 holds up to 2^32 terms below 2^31)."""
-    if axis is None:
-        n = x.size
-    else:
-        n = math.prod(x.shape[a] for a in ((axis,) if isinstance(axis, int) else axis))
-    if n >= 1 << 32:
+    """Sum over axis mod m (exact: int64 holds up to 2^32 terms below 2^31).
+
+    Large sums run over the axes in the order of x's memory (a strided tile view is read as
+    the memory lies) and are split along a kept axis over the worker threads of
+    :func:`parallel_evaluation`; integer sums are exact, so the order changes nothing."""
+    x = np.asarray(x)
+    axes = tuple(range(x.ndim)) if axis is None else tuple(
+        _axis_index(a, x.ndim) for a in ((axis,) if isinstance(axis, int | np.integer) else axis))
+    if math.prod(x.shape[a] for a in axes) >= 1 << 32:
         raise ValueError("reduction of 2^32 or more elements")
-    return _canon_(np.asarray(np.sum(x, axis=axis, keepdims=keepdims, dtype=np.int64)), m)
+    total = _sum_keepdims(x, axes) if x.size >= _SUM_SPLIT_MIN else np.asarray(
+        np.sum(x, axis=axes, keepdims=True, dtype=np.int64))
+    _canon_(total, m)
+    return total if keepdims else total.reshape(_reduced_shape(x.shape, axes, False))
+
+
+_SUM_SPLIT_MIN = 1 << 20  # sums of arrays this large are reordered and spread over threads
+
+
+def _sum_keepdims(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """``np.sum(x, axes, keepdims=True)`` in int64 (C-contiguous), x's axes taken in memory
+    order, the kept axis that is outermost in memory split over the worker threads."""
+    out = recycled_empty(tuple(1 if i in axes else n for i, n in enumerate(x.shape)))
+    order = sorted(range(x.ndim), key=lambda i: -abs(x.strides[i]) if x.shape[i] > 1 else 0)
+    xt, ot = x.transpose(order), out.transpose(order)
+    red = tuple(order.index(a) for a in axes)
+    split = next((i for i in range(x.ndim) if i not in red and xt.shape[i] >= 2), None)
+    parts = 1 if split is None else min(_WORKERS, xt.shape[split])
+    if parts < 2:
+        np.sum(xt, axis=red, keepdims=True, dtype=np.int64, out=ot)
+        return out
+    bounds = [xt.shape[split] * i // parts for i in range(parts + 1)]
+
+    def part(lo: int, hi: int) -> Callable[[], None]:
+        index = (slice(None),) * split + (slice(lo, hi),)
+        return lambda: np.sum(xt[index], axis=red, keepdims=True, dtype=np.int64, out=ot[index])
+
+    _run_parallel([part(lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False)])
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -694,106 +744,105 @@ def sum_mod(
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class GemmPlan:
-    """How :func:`matmul_mod` multiplies modulo ``modulus`` with ``limbs`` digits.
-
-    ``digit_bits`` is s (0 when limbs = 1: no split), ``digit_bound`` D (every digit has
-    |d| <= D; with no split D = m - 1) and ``chunk`` the longest reduction one float64 GEMM
-    computes exactly: the largest k with ``k · D · (m-1) <= 2^53 - 2``.
-    """
-
-    modulus: int
-    limbs: int
-    digit_bits: int
-    digit_bound: int
-    chunk: int
-
-
-def gemm_plan(modulus: int, limbs: int) -> GemmPlan:
-    """The exactness plan for ``limbs`` balanced digits (chunk 0: that many limbs is unusable)."""
-    if limbs == 1:
-        bits, bound = 0, modulus - 1
-    else:
-        bits = -(-((modulus - 1).bit_length() + 1) // limbs)
-        bound = 1 << (bits - 1)
-    return GemmPlan(modulus, limbs, bits, bound, _F64_EXACT // (bound * (modulus - 1)))
-
-
-# Cost model (ns) for choosing the number of limbs; measured on a 2-core Xeon (SPR) VM.
-_NS_PER_MAC = 0.03  # float64 GEMM, per multiply-add
-_NS_PER_OP = 0.5  # one elementwise pass, per element
-_NS_PER_CHUNK = 20_000.0  # Python/BLAS overhead per exact chunk
-
-
-def _choose_limbs(m: int, macs: int, outs: int, k: int, split_elems: int) -> GemmPlan:
-    best: tuple[float, GemmPlan] | None = None
-    for limbs in (1, 2, 3, 4):
-        plan = gemm_plan(m, limbs)
-        if plan.chunk < 1:
-            continue
-        chunks = -(-k // plan.chunk)
-        reduce_ops = 5 * limbs * chunks if chunks > 1 else 0  # _fred + accumulate per chunk
-        cost = limbs * macs * _NS_PER_MAC + chunks * _NS_PER_CHUNK
-        cost += (reduce_ops + 6 * limbs) * outs * _NS_PER_OP + (3 * limbs + 1) * split_elems
-        if best is None or cost < best[0]:
-            best = (cost, plan)
-    if best is None:
-        raise ValueError(f"modulus {m} is too large for exact float64 GEMM")
-    return best[1]
-
-
-def _fred(a: np.ndarray, m: int) -> np.ndarray:
-    """In place: a ← a - trunc(a·(1/m))·m for integer-valued float64 |a| <= 2^53 - 2.
-
-    The computed quotient is within 2/m of a/m (two roundings of relative error 2^-53 on a
-    value below 2^53/m), so trunc() is the true truncated quotient or off by one only when a/m
-    lies within 2/m of an integer; then |t·m| <= |a| + 2 <= 2^53, so t·m and a - t·m are exact
-    integers.  The result lies in [-m-2, m+2] and is congruent to a.
-    """
-    t = a * (1.0 / m)
-    np.trunc(t, out=t)
-    t *= m
-    a -= t
-    return a
-
-
-def _stacked(arr: np.ndarray, i: int, size: int, split_left: bool) -> np.ndarray:
-    """Block i of a limb-stacked array: rows [i·size, (i+1)·size) or the same columns."""
-    if split_left:
-        return arr[..., i * size : (i + 1) * size, :]
-    return arr[..., :, i * size : (i + 1) * size]
-
-
-def _split_digits(s: np.ndarray, plan: GemmPlan, split_left: bool) -> np.ndarray:
-    """The balanced digits of s (canonical int64) as float64, stacked along rows/columns.
-
-    Adding ``offset = Σ_{i<L-1} 2^(s-1)·2^(s·i)`` first turns balanced digits into plain ones:
-    digit i is ``((s + offset) >> s·i) & (2^s - 1)) - 2^(s-1)`` (in [-2^(s-1), 2^(s-1))), the
-    top digit ``(s + offset) >> s·(L-1)`` (in [0, 2^(s-1)] since s·L >= bits(m-1) + 1).
-    """
-    limbs, bits = plan.limbs, plan.digit_bits
-    if limbs == 1:
-        return s.astype(np.float64)
-    half = 1 << (bits - 1)
-    size = s.shape[-2] if split_left else s.shape[-1]
-    shape = list(s.shape)
-    shape[-2 if split_left else -1] *= limbs
-    out = np.empty(shape)
-    t = s + sum(half << (bits * i) for i in range(limbs - 1))
-    u = np.empty_like(t)
-    for i in range(limbs):
-        target = _stacked(out, i, size, split_left)
-        if i == limbs - 1:
-            np.right_shift(t, bits * i, out=target, casting="unsafe")
-        else:
-            np.right_shift(t, bits * i, out=u)
-            u &= (1 << bits) - 1
-            np.subtract(u, half, out=target, casting="unsafe")
-    return out
+# The arithmetic of one tile (plans, digits, exact reductions) is in field_gemm; this module
+# cuts a product into tiles and spreads them over its worker threads.
+_TILE_OUT = 1 << 18  # a tile's GEMM output (float64 elements): in cache for its epilogue
+_TILE_CONVERT = 1 << 19  # what a tile group makes or converts (digits, W blocks): at most this
 
 
 _POOL: ThreadPoolExecutor | None = None
+_THREAD_SCRATCH = threading.local()
+
+
+class _Recycler:
+    """Large int64 arrays handed out again once nothing refers to them.
+
+    Memory touched for the first time costs page faults (on a virtual machine whose host
+    takes freed memory back, about as much as computing the values), so the big results of a
+    verification round (products, exponentials, sums) reuse the memory of the last round's.
+    An array is handed out again only when this object holds the only reference to it: every
+    view (and so every memo entry and value using it) keeps its owner alive, so reuse never
+    overwrites a live value.  At most ``keep`` bytes that nothing else uses are held."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self._held: list[np.ndarray] = []
+        self._lock = threading.Lock()
+
+    def empty(self, shape: tuple[int, ...]) -> np.ndarray:
+        n = math.prod(shape)
+        if n * 8 < _RECYCLE_MIN_BYTES:
+            return np.empty(shape, dtype=np.int64)
+        with self._lock:
+            for i in range(len(self._held)):
+                if self._held[i].size == n and _only_listed(self._held, i):
+                    self._held.append(self._held.pop(i))  # most recently used last
+                    return self._held[-1].reshape(shape)
+            owner = np.empty(n, dtype=np.int64)
+            self._held.append(owner)
+            self._trim(self.keep)
+            return owner.reshape(shape)
+
+    def _trim(self, keep: int) -> None:
+        """Drop unused arrays, least recently used first, until at most ``keep`` bytes of
+        unused ones remain."""
+        unused = [i for i in range(len(self._held)) if _only_listed(self._held, i)]
+        excess = sum(self._held[i].nbytes for i in unused) - keep
+        for i in unused:
+            if excess <= 0:
+                break
+            excess -= self._held[i].nbytes
+            self._held[i] = None  # type: ignore[call-overload]
+        self._held = [a for a in self._held if a is not None]
+
+    def release(self) -> None:
+        with self._lock:
+            self._trim(0)
+
+
+def _only_listed(items: list, i: int) -> bool:
+    """Whether ``items[i]`` has no reference but the list's."""
+    return sys.getrefcount(items[i]) <= _LISTED
+
+
+def _listed_count() -> int:
+    items = [np.empty(0)]
+    return sys.getrefcount(items[0])
+
+
+_LISTED = _listed_count()
+_RECYCLE_MIN_BYTES = 1 << 20
+_RECYCLER = _Recycler(keep=int(os.environ.get("MUGRAPH_VERIFY_KEEP_BYTES", 1 << 30)))
+
+
+def _fresh_recycler() -> None:
+    """In a forked child: a recycler of its own (the parent's lock may have been held)."""
+    global _RECYCLER
+    _RECYCLER = _Recycler(keep=_RECYCLER.keep)
+
+
+os.register_at_fork(after_in_child=_fresh_recycler)
+
+
+def recycled_empty(shape: tuple[int, ...]) -> np.ndarray:
+    """``np.empty(shape, int64)``, in the memory of an earlier large result that nothing uses
+    any more when there is one (:class:`_Recycler`)."""
+    return _RECYCLER.empty(tuple(int(n) for n in shape))
+
+
+def release_memory() -> None:
+    """Give back the memory kept for reuse (large results of earlier rounds)."""
+    _RECYCLER.release()
+
+
+def thread_scratch() -> TileScratch:
+    """This thread's work arrays, kept from call to call (memory touched for the first time
+    costs page faults, which on a virtual machine can cost more than the work itself).  Only
+    for work that finishes before the thread takes another task."""
+    scratch = getattr(_THREAD_SCRATCH, "arrays", None)
+    if scratch is None:
+        scratch = _THREAD_SCRATCH.arrays = TileScratch()
+    return scratch
 
 
 def _pool() -> ThreadPoolExecutor:
@@ -853,8 +902,9 @@ _BLAS_API: list[tuple[Any, Any] | None] = []
 @contextmanager
 def parallel_evaluation(workers: int | None = None) -> Iterator[int]:
     """Within: the big operations of this module (:meth:`FieldContext.random`,
-    :func:`matmul_mod`) split their work over ``workers`` threads of their own (default: the
-    CPU count, at most 4) and NumPy's OpenBLAS runs single-threaded.  Results are identical
+    :func:`matmul_mod`, ``exp``, :func:`sum_mod`) split their work over ``workers`` threads of
+    their own (default: the CPU count, at most ``MUGRAPH_VERIFY_THREADS``, 4 unless set) and
+    NumPy's OpenBLAS runs single-threaded.  Results are identical
     to serial evaluation; only the speed changes.  OpenBLAS's own threads spin while they
     wait, which costs dearly on a busy machine, and its skinny products (a few rows times a
     large weight) are memory-bound conversions that threads of our own split better.
@@ -878,162 +928,151 @@ def parallel_evaluation(workers: int | None = None) -> Iterator[int]:
             api[1](previous_blas)
 
 
-def _convert(dst: np.ndarray, src: np.ndarray) -> None:
-    """dst[...] = src (int64 → float64); split over two threads when large (it is
-    memory-bound, and NumPy releases the GIL while casting).  Inside
-    :func:`parallel_evaluation` the split happens a level up (:func:`matmul_mod`)."""
-    axis = next((i for i, n in enumerate(dst.shape) if n > 1), None)
-    if _WORKERS > 1 or dst.size < _PARALLEL_MIN or axis is None or (os.cpu_count() or 1) < 2:
-        np.copyto(dst, src)
-        return
-    half = (slice(None),) * axis + (slice(0, dst.shape[axis] // 2),)
-    rest = (slice(None),) * axis + (slice(dst.shape[axis] // 2, None),)
-    future = _pool().submit(np.copyto, dst[half], src[half])
-    np.copyto(dst[rest], src[rest])
-    future.result()
-
-
-def _gemm_chunks(
-    digits: np.ndarray, w_arr: np.ndarray, plan: GemmPlan, split_left: bool, out_shape: tuple
-) -> tuple[np.ndarray, int]:
-    """The limb-stacked products digits·W (split_left) or W·digits, reduced per exact chunk.
-
-    Returns the float64 sums and a bound on their absolute values.
-    """
-    m, k = plan.modulus, w_arr.shape[-2] if split_left else w_arr.shape[-1]
-    per_k = max(1, w_arr.size // k)
-    direct = w_arr.dtype == np.float64  # a float64 mirror: no conversion
-    step = max(1, min(plan.chunk, k, k if direct else _CONVERT_ELEMS // per_k))
-    if direct:
-        buf = None
-    elif split_left:
-        buf = np.empty((*w_arr.shape[:-2], step, w_arr.shape[-1]))
-    else:
-        buf = np.empty((*w_arr.shape[:-2], w_arr.shape[-2], step))
-    acc = np.empty(out_shape)
-    tmp = np.empty(out_shape) if step < min(plan.chunk, k) else acc
-    chunks = -(-k // plan.chunk)
-    total = np.zeros(out_shape) if chunks > 1 else acc
-    for c0 in range(0, k, plan.chunk):
-        c1 = min(k, c0 + plan.chunk)
-        for s0 in range(c0, c1, step):
-            s1 = min(c1, s0 + step)
-            target = acc if s0 == c0 else tmp
-            if split_left:
-                w = w_arr[..., s0:s1, :] if direct else buf[..., : s1 - s0, :]
-                if not direct:
-                    _convert(w, w_arr[..., s0:s1, :])
-                np.matmul(digits[..., s0:s1], w, out=target)
-            else:
-                w = w_arr[..., s0:s1] if direct else buf[..., : s1 - s0]
-                if not direct:
-                    _convert(w, w_arr[..., s0:s1])
-                np.matmul(w, digits[..., s0:s1, :], out=target)
-            if target is not acc:
-                acc += target
-        if chunks > 1:
-            total += _fred(acc, m)
-    bound = chunks * (m + 2) if chunks > 1 else k * plan.digit_bound * (m - 1)
-    return total, bound
-
-
-def _combine_limbs(
-    total: np.ndarray, bound: int, plan: GemmPlan, split_left: bool, rows: int, cols: int
-) -> np.ndarray:
-    """Σ_i T_i·2^(s·i) mod m by Horner's rule, canonical int64, in cache-sized row blocks."""
-    m, limbs = plan.modulus, plan.limbs
-    scale = float(1 << plan.digit_bits)
-    reduce_low = (m + 2) * (1 << plan.digit_bits) + bound > _F64_EXACT
-    out = np.empty((*total.shape[:-2], rows, cols), dtype=np.int64)
-    per_row = max(1, out.size // max(1, rows))
-    block = max(1, _EPILOGUE_ELEMS // per_row)
-    for r0 in range(0, rows, block):
-        r1 = min(rows, r0 + block)
-        if split_left:
-            parts = [total[..., i * rows + r0 : i * rows + r1, :] for i in range(limbs)]
-        else:
-            parts = [_stacked(total[..., r0:r1, :], i, cols, False) for i in range(limbs)]
-        acc = parts[-1]
-        for low in reversed(parts[:-1]):
-            _fred(acc, m)
-            acc *= scale
-            acc += _fred(low, m) if reduce_low else low
-        dst = out[..., r0:r1, :]
-        np.copyto(dst, acc, casting="unsafe")
-        _canon_(dst, m)
-    return out
-
-
 def _matmul_core(x: np.ndarray, y: np.ndarray, m: int, limbs: int | None) -> np.ndarray:
+    """Exact ``x @ y mod m`` (2-D or more, batch axes broadcast), canonical int64.
+
+    The operand with fewer elements (S) is cut into digits, the layout chosen by
+    :func:`~mugraph.semantics.field_gemm.choose_layout`.  The output is computed in tiles —
+    a group of batch items times a range along the other operand's (W's) free dim
+    (:func:`_tiles`) — each a GEMM per exact chunk and an epilogue on cache-resident sums
+    written straight into the int64 result (:func:`_run_tile`); the digits (and W's scaled
+    copies) are made per group of items, in the thread that uses them.  The tiles are
+    spread over the worker threads of :func:`parallel_evaluation` for a large product.
+    Every tile is exact, so the values do not depend on the tiling or the thread count."""
     rows, k, cols = x.shape[-2], x.shape[-1], y.shape[-1]
-    batch = np.broadcast_shapes(x.shape[:-2], y.shape[:-2])
-    split_left = x.size <= y.size
-    s_arr, w_arr = (x, y) if split_left else (y, x)
-    if s_arr.dtype != np.int64:  # the digits are cut from int64
-        s_arr = s_arr.astype(np.int64)
-    outs = math.prod(batch) * rows * cols
-    plan = gemm_plan(m, limbs) if limbs else _choose_limbs(m, outs * k, outs, k, s_arr.size)
-    if plan.chunk < 1:
-        raise ValueError(f"{plan.limbs} limb(s) cannot multiply exactly modulo {m}")
-    digits = _split_digits(s_arr, plan, split_left)
-    if split_left:
-        out_shape = (*batch, plan.limbs * rows, cols)
-    else:
-        out_shape = (*batch, rows, plan.limbs * cols)
-    total, bound = _gemm_chunks(digits, w_arr, plan, split_left, out_shape)
-    return _combine_limbs(total, bound, plan, split_left, rows, cols)
-
-
-def _per_batch(x: np.ndarray, y: np.ndarray, m: int, limbs: int | None) -> np.ndarray | None:
-    """A batch of products whose larger operand is too big for one conversion slice, one
-    batch item at a time (spread over the worker threads): slicing the conversion along the
-    reduction instead would leave GEMMs with a tiny reduction dim.  None: not such a batch."""
-    batch = x.shape[:-2]
+    batch = tuple(np.broadcast_shapes(x.shape[:-2], y.shape[:-2]))
+    out = recycled_empty((*batch, rows, cols))
+    if out.size == 0:
+        return out
     count = math.prod(batch)
-    if count < 2 or batch != y.shape[:-2] or max(x.size, y.size) <= _CONVERT_ELEMS:
-        return None
-    xs, ys = x.reshape(count, *x.shape[-2:]), y.reshape(count, *y.shape[-2:])
-    out = np.empty((count, x.shape[-2], y.shape[-1]), dtype=np.int64)
-    workers = min(_WORKERS, count)
+    split_left = x.size <= y.size
+    layout = choose_layout(m, limbs, count, rows, k, cols, split_left, _TILE_OUT)
+    s_items, w_items, out_items = _as_items(batch, *((x, y) if split_left else (y, x)), out)
+    stacked = isinstance(s_items, np.ndarray)
+    limbs_n = layout.plan.limbs
+    s_free, extent = (rows, cols) if split_left else (cols, rows)
+    across = s_free if layout.stack_k else limbs_n * s_free  # the GEMM output's other extent
+    made_per_item = limbs_n * k * (s_free + (extent if layout.stack_k else 0))
+    converts = not layout.stack_k and w_items[0].dtype != np.float64
+    group, width = _tile_size(count if stacked else 1, extent, across, made_per_item,
+                              k if converts else 0)
+    tiles = _tiles(count, group, extent, width)
+    workers = _WORKERS if count * rows * cols * k >= _SPLIT_MIN_MACS else 1
+    workers = max(1, min(workers, len(tiles)))
 
-    def share(first: int) -> Callable[[], None]:
+    def share(first: int, last: int) -> Callable[[], None]:
         def run() -> None:
-            for i in range(first, count, workers):
-                out[i] = _matmul_core(xs[i], ys[i], m, limbs)
+            scratch, made = thread_scratch(), None
+            for i0, i1, lo, hi in tiles[first:last]:
+                if made != (i0, i1):
+                    s_op = _items(s_items, i0, i1)
+                    dig = digits(s_op, layout, scratch)
+                    w_op = _items(w_items, i0, i1)
+                    w_op = scaled_stack(w_op, layout, scratch) if layout.stack_k else w_op
+                    made = (i0, i1)
+                _run_tile(dig, w_op, _items(out_items, i0, i1), lo, hi, layout, scratch)
 
         return run
 
-    _run_parallel([share(w) for w in range(workers)])
-    return out.reshape(*batch, *out.shape[1:])
-
-
-def _matmul_split(x: np.ndarray, y: np.ndarray, m: int, limbs: int | None) -> np.ndarray:
-    """_matmul_core, split over the worker threads along the larger free dim (rows of x or
-    columns of y) when the product is large: each part is an independent exact product."""
-    items = _per_batch(x, y, m, limbs)
-    if items is not None:
-        return items
-    rows, k, cols = x.shape[-2], x.shape[-1], y.shape[-1]
-    batch = np.broadcast_shapes(x.shape[:-2], y.shape[:-2])
-    parts = min(_WORKERS, max(rows, cols) // _SPLIT_MIN_DIM)
-    if parts < 2 or math.prod(batch) * rows * cols * k < _SPLIT_MIN_MACS:
-        return _matmul_core(x, y, m, limbs)
-    out = np.empty((*batch, rows, cols), dtype=np.int64)
-    along_cols = cols >= rows
-    extent = cols if along_cols else rows
-    bounds = [extent * i // parts for i in range(parts + 1)]
-
-    def part(lo: int, hi: int) -> Callable[[], None]:
-        def run() -> None:
-            if along_cols:
-                out[..., lo:hi] = _matmul_core(x, y[..., lo:hi], m, limbs)
-            else:
-                out[..., lo:hi, :] = _matmul_core(x[..., lo:hi, :], y, m, limbs)
-
-        return run
-
-    _run_parallel([part(lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False)])
+    bounds = [len(tiles) * i // workers for i in range(workers + 1)]
+    tasks = [share(a, b) for a, b in zip(bounds, bounds[1:], strict=False)]
+    if len(tasks) == 1:
+        tasks[0]()
+    else:
+        _run_parallel(tasks)
     return out
+
+
+def _as_items(
+    batch: tuple[int, ...], s: np.ndarray, w: np.ndarray, out: np.ndarray
+) -> tuple[np.ndarray, ...] | tuple[list[np.ndarray], ...]:
+    """The digits' source ``s``, the other operand ``w`` and ``out`` (broadcast to ``batch``
+    plus their own last two axes) as stacks of matrices along one leading axis: views when
+    their batch axes merge into one (:func:`_merged`), ``s`` copied when only it does not
+    (it is read once, to cut its digits); else item by item (a list per array)."""
+    full = [a if a.shape[:-2] == batch else np.broadcast_to(a, batch + a.shape[-2:])
+            for a in (s, w, out)]  # (broadcast_to makes even a full-shape view read-only)
+    merged = [_merged(a, len(batch)) for a in full]
+    if merged[0] is None and merged[1] is not None:
+        merged[0] = np.ascontiguousarray(full[0]).reshape(-1, *s.shape[-2:])
+    if all(m is not None for m in merged):
+        return tuple(merged)
+    return tuple([a[index] for index in np.ndindex(*batch)] for a in full)
+
+
+def _merged(a: np.ndarray, lead: int) -> np.ndarray | None:
+    """``a`` with its first ``lead`` axes merged into one, as a view (None when their strides
+    do not allow it: a broadcast axis before a varying one, say)."""
+    sizes = [(n, st) for n, st in zip(a.shape[:lead], a.strides[:lead], strict=True) if n > 1]
+    for (_, outer), (n, inner) in zip(sizes, sizes[1:], strict=False):
+        if outer != inner * n:
+            return None
+    count = math.prod(n for n, _ in sizes)
+    stride = sizes[-1][1] if sizes else 0
+    return np.lib.stride_tricks.as_strided(
+        a, (count, *a.shape[lead:]), (stride, *a.strides[lead:]), writeable=a.flags.writeable)
+
+
+def _items(items: np.ndarray | list[np.ndarray], i0: int, i1: int) -> np.ndarray:
+    """Items ``i0:i1`` as one stack (a list holds one matrix per item: tiles of one item)."""
+    if isinstance(items, np.ndarray):
+        return items[i0:i1]
+    return items[i0][None]
+
+
+def _tile_size(
+    count: int, extent: int, across: int, made_per_item: int, converted_per_column: int
+) -> tuple[int, int]:
+    """(batch items, columns or rows of W) per tile: a GEMM output of about ``_TILE_OUT``
+    elements; what a group makes (digits, W's scaled copies: ``made_per_item``) and a W block
+    converted to float64 (``converted_per_column`` per column) of at most ``_TILE_CONVERT``
+    elements; and at least one tile per worker thread (``count`` 1: one item per tile)."""
+    width = min(extent, max(16, _TILE_OUT // max(1, across)))
+    if converted_per_column:
+        width = min(width, max(16, _TILE_CONVERT // converted_per_column))
+    per_item = made_per_item + converted_per_column * width
+    group = max(1, min(count, _TILE_OUT // max(1, across * width),
+                       _TILE_CONVERT // max(1, per_item)))
+    while -(-count // group) * -(-extent // width) < _WORKERS and (group > 1 or width > 16):
+        if group > 1:
+            group = -(-group // 2)
+        else:
+            width = -(-width // 2)
+    return _even(count, group), _even(extent, width)
+
+
+def _even(total: int, size: int) -> int:
+    """A part size no larger than ``size`` whose parts of ``total`` are about equal, their
+    number a multiple of the worker count when there are few (so no thread idles long)."""
+    parts = -(-total // size)
+    if parts < 4 * _WORKERS:
+        parts = -(-parts // _WORKERS) * _WORKERS
+    return max(1, -(-total // parts))
+
+
+def _tiles(count: int, group: int, extent: int, width: int) -> list[tuple[int, int, int, int]]:
+    """(first item, last item, lo, hi) for every tile, the tiles of one group together."""
+    return [(i, min(count, i + group), lo, min(extent, lo + width))
+            for i in range(0, count, group) for lo in range(0, extent, width)]
+
+
+def _run_tile(
+    dig: np.ndarray,
+    w: np.ndarray,
+    out: np.ndarray,
+    lo: int,
+    hi: int,
+    layout: GemmLayout,
+    scratch: TileScratch,
+) -> None:
+    """One tile: W's columns (or rows) ``lo:hi`` against all the digits, for a stack of batch
+    items."""
+    if layout.split_left:
+        a, b, dst = dig, gemm_ready(w[..., lo:hi], scratch), out[..., lo:hi]
+    else:
+        a, b, dst = gemm_ready(w[..., lo:hi, :], scratch), dig, out[..., lo:hi, :]
+    total, bound = product_tile(a, b, layout.plan, scratch)
+    finish_tile(total, bound, layout, dst, scratch)
 
 
 def matmul_shape(sa: Sequence[int], sb: Sequence[int]) -> tuple[int, ...]:
@@ -1108,12 +1147,12 @@ def _folded_product(
     xf, yf = (fold_rows(x, lay), fold_cols(y, lay)) if folded else (x, y)
     fresh = folded and (xf.base is None or yf.base is None)  # a copy: never asked again
     if memo is None or fresh:
-        product = _matmul_split(xf, yf, m, limbs)
+        product = _matmul_core(xf, yf, m, limbs)
     else:
         key = ("matmul", m, limbs, _ident(xf), _ident(yf))
         entry = memo.get(key)
         if entry is None:
-            entry = (xf, yf, _matmul_split(xf, yf, m, limbs))
+            entry = (xf, yf, _matmul_core(xf, yf, m, limbs))
             memo[key] = entry
             _keep_k_merged(memo, entry, m, limbs)
         product = entry[2]
@@ -1702,16 +1741,16 @@ class FieldContext:
         the mulmod of a block stay in cache instead of streaming five arrays through memory."""
         e = np.asarray(e, dtype=np.int64)
         e = e if e.flags.c_contiguous else e.copy()  # (ascontiguousarray makes 0-d 1-d)
-        out = np.empty(e.shape, dtype=np.int64)
+        out = recycled_empty(e.shape)
         flat_e, flat_out = e.reshape(-1), out.reshape(-1)
         mask, bits = (1 << self._exp_bits) - 1, self._exp_bits
 
         def block(lo: int, hi: int, scratch: np.ndarray) -> None:
             index, low, high = scratch[0, : hi - lo], scratch[1, : hi - lo], scratch[2, : hi - lo]
             np.bitwise_and(flat_e[lo:hi], mask, out=index)
-            np.take(self._exp_lo, index, out=low, mode="clip")  # in range: e is canonical
+            np.take(self._exp_lo, index, out=low, mode="wrap")  # in range: e is canonical
             np.right_shift(flat_e[lo:hi], bits, out=index)
-            np.take(self._exp_hi, index, out=high, mode="clip")
+            np.take(self._exp_hi, index, out=high, mode="wrap")
             np.multiply(low, high, out=low)
             _canon_into(low, self.p, flat_out[lo:hi], index)
 
@@ -1915,22 +1954,21 @@ def benchmark_matmul(
             best = min(best, time.perf_counter() - t0)
         label = f"{sa} @ {sb}"
         times[label] = best * 1e3
-        plan_p = _plan_for(sa, sb, P, limbs)
-        plan_q = _plan_for(sa, sb, Q, limbs)
+        lay_p, lay_q = _layout_for(sa, sb, P, limbs), _layout_for(sa, sb, Q, limbs)
         print(
-            f"{label:40s} {best * 1e3:8.2f} ms  "
-            f"(limbs p/q: {plan_p.limbs}/{plan_q.limbs}, chunk {plan_p.chunk}/{plan_q.chunk})"
+            f"{label:40s} {best * 1e3:8.2f} ms  (limbs p/q: {lay_p.plan.limbs}/"
+            f"{lay_q.plan.limbs}, stacked along k p/q: {lay_p.stack_k}/{lay_q.stack_k})"
         )
     return times
 
 
-def _plan_for(sa: tuple[int, ...], sb: tuple[int, ...], m: int, limbs: int | None) -> GemmPlan:
-    if limbs:
-        return gemm_plan(m, limbs)
+def _layout_for(
+    sa: tuple[int, ...], sb: tuple[int, ...], m: int, limbs: int | None
+) -> GemmLayout:
     rows, k, cols = sa[-2], sa[-1], sb[-1]
-    batch = np.broadcast_shapes(sa[:-2], sb[:-2])
-    outs = math.prod(batch) * rows * cols
-    return _choose_limbs(m, outs * k, outs, k, min(math.prod(sa), math.prod(sb)))
+    batch = math.prod(np.broadcast_shapes(sa[:-2], sb[:-2]))
+    split_left = math.prod(sa) <= math.prod(sb)
+    return choose_layout(m, limbs, batch, rows, k, cols, split_left, _TILE_OUT)
 
 
 if __name__ == "__main__":
