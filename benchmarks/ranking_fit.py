@@ -1,6 +1,7 @@
 """How well the cost model ranks μGraphs, from GPU measurements, and fitting its constants.
 
     python benchmarks/ranking_fit.py RECORDS.jsonl[.gz] [--fit] [--rounds N]
+    python benchmarks/ranking_fit.py benchmarks/searched [--fit]   # the suite searches' rankings
 
 RECORDS are what ``benchmarks/bench_ranking.py`` writes: one line per candidate with its row,
 graph (JSON), estimate and measured medians. This prints, per row, the rank correlation
@@ -174,9 +175,36 @@ def correlation_table(lines: Sequence[dict], estimate: Callable[[dict], float] |
 
 
 def read_lines(path: Path) -> list[dict]:
+    """Records of a ``bench_ranking.py`` file, or, for a folder, of the GPU rankings kept with
+    the suite's searches (:func:`searched_lines`)."""
+    if path.is_dir():
+        return searched_lines(path)
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8") as handle:
         return [json.loads(line) for line in handle if line.strip()]
+
+
+def searched_lines(folder: Path) -> list[dict]:
+    """Records from ``benchmarks/searched/ROW.json`` (``search_suite.py``): each row's GPU
+    ranking records joined with the graphs of its kept alternatives by structural hash. A
+    timed candidate whose graph was not kept (the file keeps the first alternatives only) is
+    left out, so a row scores fewer candidates than its ranking timed."""
+    from mugraph.ir.serialize import from_json
+
+    lines = []
+    for path in sorted(folder.glob("*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        ranking = data.get("ranking") if isinstance(data, dict) else None
+        if not isinstance(ranking, dict) or not ranking.get("records"):
+            continue
+        graphs = {}
+        for alternative in data.get("alternatives", []):
+            graphs[from_json(alternative["graph"]).structural_hash()] = alternative["graph"]
+        for record in ranking["records"]:
+            if record.get("graph_hash") in graphs:
+                lines.append({**record, "row": data["row"], "graph": graphs[record["graph_hash"]],
+                              "workload": data["row"].rsplit("_b", 1)[0]})  # fmt: skip
+    return lines
 
 
 def graph_of(line: dict, memo: dict):
