@@ -128,3 +128,10 @@ def test_workers_sharing_continuations_find_what_one_worker_finds(gqa_small, mon
     assert alone.stats.pruned["memo_replay"] > 0
     assert [c.hash for c in shared.candidates] == [c.hash for c in alone.candidates]
     assert not list(tmp_path.glob("mugraph-memo-*"))
+
+
+def test_a_continuation_that_cannot_be_pickled_stays_with_its_worker(tmp_path):
+    first, second = SharedMemo({}, tmp_path, SCOPE), SharedMemo({}, tmp_path, SCOPE)
+    value = [(lambda: None,)]  # a lambda does not pickle
+    first.put(memo_key(), value)
+    assert first.get(memo_key()) is value and second.get(memo_key()) is None

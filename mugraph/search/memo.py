@@ -129,8 +129,12 @@ class SharedMemo(LocalMemo):
         self.table[key] = value
         path = self._path(key, ".pkl")
         temporary = path.with_suffix(f".{os.getpid()}.tmp")
+        try:
+            data = pickle.dumps((key, value), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # noqa: BLE001 - not shareable: this worker keeps it to itself
+            return
         with contextlib.suppress(OSError):
-            temporary.write_bytes(pickle.dumps((key, value), protocol=pickle.HIGHEST_PROTOCOL))
+            temporary.write_bytes(data)
             os.replace(temporary, path)
 
     def release(self, key: Any) -> None:
