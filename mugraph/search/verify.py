@@ -857,8 +857,8 @@ def _fresh_shared_buffers() -> None:
 
 
 os.register_at_fork(after_in_child=_fresh_shared_buffers)
-# input memory kept from one verify call to the next (as field_arith keeps large results)
-KEEP_INPUT_BYTES = int(os.environ.get("MUGRAPH_VERIFY_KEEP_BYTES", 1 << 30))
+# input memory kept from one verify call to the next (field_arith keeps large results' memory)
+KEEP_INPUT_BYTES = int(os.environ.get("MUGRAPH_VERIFY_KEEP_INPUT_BYTES", 1 << 30))
 
 
 @contextmanager

@@ -94,8 +94,8 @@ Memory
 Memory touched for the first time costs page faults (on a virtual machine whose host takes
 freed memory back, as much as the arithmetic).  Large results (products, exponentials, sums)
 are allocated by :func:`recycled_empty` in the memory of earlier results that nothing refers to
-any more, and work arrays are kept per thread; at most ``MUGRAPH_VERIFY_KEEP_BYTES`` (1 GiB)
-of unused memory is kept (:func:`release_memory` gives it back).
+any more, and work arrays are kept per thread; at most ``MUGRAPH_VERIFY_KEEP_RESULT_BYTES``
+(512 MiB) of unused memory is kept (:func:`release_memory` gives it back).
 
 Z_q components that do not matter
 ---------------------------------
@@ -176,6 +176,7 @@ from __future__ import annotations
 
 import copy
 import decimal
+import functools
 import hashlib
 import math
 import os
@@ -195,6 +196,7 @@ from mugraph.errors import ShapeError
 from mugraph.semantics.field_gemm import (
     GemmLayout,
     GemmPlan,
+    TileBudget,
     TileScratch,
     choose_layout,
     digits,
@@ -602,7 +604,7 @@ def _blockwise(n: int, scratch_rows: int, block: Callable[[int, int, np.ndarray]
     """Run ``block(lo, hi, scratch)`` over [0, n) in blocks of _BLOCK elements, spread over the
     worker threads of :func:`parallel_evaluation` when n is large; ``scratch`` is an int64
     array (scratch_rows, _BLOCK) of the running thread's own."""
-    workers = max(1, min(_WORKERS, n // (16 * _BLOCK)))
+    workers = max(1, min(_WORKERS, n // (4 * _BLOCK)))
     bounds = [n * i // workers for i in range(workers + 1)]
 
     def share(start: int, stop: int) -> Callable[[], None]:
@@ -748,6 +750,7 @@ def _sum_keepdims(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
 # cuts a product into tiles and spreads them over its worker threads.
 _TILE_OUT = 1 << 18  # a tile's GEMM output (float64 elements): in cache for its epilogue
 _TILE_CONVERT = 1 << 19  # what a tile group makes or converts (digits, W blocks): at most this
+_SCRATCH_KEEP = 1 << 26  # a thread keeps its work arrays when they hold at most this (bytes)
 
 
 _POOL: ThreadPoolExecutor | None = None
@@ -812,7 +815,7 @@ def _listed_count() -> int:
 
 _LISTED = _listed_count()
 _RECYCLE_MIN_BYTES = 1 << 20
-_RECYCLER = _Recycler(keep=int(os.environ.get("MUGRAPH_VERIFY_KEEP_BYTES", 1 << 30)))
+_RECYCLER = _Recycler(keep=int(os.environ.get("MUGRAPH_VERIFY_KEEP_RESULT_BYTES", 1 << 29)))
 
 
 def _fresh_recycler() -> None:
@@ -934,11 +937,10 @@ def _matmul_core(x: np.ndarray, y: np.ndarray, m: int, limbs: int | None) -> np.
     The operand with fewer elements (S) is cut into digits, the layout chosen by
     :func:`~mugraph.semantics.field_gemm.choose_layout`.  The output is computed in tiles —
     a group of batch items times a range along the other operand's (W's) free dim
-    (:func:`_tiles`) — each a GEMM per exact chunk and an epilogue on cache-resident sums
-    written straight into the int64 result (:func:`_run_tile`); the digits (and W's scaled
-    copies) are made per group of items, in the thread that uses them.  The tiles are
-    spread over the worker threads of :func:`parallel_evaluation` for a large product.
-    Every tile is exact, so the values do not depend on the tiling or the thread count."""
+    (:func:`_plan_tiles`) — each a GEMM per exact chunk and an epilogue on cache-resident sums
+    written straight into the int64 result (:func:`_run_tiles`).  The tiles are spread over
+    the worker threads of :func:`parallel_evaluation` for a large product.  Every tile is
+    exact, so the values do not depend on the tiling or the thread count."""
     rows, k, cols = x.shape[-2], x.shape[-1], y.shape[-1]
     batch = tuple(np.broadcast_shapes(x.shape[:-2], y.shape[:-2]))
     out = recycled_empty((*batch, rows, cols))
@@ -946,41 +948,52 @@ def _matmul_core(x: np.ndarray, y: np.ndarray, m: int, limbs: int | None) -> np.
         return out
     count = math.prod(batch)
     split_left = x.size <= y.size
-    layout = choose_layout(m, limbs, count, rows, k, cols, split_left, _TILE_OUT)
-    s_items, w_items, out_items = _as_items(batch, *((x, y) if split_left else (y, x)), out)
-    stacked = isinstance(s_items, np.ndarray)
-    limbs_n = layout.plan.limbs
-    s_free, extent = (rows, cols) if split_left else (cols, rows)
-    across = s_free if layout.stack_k else limbs_n * s_free  # the GEMM output's other extent
-    made_per_item = limbs_n * k * (s_free + (extent if layout.stack_k else 0))
-    converts = not layout.stack_k and w_items[0].dtype != np.float64
-    group, width = _tile_size(count if stacked else 1, extent, across, made_per_item,
-                              k if converts else 0)
-    tiles = _tiles(count, group, extent, width)
-    workers = _WORKERS if count * rows * cols * k >= _SPLIT_MIN_MACS else 1
-    workers = max(1, min(workers, len(tiles)))
-
-    def share(first: int, last: int) -> Callable[[], None]:
-        def run() -> None:
-            scratch, made = thread_scratch(), None
-            for i0, i1, lo, hi in tiles[first:last]:
-                if made != (i0, i1):
-                    s_op = _items(s_items, i0, i1)
-                    dig = digits(s_op, layout, scratch)
-                    w_op = _items(w_items, i0, i1)
-                    w_op = scaled_stack(w_op, layout, scratch) if layout.stack_k else w_op
-                    made = (i0, i1)
-                _run_tile(dig, w_op, _items(out_items, i0, i1), lo, hi, layout, scratch)
-
-        return run
-
+    threads = _WORKERS if count * rows * cols * k >= _SPLIT_MIN_MACS else 1
+    layout = choose_layout(m, limbs, count, rows, k, cols, split_left,
+                           TileBudget(_TILE_OUT, _TILE_CONVERT, threads))
+    items = _as_items(batch, *((x, y) if split_left else (y, x)), out)
+    tiles = _plan_tiles(items, layout, rows, k, cols)
+    workers = max(1, min(threads, len(tiles)))
     bounds = [len(tiles) * i // workers for i in range(workers + 1)]
-    tasks = [share(a, b) for a, b in zip(bounds, bounds[1:], strict=False)]
+    tasks = [functools.partial(_run_tiles, items, tiles[a:b], layout)
+             for a, b in zip(bounds, bounds[1:], strict=False)]
     if len(tasks) == 1:
         tasks[0]()
     else:
         _run_parallel(tasks)
     return out
+
+
+def _plan_tiles(
+    items: tuple, layout: GemmLayout, rows: int, k: int, cols: int
+) -> list[tuple[int, int, int, int]]:
+    """The tiles of a product whose S, W and output are ``items`` (:func:`_as_items`)."""
+    s_items, w_items, _ = items
+    stacked = isinstance(s_items, np.ndarray)
+    limbs = layout.plan.limbs
+    s_free, extent = (rows, cols) if layout.split_left else (cols, rows)
+    across = s_free if layout.stack_k else limbs * s_free  # the GEMM output's other extent
+    made_per_item = limbs * k * (s_free + (extent if layout.stack_k else 0))
+    converts = not layout.stack_k and w_items[0].dtype != np.float64
+    count = len(s_items)
+    group, width = _tile_size(count if stacked else 1, extent, across, made_per_item,
+                              k if converts else 0)
+    return _tiles(count, group, extent, width)
+
+
+def _run_tiles(items: tuple, tiles: Sequence[tuple[int, int, int, int]], layout: GemmLayout):
+    """Compute ``tiles`` in this thread: the digits (and W's scaled copies) once per group of
+    items, in this thread's work arrays (:func:`thread_scratch`)."""
+    s_items, w_items, out_items = items
+    scratch, made = thread_scratch(), None
+    for i0, i1, lo, hi in tiles:
+        if made != (i0, i1):
+            dig = digits(_items(s_items, i0, i1), layout, scratch)
+            w_op = _items(w_items, i0, i1)
+            w_op = scaled_stack(w_op, layout, scratch) if layout.stack_k else w_op
+            made = (i0, i1)
+        _run_tile(dig, w_op, _items(out_items, i0, i1), lo, hi, layout, scratch)
+    scratch.trim(_SCRATCH_KEEP)
 
 
 def _as_items(
@@ -1968,7 +1981,9 @@ def _layout_for(
     rows, k, cols = sa[-2], sa[-1], sb[-1]
     batch = math.prod(np.broadcast_shapes(sa[:-2], sb[:-2]))
     split_left = math.prod(sa) <= math.prod(sb)
-    return choose_layout(m, limbs, batch, rows, k, cols, split_left, _TILE_OUT)
+    threads = _WORKERS if batch * rows * k * cols >= _SPLIT_MIN_MACS else 1
+    return choose_layout(m, limbs, batch, rows, k, cols, split_left,
+                         TileBudget(_TILE_OUT, _TILE_CONVERT, threads))
 
 
 if __name__ == "__main__":
