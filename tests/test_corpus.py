@@ -120,13 +120,19 @@ def test_program_is_rejected_by_the_command_line(name, capsys, tmp_path):
 # ---- JSON documents ----------------------------------------------------------------------------
 
 
+def assert_load_rejects(load: Callable[[str], Any], path: Path, entry: dict):
+    """``load`` of the file's text raises the entry's error; returns (text, the error)."""
+    text = path.read_text(encoding="utf-8")
+    with pytest.raises(error_class(entry["error"])) as caught:
+        load(text)
+    assert_fragments(str(caught.value), entry["message"])
+    return text, caught
+
+
 @pytest.mark.parametrize("name", sorted(DOCUMENTS))
 def test_document_is_rejected(name):
     entry = DOCUMENTS[name]
-    text = (CORPUS / "json" / f"{name}.json").read_text(encoding="utf-8")
-    with pytest.raises(error_class(entry["error"])) as caught:
-        mugraph.from_json(text)
-    assert_fragments(str(caught.value), entry["message"])
+    text, caught = assert_load_rejects(mugraph.from_json, CORPUS / "json" / f"{name}.json", entry)
     try:
         parsed = json.loads(text)
     except json.JSONDecodeError:
@@ -137,14 +143,17 @@ def test_document_is_rejected(name):
         assert str(again.value) == str(caught.value)
 
 
-@pytest.mark.parametrize("name", sorted(DOCUMENTS))
-def test_document_is_rejected_by_the_command_line(name, capsys):
-    entry = DOCUMENTS[name]
-    path = CORPUS / "json" / f"{name}.json"
+def assert_show_rejects(path: Path, entry: dict, capsys) -> None:
+    """``mugraph show PATH`` fails with one error line naming the entry's error and file."""
     assert cli.main(["show", str(path)]) == cli.EXIT_ERROR
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"mugraph: error: {entry['error']}: {path}: "), line
     assert entry["message"][0] in line, line
+
+
+@pytest.mark.parametrize("name", sorted(DOCUMENTS))
+def test_document_is_rejected_by_the_command_line(name, capsys):
+    assert_show_rejects(CORPUS / "json" / f"{name}.json", DOCUMENTS[name], capsys)
 
 
 # ---- texts of μGraphs --------------------------------------------------------------------------
@@ -152,21 +161,12 @@ def test_document_is_rejected_by_the_command_line(name, capsys):
 
 @pytest.mark.parametrize("name", sorted(TEXTS))
 def test_text_is_rejected(name):
-    entry = TEXTS[name]
-    text = (CORPUS / "text" / f"{name}.mgt").read_text(encoding="utf-8")
-    with pytest.raises(error_class(entry["error"])) as caught:
-        mugraph.from_text(text)
-    assert_fragments(str(caught.value), entry["message"])
+    assert_load_rejects(mugraph.from_text, CORPUS / "text" / f"{name}.mgt", TEXTS[name])
 
 
 @pytest.mark.parametrize("name", sorted(TEXTS))
 def test_text_is_rejected_by_the_command_line(name, capsys):
-    entry = TEXTS[name]
-    path = CORPUS / "text" / f"{name}.mgt"
-    assert cli.main(["show", str(path)]) == cli.EXIT_ERROR
-    (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith(f"mugraph: error: {entry['error']}: {path}: "), line
-    assert entry["message"][0] in line, line
+    assert_show_rejects(CORPUS / "text" / f"{name}.mgt", TEXTS[name], capsys)
 
 
 # ---- command lines -----------------------------------------------------------------------------

@@ -279,9 +279,18 @@ def test_items_handed_back_at_every_step_merge_to_the_whole_unit(reference):
 
 
 def test_busy_workers_hand_work_to_idle_ones_without_changing_the_answer(monkeypatch, reference):
-    """With no minimum slice, a worker hands back the rest of its unit whenever another waits:
-    many regions travel between processes, and the answer and the counts stay the same."""
+    """With no minimum slice and the pool always saying that workers wait (this search takes
+    a second: left to timing, both workers may finish together and nothing is handed back), a
+    worker hands back the rest of every unit as soon as it has made progress: many regions
+    travel between processes, and the answer and the counts stay the same."""
     monkeypatch.setattr(pool_module, "SLICE_SECONDS", 0.0)
+
+    def always_hungry(pool, hungry):
+        if pool._hunger is not None:
+            pool._hunger[0] = 1
+        pool._hungry = True
+
+    monkeypatch.setattr(pool_module.ProcessPool, "set_hungry", always_hungry)
     result = superoptimize(tiny_rmsnorm_linear(), time_limit=120, workers=2, **SMALL)
     assert result.handed_back > 0 and "handed back" in result.summary()
     assert hashes(result) == hashes(reference)

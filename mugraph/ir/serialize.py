@@ -241,12 +241,18 @@ def from_json(document):
             raise _malformed("the document", f'"{name}" must be a list, got {data.get(name)!r}')
     ops = [decode_op(op, f"operator {i}") for i, op in enumerate(data["ops"])]
     outputs = [_decode_ref(r, f"graph output {k}") for k, r in enumerate(data["outputs"])]
+    return rebuilt(ops, outputs, "document")
+
+
+def rebuilt(ops, outputs, source: str):
+    """The kernel graph of ``ops`` and ``outputs`` read from ``source`` (a document, a text),
+    through the builder's checks; what they refuse is a SerializationError naming ``source``."""
     from mugraph.ir.rebuild import rebuild_kernel_graph
 
     try:
         return rebuild_kernel_graph(ops, outputs)
     except MugraphError as error:
-        raise SerializationError(f"document describes an invalid graph: {error}") from None
+        raise SerializationError(f"{source} describes an invalid graph: {error}") from None
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as error:
         # an attribute missing or of the wrong type where the checks do not look
-        raise SerializationError(f"document describes an invalid graph: {error!r}") from None
+        raise SerializationError(f"{source} describes an invalid graph: {error!r}") from None

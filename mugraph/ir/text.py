@@ -32,9 +32,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from mugraph.dtypes import DType
-from mugraph.errors import MugraphError, SerializationError
+from mugraph.errors import SerializationError
 from mugraph.ir.graph import BlockGraph, Op, freeze_attrs
 from mugraph.ir.ops import AccumKind, OpKind
+from mugraph.ir.serialize import rebuilt
 from mugraph.ir.tensor import TensorRef, TensorType
 
 HEADER = "mugraph 1"
@@ -410,11 +411,4 @@ def from_text(text: str):
         raise SerializationError(f"mugraph text, {line.where}: text after the outputs line")
     names = [n.strip() for n in last.text[len("outputs") :].split(",") if n.strip()]
     outputs = [_Reader.ref(name, "%", last) for name in names]
-    from mugraph.ir.rebuild import rebuild_kernel_graph
-
-    try:
-        return rebuild_kernel_graph(ops, outputs)
-    except MugraphError as error:
-        raise SerializationError(f"mugraph text describes an invalid graph: {error}") from None
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as error:
-        raise SerializationError(f"mugraph text describes an invalid graph: {error!r}") from None
+    return rebuilt(ops, outputs, "mugraph text")
