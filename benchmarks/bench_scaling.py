@@ -99,6 +99,9 @@ def run_one(cell: str, engine: str, workers: int, cap: float) -> dict:
         "lost_items": len(result.failed_items),
         "phases": {k: round(v, 2) for k, v in result.phases.items()},
         "memo_shared": result.stats.pruned.get("memo_shared", 0),
+        "memo_waits": result.stats.pruned.get("memo_waits", 0),
+        "memo_wait_s": round(result.stats.pruned.get("memo_wait_ms", 0) / 1e3, 2),
+        "handed_back": result.handed_back,
     }
     if workers == 1 and engine == "local":  # the inline search: its oracle answered it all
         stats = made[-1].oracle.stats
@@ -240,7 +243,10 @@ def table(records: list[dict]) -> str:
             if r["workers"] == max(x["workers"] for x in rows) and r.get("phases"):
                 spent = ", ".join(f"{k} {v:.1f} s" for k, v in r["phases"].items())
                 lines.append(f"  {r['engine']}, {r['workers']} workers: {spent}; "
-                             f"states {r['states']}")  # fmt: skip
+                             f"states {r['states']}; waits for claimed continuations "
+                             f"{r.get('memo_waits', 0)} ({r.get('memo_wait_s', 0)} s summed "
+                             f"over workers); regions handed back "
+                             f"{r.get('handed_back', 0)}")  # fmt: skip
         oracle = (reference or {}).get("oracle")
         if oracle:
             rebuild = oracle["uncached"] * oracle["median_uncached_us"] * 1e-6

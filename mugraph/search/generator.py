@@ -63,6 +63,9 @@ PRUNING_RULES: dict[str, str] = {
     "an earlier prefix's were replayed from the memo instead of enumerated again",
     "memo_shared": "not a loss: continuations replayed from an entry another worker of the "
     "search computed (mugraph.search.memo); also counted under memo_replay",
+    "memo_waits": "not a loss: times a worker waited for a continuation another worker was "
+    "computing (memo_wait_ms: the milliseconds, summed over workers)",
+    "memo_wait_ms": "not a loss: see memo_waits",
     "invalid_graph": "the complete graph failed the builder's checks (counted, never returned)",
     "not_verifiable": "the complete graph is outside what the verifier decides (two "
     "exponentials on one path, reachable without abstract pruning); never returned",

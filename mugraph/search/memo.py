@@ -73,6 +73,7 @@ class SharedMemo(LocalMemo):
         self.scope = scope
         self.shared_hits = 0  # continuations read from another worker's file
         self.waits = 0  # times this worker waited for a claimed key
+        self.waited_s = 0.0  # seconds spent waiting
         self.claimed: set[str] = set()  # digests of the keys this worker holds claims on
 
     def _path(self, key: Any, suffix: str) -> Path:
@@ -100,7 +101,15 @@ class SharedMemo(LocalMemo):
         """Claim ``key`` (True: compute it), or wait while another worker holds the claim and
         return False if its entry appeared meanwhile (then ``get`` has it). Past ``deadline``
         (this process's monotonic clock) it stops waiting: the caller's own time check ends
-        the search."""
+        the search. ``waits`` and ``waited_s`` count the waits and their seconds."""
+        started, waits = time.monotonic(), self.waits
+        try:
+            return self._claim(key, deadline)
+        finally:
+            if self.waits != waits:
+                self.waited_s += time.monotonic() - started
+
+    def _claim(self, key: Any, deadline: float | None) -> bool:
         claim = self._path(key, ".claim")
         waited_since = None
         while True:

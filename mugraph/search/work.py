@@ -198,9 +198,12 @@ def run_item(
         result.rest = trail.rest
     result.found = list(found.values())
     result.seconds = time.monotonic() - started
-    shared = getattr(gen.memo, "shared_hits", 0)
-    if shared:
-        gen.stats.pruned["memo_shared"] += shared
+    memo = gen.memo
+    for name, count in (("memo_shared", getattr(memo, "shared_hits", 0)),
+                        ("memo_waits", getattr(memo, "waits", 0)),
+                        ("memo_wait_ms", round(getattr(memo, "waited_s", 0.0) * 1e3))):  # fmt: skip
+        if count:
+            gen.stats.pruned[name] += count
     return result
 
 
