@@ -72,13 +72,10 @@ class RayEngine:
         self._pending: dict[Any, list[WorkItem]] = {}
         self._hungry = False
 
-    def launch(self, setup: SearchSetup) -> None:
-        self.start(setup)
-
     def ready(self) -> None:
         """Nothing to wait for: Ray starts its workers as tasks arrive."""
 
-    def start(self, setup: SearchSetup) -> None:
+    def launch(self, setup: SearchSetup) -> None:
         ray = self.ray
         self._token = setup.token
         self._setup = [ray.put(setup)]  # in a list: passed as a reference, not fetched

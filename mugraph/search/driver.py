@@ -454,7 +454,7 @@ class _Search:
             self._close()
 
     def _close(self) -> None:
-        self.runner.close()
+        """The journal; the runner is closed by ``superoptimize``, which launched it."""
         if self.journal is not None:
             self.journal.close()
 

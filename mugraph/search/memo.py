@@ -62,6 +62,10 @@ class LocalMemo:
     def release(self, key: Any) -> None:
         """Drop this worker's claim on ``key`` (nothing to drop here)."""
 
+    def counts(self) -> dict[str, int]:
+        """What sharing did, as search statistics (nothing here)."""
+        return {}
+
 
 class SharedMemo(LocalMemo):
     """This process's continuations, backed by ``directory`` (one file per key, written
@@ -75,9 +79,17 @@ class SharedMemo(LocalMemo):
         self.waits = 0  # times this worker waited for a claimed key
         self.waited_s = 0.0  # seconds spent waiting
         self.claimed: set[str] = set()  # digests of the keys this worker holds claims on
+        self._names: dict[Any, str] = {}  # key -> its digest (computed once per key)
 
     def _path(self, key: Any, suffix: str) -> Path:
-        return self.directory / f"{key_digest(self.scope, key)}{suffix}"
+        name = self._names.get(key)
+        if name is None:
+            name = self._names[key] = key_digest(self.scope, key)
+        return self.directory / f"{name}{suffix}"
+
+    def counts(self) -> dict[str, int]:
+        return {"memo_shared": self.shared_hits, "memo_waits": self.waits,
+                "memo_wait_ms": round(self.waited_s * 1e3)}  # fmt: skip
 
     def _read(self, key: Any) -> list | None:
         try:

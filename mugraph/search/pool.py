@@ -98,9 +98,6 @@ class InlineEngine:
     def ready(self) -> None:
         """Nothing to wait for: this process is the worker."""
 
-    def start(self, setup: SearchSetup) -> None:
-        self.launch(setup)
-
     def threads(self) -> int:
         return 0  # this process keeps its verifier threads
 
@@ -211,11 +208,6 @@ class ProcessPool:
         from mugraph.semantics import field_arith
 
         return max(1, min(field_arith._MAX_WORKERS, (os.cpu_count() or 1) // self.slots))
-
-    def start(self, setup: SearchSetup) -> None:
-        """Load ``setup`` into every worker (starting the missing ones) and wait for them."""
-        self.launch(setup)
-        self.ready()
 
     def ready(self) -> None:
         """Wait until every worker launched has loaded the setup."""

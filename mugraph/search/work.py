@@ -198,12 +198,7 @@ def run_item(
         result.rest = trail.rest
     result.found = list(found.values())
     result.seconds = time.monotonic() - started
-    memo = gen.memo
-    for name, count in (("memo_shared", getattr(memo, "shared_hits", 0)),
-                        ("memo_waits", getattr(memo, "waits", 0)),
-                        ("memo_wait_ms", round(getattr(memo, "waited_s", 0.0) * 1e3))):  # fmt: skip
-        if count:
-            gen.stats.pruned[name] += count
+    gen.stats.pruned.update({name: n for name, n in gen.memo.counts().items() if n})
     return result
 
 
