@@ -1,7 +1,7 @@
 """The ``mugraph`` command line: optimize a program, show / verify μGraphs, manage the cache.
 
     mugraph optimize PROGRAM.py [--time-limit S] [--workers N] [--cluster [ADDRESS]] [--out DIR]
-    mugraph show GRAPH.json|GRAPH.mgt [--text] [--svg FILE] [--html FILE]
+    mugraph show GRAPH.json|GRAPH.mgt [--text | --lowered] [--svg FILE] [--html FILE]
     mugraph verify A.json B.json [--delta D] [--max-rounds N] [--seed S]
     mugraph cache ls | clear
 
@@ -528,11 +528,17 @@ def cmd_show(args: argparse.Namespace) -> int:
     from mugraph.optimize.cost_model import estimate
 
     if _is_task_graph(args.graph):
+        if args.lowered:
+            raise CliError(f"--lowered: {args.graph} is a task graph; show the μGraph of its "
+                           "layers instead")
         return _show_task_graph(args)
     graph = load_graph(args.graph)
     say = _printer(sys.stdout)
     if args.text:
         say(graph.to_text().rstrip("\n"))
+        return EXIT_OK
+    if args.lowered:
+        say(_lowered_text(graph).rstrip("\n"))
         return EXIT_OK
     say(str(graph))
     say(f"estimated time (cost model): {estimate(graph).summary()}")
@@ -543,6 +549,17 @@ def cmd_show(args: argparse.Namespace) -> int:
         _write_text(args.html, visualize.to_html(graph, title=Path(args.graph).name))
         say(f"wrote {args.html}")
     return EXIT_OK
+
+
+def _lowered_text(graph) -> str:
+    """The lowered IR of every custom kernel of ``graph`` (mugraph.codegen.lowered)."""
+    from mugraph.codegen.lowered import lower_graph
+    from mugraph.codegen.lowered_text import lowered_text
+
+    kernels = lower_graph(graph)
+    if not kernels:
+        return "no custom kernels: every operator of this μGraph runs through PyTorch"
+    return lowered_text(kernels)
 
 
 def _is_task_graph(path: str) -> bool:
@@ -760,8 +777,13 @@ def _add_show(sub, common) -> None:
     )
     p.add_argument("graph", metavar="GRAPH.json", help="a μGraph written by mugraph (JSON, "
                    "or the text form: a .mgt file)")
-    p.add_argument("--text", action="store_true", help="print the μGraph's text form (which "
-                   "mugraph.from_text and this command read back), nothing else")
+    form = p.add_mutually_exclusive_group()
+    form.add_argument("--text", action="store_true", help="print the μGraph's text form (which "
+                      "mugraph.from_text and this command read back), nothing else")
+    form.add_argument("--lowered", action="store_true", help="print the lowered IR of every "
+                      "custom kernel (tensors with layouts and memories, threads, specs before, "
+                      "in and after the for-loop, shared-memory and register footprints), "
+                      "nothing else")
     p.add_argument("--svg", metavar="FILE", help="write an SVG picture")
     p.add_argument("--html", metavar="FILE", help="write an HTML page (picture + text)")
     p.set_defaults(func=cmd_show)
