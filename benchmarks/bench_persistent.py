@@ -339,6 +339,8 @@ VARIANTS = {
     "warps16": ({"num_warps": 16}, {}),
     "no_prefetch": ({"prefetch": False}, {}),
     "per_kernel_tasks": ({"task_allocation": "kernel"}, {}),
+    "no_hoist": ({"hoist": False}, {}),
+    "no_fuse": ({}, {"fuse_attention_output": False}),
     "no_hoist_no_fuse": (
         {"hoist": False, "task_allocation": "kernel"},
         {"fuse_attention_output": False},

@@ -186,6 +186,25 @@ def test_block_matmul_vector_fallback():
     assert "tl.dot" not in run_check(g).source
 
 
+@pytest.mark.parametrize("dtype", [F16, F32])
+def test_gemv_forms_compute_the_same_sums(dtype):
+    """A looped matrix-vector product (M = 1; K tile 24, padded to 32) in each GEMV form:
+    every form agrees with the reference; ``defer`` reduces after the loop, ``dot`` uses
+    tl.dot (not for float32 programs, where it stays a deferred broadcast product)."""
+    def build(tb, t):
+        acc = tb.forloop_accum(tb.matmul(t[0], t[1]))
+        return [(tb.mul(acc, tb.forloop_accum(tb.matmul(t[0], t[2]))), (1, -1, -1), -1)]
+
+    ins = [((1, 48), (-1, -1, -1), 1), ((48, 32), (1, -1, -1), 0), ((48, 32), (1, -1, -1), 0)]
+    g = one_kernel(ins, build, grid=(2, 1, 1), loops=2, dtype=dtype)
+    sources = {form: run_check(g, gemv_form=form).source for form in ("broadcast", "defer", "dot")}
+    assert "tl.dot" not in sources["broadcast"] and "tl.dot" not in sources["defer"]
+    assert ("tl.dot" in sources["dot"]) == (dtype is F16)
+    assert "tl.zeros([1, 32, 16]" in sources["defer"]  # [1, K, N] products kept whole
+    with pytest.raises(UnsupportedError, match="gemv_form"):
+        compile_graph(g, gemv_form="fast")
+
+
 def test_block_matmul_batched_3d_and_4d():
     def build(tb, t):
         return [(tb.matmul(t[0], t[1]), (0, -1, -1), -1), (tb.matmul(t[2], t[3]), (0, -1, -1), -1)]

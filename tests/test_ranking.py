@@ -38,19 +38,24 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 class LabelTimer:
     """A fake GPU timer: each candidate's time (µs) by label, halved when its kernels launch
-    with ``fast_warps`` warps; the worker process kills itself when timing ``crash``."""
+    with ``fast_warps`` warps, quartered in a GEMV form of ``fast_forms``; the worker process
+    kills itself when timing ``crash``."""
 
     def __init__(self, times: dict[str, float], crash: str | None = None,
-                 fast_warps: int | None = None) -> None:
+                 fast_warps: int | None = None, fast_forms: tuple[str, ...] = ()) -> None:
         self.times, self.crash, self.fast_warps = times, crash, fast_warps
+        self.fast_forms = fast_forms
 
     def __call__(self, run, subject) -> float:
         # (the kernels ran already: every candidate is checked against the reference first)
         if subject.label == self.crash:
             os.kill(os.getpid(), signal.SIGSEGV)
         us = self.times[subject.label]
-        if self.fast_warps and any(w == self.fast_warps for _, w, _ in subject.launch):
+        if self.fast_warps and any(w == self.fast_warps for _, w, *_ in subject.launch):
             us /= 2
+        forms = {rest[0] for _, _, _, *rest in subject.launch if rest}
+        if forms & set(self.fast_forms):
+            us /= 4
         return us * 1e-6
 
 
@@ -200,6 +205,46 @@ def test_gpu_mode_without_device_or_timer_is_an_error(searched):
     entries = [Entry("#0", result.candidates[0].graph, result.candidates[0].cost)]
     with pytest.raises(UnsupportedError, match="needs a CUDA device"):
         rank_graphs(program, entries, RankingOptions(mode="gpu"))
+
+
+def test_gemv_forms_are_timed_and_the_fastest_kept(tmp_path):
+    """A candidate with a matrix-vector accumulator is timed in each GEMV form too; the
+    fastest form goes into its launch settings, the cache entry and the compiled kernels."""
+    from mugraph import library
+
+    sizes = dict(m=1, k=64, n=32, n_tile=16, k_tile=16)
+    program = library.gated_mlp_naive(sizes)
+    entries = [Entry("#0", library.gated_mlp_fused(sizes), 1e-6),
+               Entry("#1", library.gated_mlp_fused({**sizes, "n_tile": 32}), 2e-6)]
+    times = {"#0": 40.0, "#1": 30.0, PROGRAM_LABEL: 100.0}
+    options = RankingOptions(mode="gpu", timer=LabelTimer(times, fast_forms=("dot",)),
+                             isolate=False, tune_top=0, seed=5)
+    ranking = rank_graphs(program, entries, options)
+    assert ranking.chosen == "#1"
+    rec = ranking.chosen_record
+    assert rec.measured_us == pytest.approx(7.5)
+    assert [v[2] for v in rec.launch.values()] == ["dot"]
+    assert any(n.startswith("gemv form defer: 30.0 us") for n in rec.notes)
+    settings = {int(i): LaunchConfig.from_list(v) for i, v in rec.launch.items()}
+    program_dot = mi.compile(entries[1].graph, launch=settings)
+    assert "tl.dot(" in program_dot.source
+    # without a matrix-vector accumulator no form is timed
+    assert not any("gemv form" in n for r in rank_graphs(
+        tiny_rmsnorm_linear(), [Entry("#0", tiny_rmsnorm_linear(), 1e-6)],
+        RankingOptions(mode="gpu", timer=LabelTimer({"#0": 1.0, PROGRAM_LABEL: 2.0}),
+                       isolate=False, tune_top=0)).records for n in r.notes)
+
+
+def test_launch_settings_keep_the_gemv_form():
+    assert LaunchConfig(4, 3).to_list() == [4, 3]
+    assert LaunchConfig(4, 3, "dot").to_list() == [4, 3, "dot"]
+    for stored in ([4, 3], [8, 2, "defer"]):
+        assert LaunchConfig.from_list(stored).to_list() == stored
+    for bad in ([4], [4, 3, "fast"], "4,3"):
+        with pytest.raises((ValueError, TypeError)):
+            LaunchConfig.from_list(bad)
+    with pytest.raises(UnsupportedError, match="gemv_forms"):
+        RankingOptions(gemv_forms=("fast",))
 
 
 # ---- candidates that fail: each excluded with its reason, the rest ranked ------------------

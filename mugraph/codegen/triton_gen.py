@@ -89,6 +89,13 @@ class CodegenOptions:
         ``DEFER_MAX_ELEMENTS`` elements: no cross-thread reduction (and its barrier) per
         iteration. (On an H100, RMSNorm+Linear at suite sizes: 35.8 µs with the reduction in
         the loop, 28.1 µs without any; benchmarks/probe_variants.py.)
+    gemv_form: how a for-loop accumulates a matrix-vector product (a matmul with one row,
+        M = 1, computed in the loop and used only by an accumulator): ``"broadcast"`` sums
+        each iteration's product over K in the loop (a cross-thread reduction per
+        iteration); ``"defer"`` adds the unreduced [K, N] products and reduces over K once
+        after the loop; ``"dot"`` pads the row to ``dot_min_dim`` zero rows and accumulates
+        ``tl.dot`` results (tensor cores), reducing the rows after the loop. All three
+        compute the same sums (in float32, in different orders).
     """
 
     max_tile_elements: int = 1 << 17
@@ -99,8 +106,16 @@ class CodegenOptions:
     index64: bool = False
     stable_exp: bool = True
     defer_reductions: bool = True
+    gemv_form: str = "broadcast"
+
+    def __post_init__(self) -> None:
+        if self.gemv_form not in GEMV_FORMS:
+            raise UnsupportedError(
+                f"CodegenOptions: gemv_form {self.gemv_form!r} is not one of {GEMV_FORMS}")
 
 
+GEMV_FORMS = ("broadcast", "defer", "dot")
+LOG2E = math.log2(math.e)
 DEFER_MAX_ELEMENTS = 4096  # largest per-iteration tile an accumulator keeps whole
 
 
@@ -230,6 +245,7 @@ class KernelEmitter:
         self.names: set[str] = set()
         self.scratch_used = 0
         self.loop = block.forloop_range > 1
+        self.gemv_accumulators = frozenset(gemv_accumulators(block))
         self.helpers: dict[str, str] = {}  # @triton.jit helpers the kernel calls, by name
 
     def nan_max(self) -> str:
@@ -451,7 +467,12 @@ def _emit_stable_exp(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> V
     em.emit(sec, f"{alpha} = tl.exp({m} - {new})")
     em.loop_tail.append(f"{m} = {new}")
     em.row_max = (m, alpha)
-    return em.assign(sec, f"b{ref.op}", f"tl.exp({x.name} - {new})", em.dims(ref), x.pad)
+    # exp(S - m) as exp2(S * log2(e) - m * log2(e)): one fused multiply-add per element
+    # before the exp2 (tl.exp is exp2 of a product, after the subtraction: two operations)
+    scaled = em.assign(sec, f"{new}l", f"{new} * {LOG2E!r}", (*x.dims[:-1], 1),
+                       (*x.pad[:-1], 1))
+    expr = f"tl.exp2({x.name} * {LOG2E!r} - {scaled.name})"
+    return em.assign(sec, f"b{ref.op}", expr, em.dims(ref), x.pad)
 
 
 def _bcast_pad(pads: list[tuple[int, ...]]) -> tuple[int, ...]:
@@ -855,6 +876,11 @@ def _acc_init(em: KernelEmitter, ref: TensorRef, fill: str) -> str:
 
 def _emit_forloop_accum(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
     acc = op.attr("acc")
+    gemv = _gemv_product(em, op, ref)
+    if gemv is not None and em.options.gemv_form != "broadcast":
+        total = _gemv_accum(em, gemv, ref)
+        if total is not None:
+            return Val(total, em.dims(ref), em.pad(ref), zero_pad=True, sec=POST)
     x = em.get(op.inputs[0], LOOP)
     if em.scaled is not None and ref.op in em.scaled.accumulators:
         return _merged_accum(em, op, ref, acc, x)
@@ -873,6 +899,94 @@ def _emit_forloop_accum(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -
         expr = f"tl.sqrt({total} / {count}{_eps_term(op)})"
         return em.assign(POST, f"b{ref.op}", expr, dims, pad, zero_pad=zp)
     return Val(total, dims, pad, zero_pad=zp, sec=POST)
+
+
+def gemv_accumulators(block: BlockGraph) -> list[int]:
+    """Positions of the accumulators (no reduction of their own) that add up a
+    matrix-vector product over the for-loop — a matmul of one row (M = 1), K and N above 1,
+    computed in the loop and used by nothing else: where ``gemv_form`` changes the code."""
+    if block.forloop_range <= 1:
+        return []
+    phases, uses = block_phases(block), block.uses()
+    found = []
+    for i, op in enumerate(block.ops):
+        if op.kind is not OpKind.FORLOOP_ACCUM or op.attr("acc") is not AccumKind.NONE:
+            continue
+        src = op.inputs[0]
+        product = block.ops[src.op]
+        if (product.kind is not OpKind.MATMUL or phases[src.op] is not LOOP
+                or len(uses.get(src.op, ())) != 1
+                or split_matmul_parts(block, *product.inputs) is not None):
+            continue
+        a, b = (block.tensor_type(r).dims for r in product.inputs)
+        if a[-2] == 1 and a[-1] > 1 and b[-1] > 1:
+            found.append(i)
+    return found
+
+
+def _gemv_product(em: KernelEmitter, op: Op, ref: TensorRef) -> Op | None:
+    """The matrix-vector product the accumulator ``op`` adds up (:func:`gemv_accumulators`),
+    unless the stable exp rescales the accumulator or it merges carried partials; else None."""
+    if (ref.op not in em.gemv_accumulators or _rescaled(em, ref)
+            or (em.scaled is not None and ref.op in em.scaled.accumulators)):
+        return None
+    return em.block.ops[op.inputs[0].op]
+
+
+def _gemv_accum(em: KernelEmitter, product: Op, ref: TensorRef) -> str | None:
+    """A matrix-vector product accumulated over the loop in the form ``gemv_form`` names,
+    reduced after it: the name of the reduced [.., 1, N] total, or None where the form does
+    not fit (the product is then emitted as a broadcast sum per iteration)."""
+    a = em.zero_pads(em.get(product.inputs[0], LOOP), LOOP)
+    b = em.zero_pads(em.get(product.inputs[1], LOOP), LOOP)
+    rank = len(em.pad(ref))
+    if em.options.gemv_form == "dot" and rank == 2 and em.dtype(ref) is not DType.float32:
+        return _gemv_dot(em, ref, a, b)
+    k, n = a.pad[-1], b.pad[-1]
+    shape = [*em.pad(ref)[:-1], k, n]
+    if math.prod(shape) > DEFER_MAX_ELEMENTS:
+        return None
+    a, b = em.f32(a, LOOP), em.f32(b, LOOP)
+    left = f"{a.name}[{', '.join([':'] * rank)}, None]"
+    right = f"{b.name}[{', '.join([':'] * (rank - 2) + ['None', ':', ':'])}]"
+    name = em.fresh(f"acc{ref.op}")
+    em.emit(PRE, f"{name} = tl.zeros({shape}, tl.float32)")
+    em.emit(LOOP, f"{name} += {left} * {right}")
+    total = em.fresh(f"acc{ref.op}r")
+    em.emit(POST, f"{total} = tl.sum({name}, axis={rank - 1})")
+    return total
+
+
+def _gemv_dot(em: KernelEmitter, ref: TensorRef, a: Val, b: Val) -> str:
+    """``[1, K] @ [K, N]`` as ``tl.dot`` of the row padded with zero rows to ``dot_min_dim``:
+    the [M, N] accumulator's rows beyond the first stay zero, so their sum after the loop is
+    the first row exactly."""
+    m = em.options.dot_min_dim
+    dtype = em.dtype(ref)
+    a, _ = _dot_operand(em, a, dtype, a.sec)
+    b, precision = _dot_operand(em, b, dtype, b.sec)
+    kw = f", input_precision=\"{precision}\"" if precision else ""
+    padded = _zero_rows_below(em, a, m)
+    name = em.fresh(f"acc{ref.op}")
+    em.emit(PRE, f"{name} = tl.zeros([{m}, {b.pad[-1]}], tl.float32)")
+    em.emit(LOOP, f"{name} += tl.dot({padded.name}, {b.name}{kw})")
+    total = em.fresh(f"acc{ref.op}r")
+    em.emit(POST, f"{total} = tl.expand_dims(tl.sum({name}, axis=0), 0)")
+    return total
+
+
+def _zero_rows_below(em: KernelEmitter, row: Val, m: int) -> Val:
+    """The [1, K] tile ``row`` as an [m, K] tile whose other rows are zero (once per tile)."""
+    key = f"{row.name}@rows{m}"
+    if key not in em.derived_memo:
+        first = em.derived_memo.get(f"@first_row{m}")
+        if first is None:
+            first = em.assign(PRE, "first_row", f"tl.arange(0, {m})[:, None] == 0", (m, 1), (m, 1))
+            em.derived_memo[f"@first_row{m}"] = first
+        em.derived_memo[key] = em.assign(
+            row.sec, f"{row.name}m", f"tl.where({first.name}, {row.name}, 0.0)",
+            (m, row.dims[-1]), (m, row.pad[-1]), native=row.native)
+    return em.derived_memo[key]
 
 
 def _rescaled(em: KernelEmitter, ref: TensorRef) -> bool:

@@ -37,7 +37,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from mugraph.errors import UnsupportedError
@@ -70,6 +70,9 @@ class RankingOptions:
     ``timer(run, subject) -> seconds`` (picklable; ``subject`` is a :class:`TimingSubject`).
     record_path: a file to append one JSON line per candidate timed.
     keep_program: the program itself competes (if it is fastest, it is returned).
+    gemv_forms: code forms of matrix-vector accumulators timed besides the default one, for
+    candidates that have such an accumulator (``CodegenOptions.gemv_form``; the fastest is
+    kept in the candidate's launch settings).
     """
 
     mode: str = "auto"
@@ -85,8 +88,15 @@ class RankingOptions:
     timer: Callable | None = None
     record_path: str | None = None
     keep_program: bool = True
+    gemv_forms: tuple[str, ...] = ("defer", "dot")
 
     def __post_init__(self) -> None:
+        from mugraph.codegen.triton_gen import GEMV_FORMS
+
+        unknown = [f for f in self.gemv_forms if f not in GEMV_FORMS]
+        if unknown:
+            raise UnsupportedError(f"superoptimize: ranking gemv_forms {unknown} are not among "
+                                   f"{', '.join(GEMV_FORMS)}")
         if self.mode not in MODES:
             raise UnsupportedError(
                 f"superoptimize: ranking mode {self.mode!r} is not one of {', '.join(MODES)}"
@@ -404,8 +414,9 @@ def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def _launch_text(launch: dict[str, list[int]]) -> str:
-    return ", ".join(f"%{i}: {w} warps, {s} stages" for i, (w, s) in sorted(launch.items()))
+def _launch_text(launch: dict[str, list]) -> str:
+    return ", ".join(f"%{i}: {v[0]} warps, {v[1]} stages" + (f", gemv {v[2]}" if v[2:] else "")
+                     for i, v in sorted(launch.items()))
 
 
 # ---- tasks run in worker processes -------------------------------------------------------------
@@ -414,7 +425,7 @@ def _launch_text(launch: dict[str, list[int]]) -> str:
 @dataclass(frozen=True)
 class TimingSubject:
     """What a timer is asked to time: a candidate (by label and graph hash) with launch
-    settings ((op index, num_warps, num_stages), empty for the defaults)."""
+    settings ((op index, num_warps, num_stages[, gemv_form]), empty for the defaults)."""
 
     label: str
     graph_hash: str
@@ -514,7 +525,7 @@ def _compiled(task: MeasureTask):
     from mugraph.runtime.compiled import LaunchConfig, compile_graph
 
     graph = _graph(task.graph)
-    launch = {i: LaunchConfig(w, s) for i, w, s in task.launch} or None
+    launch = {i: LaunchConfig.from_list(rest) for i, *rest in task.launch} or None
     return graph, compile_graph(graph, check=False, launch=launch)
 
 
@@ -558,8 +569,7 @@ def measure_task(task: MeasureTask) -> dict:
                               f"{cmp.max_rel_error:.3g}x the tolerance at {cmp.worst_index}, "
                               f"{cmp.nonfinite_mismatch} non-finite mismatches "
                               f"(inputs of scale {scale:g})"}
-    launch = [[i, s.launch_config.num_warps, s.launch_config.num_stages]
-              for i, s in program.steps.items()]
+    launch = [[i, *s.launch_config.to_list()] for i, s in program.steps.items()]
     result = {"status": "ok", "error_ratio": worst, "launch": launch, "scale": scale,
               "device": _device_name(device), "seconds": None}
     if task.time_it:
@@ -674,10 +684,17 @@ class _Ranker:
                 self._exclude(rec, outcome, "when first run")
         live = [(rec, task) for rec, task in zip(records, tasks, strict=True)
                 if rec.status != "excluded"]
+        forms = [(rec, task) for rec, task in live for task in self.form_tasks(task)]
+        prepared = [None] * len(forms) if self.prepared else self.prepare([t for _, t in forms])
+        forms = [f for f, p in zip(forms, prepared, strict=True)
+                 if p is None or p.ok or p.kind == "error"]
         program_task = self.task(PROGRAM_LABEL, self.program_text, self.program_hash)
-        measured = self.measure([t for _, t in live] + ([program_task] if o.keep_program else []))
+        measured = self.measure([t for _, t in live] + [t for _, t in forms]
+                                + ([program_task] if o.keep_program else []))
         for (rec, _), outcome in zip(live, measured, strict=False):
             self._take_default(rec, outcome)
+        for (rec, task), outcome in zip(forms, measured[len(live):], strict=False):
+            self._take_form(rec, task, outcome)
         program_us = None
         if o.keep_program and measured:
             outcome = measured[-1]
@@ -698,6 +715,37 @@ class _Ranker:
         result.elapsed_s = time.monotonic() - started
         return result
 
+    def form_tasks(self, task: MeasureTask) -> list[MeasureTask]:
+        """The candidate of ``task`` in each other GEMV form (``gemv_forms``), at its kernels'
+        default launch settings; none when no kernel has a matrix-vector accumulator."""
+        from mugraph.codegen.triton_gen import gemv_accumulators
+        from mugraph.runtime.compiled import default_launch
+
+        graph = _graph(task.graph)
+        kernels = {i: op.attr("graph") for i, op in enumerate(graph.ops)
+                   if op.kind is OpKind.CUSTOMIZED}
+        if not any(gemv_accumulators(block) for block in kernels.values()):
+            return []
+        out = []
+        for form in self.options.gemv_forms:
+            launch = {i: replace(default_launch(block), gemv_form=form)
+                      for i, block in kernels.items()}
+            out.append(self.task(task.label, task.graph, task.graph_hash, _launch_tuple(launch)))
+        return out
+
+    def _take_form(self, rec: CandidateRecord, task: MeasureTask, outcome: Outcome) -> None:
+        """A GEMV form's time: it replaces the candidate's default when faster."""
+        us = _ok_us(outcome)
+        form = task.launch[0][3]
+        if us is None:
+            rec.notes.append(f"gemv form {form}: {_reason(outcome)}")
+            return
+        rec.notes.append(f"gemv form {form}: {us:.1f} us")
+        if rec.status == "timed" and us < rec.default_us:
+            rec.default_us = rec.measured_us = us
+            rec.launch = {str(i): rest for i, *rest in task.launch}
+            self.say(f"{rec.label}: {us:.1f} us with the gemv form {form}")
+
     def _exclude(self, rec: CandidateRecord, outcome: Outcome, when: str = "") -> None:
         rec.status = "excluded"
         rec.reason = _reason(outcome) + (f" ({when})" if when and outcome.kind != "error" else "")
@@ -716,7 +764,7 @@ class _Ranker:
         self.device = self.device or value.get("device", "")
         rec.status = "timed"
         rec.default_us = rec.measured_us = value["seconds"] * 1e6
-        rec.launch = {str(i): [w, s] for i, w, s in value["launch"]}
+        rec.launch = {str(i): rest for i, *rest in value["launch"]}
         self.say(f"{rec.label}: {rec.default_us:.1f} us (est. {rec.estimate_us:.1f} us)")
 
     def _tune(self, records, texts, selected) -> None:
@@ -733,7 +781,7 @@ class _Ranker:
         from mugraph.optimize.tune import launch_variants
         from mugraph.runtime.compiled import LaunchConfig
 
-        best = {int(i): LaunchConfig(w, s) for i, (w, s) in rec.launch.items()}
+        best = {int(i): LaunchConfig.from_list(v) for i, v in rec.launch.items()}
         best_us = rec.default_us
         tried = 0
         for op_index in sorted(best):
@@ -752,7 +800,7 @@ class _Ranker:
                 elif us < best_us:
                     best, best_us = {**best, op_index: variants[k]}, us
         if _launch_tuple(best) == _launch_tuple(
-                {int(i): LaunchConfig(w, s) for i, (w, s) in rec.launch.items()}):
+                {int(i): LaunchConfig.from_list(v) for i, v in rec.launch.items()}):
             rec.notes.append(f"tuned: the default launch stayed best of {tried + 1}")
             return
         # the chosen settings timed once more (the minimum of many noisy times is biased)
@@ -764,7 +812,7 @@ class _Ranker:
         rec.tuned_us = final
         rec.measured_us = min(rec.default_us, final)
         if final < rec.default_us:
-            rec.launch = {str(i): [c.num_warps, c.num_stages] for i, c in best.items()}
+            rec.launch = {str(i): c.to_list() for i, c in best.items()}
         rec.notes.append(f"tuned over {tried + 1} launch settings")
         self.say(f"{rec.label} tuned: {final:.1f} us ({_launch_text(rec.launch)})")
 
@@ -774,7 +822,7 @@ class _Ranker:
 
 
 def _launch_tuple(configs: dict) -> tuple[tuple[int, int, int], ...]:
-    return tuple((int(i), c.num_warps, c.num_stages) for i, c in sorted(configs.items()))
+    return tuple((int(i), *c.to_list()) for i, c in sorted(configs.items()))
 
 
 def _ok_us(outcome: Outcome) -> float | None:
@@ -869,7 +917,7 @@ def launch_settings(result: RankingResult | None) -> dict[int, Any]:
 
     if result is None:
         return {}
-    return {int(i): LaunchConfig(int(w), int(s)) for i, (w, s) in result.launch.items()}
+    return {int(i): LaunchConfig.from_list(v) for i, v in result.launch.items()}
 
 
 __all__ = [

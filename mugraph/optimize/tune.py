@@ -112,15 +112,16 @@ def launch_variants(block: BlockGraph, base) -> list:
     """A few launch settings (:class:`~mugraph.runtime.compiled.LaunchConfig`) of one kernel
     besides ``base``, for quick tuning: every warp count (16 too for very large tiles, none
     over :func:`~mugraph.runtime.compiled.max_warps`) at ``base``'s pipeline depth, and for a
-    pipelined for-loop 2-4 stages at ``base``'s warps. Codegen choices are left as they are."""
+    pipelined for-loop 2-4 stages at ``base``'s warps. Codegen choices (``base``'s GEMV form
+    among them) are left as they are."""
     from mugraph.codegen.triton_gen import auto_unroll
-    from mugraph.runtime.compiled import LaunchConfig, max_warps
+    from mugraph.runtime.compiled import max_warps
 
     warps = WARPS + ((16,) if _largest_tile(block) >= 16384 else ())
     warps = tuple(w for w in warps if w <= max_warps(block))
-    configs = [LaunchConfig(w, base.num_stages) for w in warps if w != base.num_warps]
+    configs = [replace(base, num_warps=w) for w in warps if w != base.num_warps]
     if block.forloop_range > 1 and not auto_unroll(block):
-        configs += [LaunchConfig(base.num_warps, s) for s in QUICK_STAGES if s != base.num_stages]
+        configs += [replace(base, num_stages=s) for s in QUICK_STAGES if s != base.num_stages]
     return configs
 
 

@@ -33,7 +33,7 @@ from typing import Any
 from mugraph.codegen.loader import interpreter_active, load_kernel
 from mugraph.codegen.stable_exp import NO_CARRY, KernelCarry, softmax_carry_plan
 from mugraph.codegen.torch_ops import run_torch_op
-from mugraph.codegen.triton_gen import CodegenOptions, KernelSource, generate_kernel
+from mugraph.codegen.triton_gen import GEMV_FORMS, CodegenOptions, KernelSource, generate_kernel
 from mugraph.dtypes import DType
 from mugraph.errors import GraphInputError, UnsupportedError
 from mugraph.ir.graph import BlockGraph, Op
@@ -54,10 +54,30 @@ MAX_PLANS = 8  # input sets with a fast path, per program
 
 @dataclass(frozen=True)
 class LaunchConfig:
-    """How a kernel is launched: Triton's ``num_warps`` and ``num_stages``."""
+    """How a kernel is launched — Triton's ``num_warps`` and ``num_stages`` — and the one
+    code-generation choice the GPU ranking tunes beside them: ``gemv_form``, how a for-loop
+    accumulates a matrix-vector product (:class:`~mugraph.codegen.triton_gen.CodegenOptions`;
+    None: the kernel's codegen options decide)."""
 
     num_warps: int = 4
     num_stages: int = 2
+    gemv_form: str | None = None
+
+    def to_list(self) -> list:
+        """The stored form: [num_warps, num_stages], with the GEMV form when one is set."""
+        base = [self.num_warps, self.num_stages]
+        return base if self.gemv_form is None else [*base, self.gemv_form]
+
+    @classmethod
+    def from_list(cls, value) -> LaunchConfig:
+        """The inverse of :meth:`to_list` (ValueError / TypeError on anything else)."""
+        if not isinstance(value, (list, tuple)) or len(value) not in (2, 3):
+            raise ValueError(f"a launch setting is [num_warps, num_stages(, gemv_form)], got "
+                             f"{value!r}")
+        form = str(value[2]) if len(value) == 3 else None
+        if form is not None and form not in GEMV_FORMS:
+            raise ValueError(f"unknown gemv_form {form!r}")
+        return cls(int(value[0]), int(value[1]), form)
 
 
 def loop_tile_bytes(block: BlockGraph) -> int:
@@ -198,6 +218,8 @@ class KernelStep:
         self.carry = carry or KernelCarry()
         self.op: Op = graph.ops[op_index]
         self.block: BlockGraph = self.op.attr("graph")
+        if launch.gemv_form is not None and launch.gemv_form != options.gemv_form:
+            options = replace(options, gemv_form=launch.gemv_form)
         self.options = options
         self.launch_config = launch
         self.label = kernel_label(op_index)
@@ -253,7 +275,7 @@ class KernelStep:
             except Exception as error:  # noqa: BLE001 - retried with a smaller pipeline
                 if not _is_out_of_resources(error) or config.num_stages <= 1:
                     raise
-                self.launch_config = LaunchConfig(config.num_warps, config.num_stages - 1)
+                self.launch_config = replace(config, num_stages=config.num_stages - 1)
 
 
 @dataclass
@@ -851,7 +873,8 @@ def compile_graph(
     num_warps / num_stages: one launch configuration for every kernel (``launch`` sets them
     per kernel, keyed by the customized operator's position in ``graph.ops``).
     codegen: fields of :class:`~mugraph.codegen.triton_gen.CodegenOptions`
-    (max_tile_elements, dot_min_dim, hoist_invariants, unroll, stable_exp, defer_reductions).
+    (max_tile_elements, dot_min_dim, hoist_invariants, unroll, stable_exp, defer_reductions,
+    gemv_form).
     cuda_graph: replay each input set's launches as one CUDA graph (None: on for CUDA).
     Without ``launch``, ``num_warps`` and ``num_stages``, kernels launch with the settings
     ``superoptimize`` measured fastest for this graph, if any (:func:`recorded_launch`).
@@ -866,7 +889,7 @@ def compile_graph(
     graph.check()
     unknown = set(codegen) - {
         "max_tile_elements", "dot_min_dim", "hoist_invariants", "unroll", "stable_exp",
-        "defer_reductions",
+        "defer_reductions", "gemv_form",
     }
     if unknown:
         raise UnsupportedError(f"compile_graph: unknown options {sorted(unknown)}")
@@ -922,8 +945,9 @@ def kernels_can_run() -> bool:
 def recorded_launch(graph) -> dict[int, LaunchConfig]:
     """The launch settings the GPU ranking of ``superoptimize`` chose for ``graph``:
     ``graph.launch_settings`` ({op index: LaunchConfig}), else the "launch" of the ranking
-    stored with the cache entry the graph was loaded from ({"2": [num_warps, num_stages]});
-    settings that do not name a customized operator of the graph are ignored."""
+    stored with the cache entry the graph was loaded from ({"2": [num_warps, num_stages]},
+    with a third element when a GEMV form was chosen); settings that do not name a
+    customized operator of the graph are ignored."""
     settings = getattr(graph, "launch_settings", None)
     if settings is None:
         entry = getattr(graph, "cache_entry", None) or {}
@@ -931,8 +955,7 @@ def recorded_launch(graph) -> dict[int, LaunchConfig]:
         settings = {}
         for key, value in (stored or {}).items():
             try:
-                warps, stages = (int(v) for v in value)
-                settings[int(key)] = LaunchConfig(warps, stages)
+                settings[int(key)] = LaunchConfig.from_list(value)
             except (TypeError, ValueError):
                 return {}
     return {
@@ -955,7 +978,7 @@ def _within_max_warps(graph, configs: dict[int, LaunchConfig]) -> dict[int, Laun
                 "mugraph.runtime.compiled.max_warps)",
                 stacklevel=3,
             )
-            config = LaunchConfig(limit, config.num_stages)
+            config = replace(config, num_warps=limit)
         out[i] = config
     return out
 
