@@ -340,7 +340,7 @@ VARIANTS = {
     "no_prefetch": ({"prefetch": False}, {}),
     "per_kernel_tasks": ({"task_allocation": "kernel"}, {}),
     "no_hoist": ({"hoist": False}, {}),
-    "no_fuse": ({}, {"fuse_attention_output": False}),
+    "fuse": ({}, {"fuse_attention_output": True}),
     "no_hoist_no_fuse": (
         {"hoist": False, "task_allocation": "kernel"},
         {"fuse_attention_output": False},

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -247,17 +248,12 @@ def test_persistent_kernel_graph_is_printable_and_drawable():
     assert mugraph.visualize.to_svg(pk.graph).startswith("<svg")
     assert "layer0.attn" in str(pk)
     parts = {role.part for role in pk.roles.values()}
-    assert {
-        "copy",
-        "proj",
-        "partials",
-        "new_token",
-        "combine_proj",
-        "gate_up",
-        "down",
-        "partial",
-        "final",
-    } <= parts
+    assert {"copy", "proj", "partials", "new_token", "gate_up", "down", "partial",
+            "final"} <= parts
+    assert "combine_proj" not in parts  # the attention output is combined apart by default
+    fused = build_decoder(tiny_model("qwen3"), 8,
+                          tiles=replace(SMALL_TILES, fuse_attention_output=True))
+    assert "combine_proj" in {role.part for role in fused.kernel.roles.values()}
 
 
 def test_block_invariant_values_are_hoisted():

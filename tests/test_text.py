@@ -5,35 +5,22 @@ must-reject corpus (tests/corpus/text/)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
+from known_graphs import library_graphs, searched_graphs  # tests/known_graphs.py
 
 import mugraph
 from mugraph import cli
 from mugraph.dtypes import DType
 from mugraph.ir.ops import AccumKind, OpKind
-from mugraph.ir.serialize import from_json, to_json
+from mugraph.ir.serialize import to_json
 from mugraph.ir.tensor import TensorType
 from mugraph.ir.text import _Cursor, _value, value_text
 from mugraph.library import WORKLOADS
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).parent / "golden" / "gqa_fig4c_small.mgt"
-
-
-def library_graphs():
-    for name, workload in sorted(WORKLOADS.items()):
-        yield f"{name}/naive", workload.naive(workload.small)
-        yield f"{name}/optimized", workload.optimized(workload.small)
-
-
-def searched_graphs():
-    for path in sorted((ROOT / "benchmarks" / "searched").glob("*.json")):
-        data = json.loads(path.read_text())
-        if isinstance(data, dict) and isinstance(data.get("graph"), dict):
-            yield path.stem, from_json(data["graph"])
 
 
 def assert_round_trip(graph) -> None:

@@ -949,12 +949,8 @@ def _gemv_accum(em: KernelEmitter, product: Op, ref: TensorRef) -> str | None:
     a, b = em.f32(a, LOOP), em.f32(b, LOOP)
     left = f"{a.name}[{', '.join([':'] * rank)}, None]"
     right = f"{b.name}[{', '.join([':'] * (rank - 2) + ['None', ':', ':'])}]"
-    name = em.fresh(f"acc{ref.op}")
-    em.emit(PRE, f"{name} = tl.zeros({shape}, tl.float32)")
-    em.emit(LOOP, f"{name} += {left} * {right}")
-    total = em.fresh(f"acc{ref.op}r")
-    em.emit(POST, f"{total} = tl.sum({name}, axis={rank - 1})")
-    return total
+    return _summed_after_loop(em, ref, shape, f"{left} * {right}",
+                              lambda acc: f"tl.sum({acc}, axis={rank - 1})")
 
 
 def _gemv_dot(em: KernelEmitter, ref: TensorRef, a: Val, b: Val) -> str:
@@ -967,11 +963,19 @@ def _gemv_dot(em: KernelEmitter, ref: TensorRef, a: Val, b: Val) -> str:
     b, precision = _dot_operand(em, b, dtype, b.sec)
     kw = f", input_precision=\"{precision}\"" if precision else ""
     padded = _zero_rows_below(em, a, m)
+    return _summed_after_loop(em, ref, [m, b.pad[-1]], f"tl.dot({padded.name}, {b.name}{kw})",
+                              lambda acc: f"tl.expand_dims(tl.sum({acc}, axis=0), 0)")
+
+
+def _summed_after_loop(em: KernelEmitter, ref: TensorRef, shape, term: str,
+                       reduce: Callable[[str], str]) -> str:
+    """A float32 accumulator of ``shape`` adding ``term`` every iteration, and after the loop
+    ``reduce(accumulator)``: the name of that reduced value."""
     name = em.fresh(f"acc{ref.op}")
-    em.emit(PRE, f"{name} = tl.zeros([{m}, {b.pad[-1]}], tl.float32)")
-    em.emit(LOOP, f"{name} += tl.dot({padded.name}, {b.name}{kw})")
+    em.emit(PRE, f"{name} = tl.zeros({list(shape)}, tl.float32)")
+    em.emit(LOOP, f"{name} += {term}")
     total = em.fresh(f"acc{ref.op}r")
-    em.emit(POST, f"{total} = tl.expand_dims(tl.sum({name}, axis=0), 0)")
+    em.emit(POST, f"{total} = {reduce(name)}")
     return total
 
 

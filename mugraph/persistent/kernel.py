@@ -49,7 +49,10 @@ class TilePolicy:
     copy_tile: most elements per block of copies (embedding) and all-reduces;
     argmax_parts: most slices of the logits in the first argmax stage;
     fuse_attention_output: an attention output read only by the next linear + residual
-        layer is combined inside that layer's kernel (one dependency level fewer).
+        layer is combined inside that layer's kernel (one dependency level fewer). Off by
+        default: on the H100 (2026-11-23, fourth session) the fused form ran the decode step
+        slower, Qwen3-0.6B 1516 against 1293 µs and Llama-3.2-1B 1870 against 1577 µs
+        (``bench_persistent.py --variants default no_fuse``; benchmarks/RESULTS.md).
     """
 
     weight_tile_bytes: int = 64 * 1024
@@ -58,7 +61,7 @@ class TilePolicy:
     attention_chunk: int = 64
     copy_tile: int = 1024
     argmax_parts: int = 128
-    fuse_attention_output: bool = True
+    fuse_attention_output: bool = False
 
     def gemv(self, n: int, k: int, itemsize: int, weights: int = 1) -> L.GemvTiles:
         """The widest tile of output columns dividing ``n`` whose weight rows fit the budget
