@@ -42,6 +42,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from mugraph.codegen.launch import default_launch
 from mugraph.codegen.padding import padded_shapes, split_matmul_parts
 from mugraph.codegen.triton_gen import (
     CodegenOptions,
@@ -440,23 +441,25 @@ def _global_tile(lw: _Lowering, index: int, name: str, device: TensorType,
                       layout, division)
 
 
-def _check_maps(name: str, what: str, grid_map, forloop_dim: int, rank: int) -> None:
-    """MapError unless ``grid_map`` and ``forloop_dim`` name distinct, existing dims."""
-    maps.normalize_map(name, what, grid_map, rank)
-    maps.check_forloop_dim(name, forloop_dim, rank)
+def _mapped_dims(lw: _Lowering, index: int, name: str, what: str, grid_map, forloop_dim: int,
+                 dims, derive) -> tuple[int, ...]:
+    """``derive(name, dims, grid, grid_map, forloop_range, forloop_dim)`` (a tile from its
+    tensor, or a tensor from its tile) after checking that ``grid_map`` and ``forloop_dim``
+    name distinct, existing dims of ``dims``; a map error fails the lowering at ``index``."""
+    block = lw.block
+    try:
+        maps.normalize_map(name, what, grid_map, len(dims))
+        maps.check_forloop_dim(name, forloop_dim, len(dims))
+        return derive(name, dims, block.grid_dim, grid_map, block.forloop_range, forloop_dim)
+    except MapError as error:
+        raise lw.fail(index, str(error)) from None
 
 
 def _input_tile(lw: _Lowering, index: int, op: Op) -> GlobalTile:
-    block = lw.block
     device: TensorType = op.attr("dtensor")
     imap, fdim = op.attr("imap"), op.attr("forloop_dim")
     name = f"%in{op.attr('index')}"
-    try:
-        _check_maps(name, "imap", imap, fdim, len(device.dims))
-        tile = maps.input_tile_dims(name, device.dims, block.grid_dim, imap,
-                                    block.forloop_range, fdim)
-    except MapError as error:
-        raise lw.fail(index, str(error)) from None
+    tile = _mapped_dims(lw, index, name, "imap", imap, fdim, device.dims, maps.input_tile_dims)
     if tile != op.outputs[0].dims:
         raise lw.fail(index, f"its tile {list(op.outputs[0].dims)} is not what imap {imap} and "
                       f"forloop_dim {fdim} make of {name} {list(device.dims)} ({list(tile)})")
@@ -464,16 +467,10 @@ def _input_tile(lw: _Lowering, index: int, op: Op) -> GlobalTile:
 
 
 def _output_tile(lw: _Lowering, index: int, op: Op, j: int) -> GlobalTile:
-    block = lw.block
-    tile_type = block.tensor_type(op.inputs[0])
+    tile_type = lw.block.tensor_type(op.inputs[0])
     omap, fdim = op.attr("omap"), op.attr("forloop_dim")
     name = f"%out{j}"
-    try:
-        _check_maps(name, "omap", omap, fdim, len(tile_type.dims))
-        dims = maps.output_dims(name, tile_type.dims, block.grid_dim, omap,
-                                block.forloop_range, fdim)
-    except MapError as error:
-        raise lw.fail(index, str(error)) from None
+    dims = _mapped_dims(lw, index, name, "omap", omap, fdim, tile_type.dims, maps.output_dims)
     device = TensorType(dims, tile_type.dtype)
     if lw.outputs is not None:
         device = lw.outputs[j]
@@ -703,7 +700,7 @@ def lower_block(block: BlockGraph, name: str = "kernel",
                 num_stages: int | None = None) -> LoweredKernel:
     """The lowered IR of the kernel made from ``block``. ``outputs``: the kernel's output
     tensors (their strides; contiguous when None); ``num_warps`` / ``num_stages``: the launch
-    (:func:`mugraph.runtime.compiled.default_launch` for what is None)."""
+    (:func:`mugraph.codegen.launch.default_launch` for what is None)."""
     num_warps, num_stages = _launch(block, num_warps, num_stages, name)
     lw = _Lowering(block, name, outputs, num_warps)
     global_tiles = _global_tiles(lw)
@@ -726,8 +723,6 @@ def thread_layout(num_warps: int) -> Layout:
 def _launch(block: BlockGraph, num_warps: int | None, num_stages: int | None,
             name: str) -> tuple[int, int]:
     if num_warps is None or num_stages is None:
-        from mugraph.runtime.compiled import default_launch
-
         launch = default_launch(block)
         num_warps = launch.num_warps if num_warps is None else num_warps
         num_stages = launch.num_stages if num_stages is None else num_stages

@@ -22,18 +22,25 @@ Programs are cached in-process by the graph's structural hash and the options.
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from mugraph.codegen.launch import (  # noqa: F401 - re-exported: the runtime's launch API
+    LARGE_TILE,
+    SHARED_MEMORY_BUDGET,
+    LaunchConfig,
+    default_launch,
+    loop_tile_bytes,
+    max_warps,
+)
 from mugraph.codegen.loader import interpreter_active, load_kernel
 from mugraph.codegen.stable_exp import NO_CARRY, KernelCarry, softmax_carry_plan
 from mugraph.codegen.torch_ops import run_torch_op
-from mugraph.codegen.triton_gen import GEMV_FORMS, CodegenOptions, KernelSource, generate_kernel
+from mugraph.codegen.triton_gen import CodegenOptions, KernelSource, generate_kernel
 from mugraph.dtypes import DType
 from mugraph.errors import GraphInputError, UnsupportedError
 from mugraph.ir.graph import BlockGraph, Op
@@ -47,88 +54,8 @@ CPU_HOW_TO = (
     "the environment before Python imports triton (e.g. TRITON_INTERPRET=1 python script.py), "
     "then compile"
 )
-SHARED_MEMORY_BUDGET = 192 * 1024  # bytes of pipelined tiles a kernel may keep in flight
 MAX_GRAPHS_PER_PLAN = 4  # CUDA graphs kept per input set (one per set of output pointers)
 MAX_PLANS = 8  # input sets with a fast path, per program
-
-
-@dataclass(frozen=True)
-class LaunchConfig:
-    """How a kernel is launched — Triton's ``num_warps`` and ``num_stages`` — and the one
-    code-generation choice the GPU ranking tunes beside them: ``gemv_form``, how a for-loop
-    accumulates a matrix-vector product (:class:`~mugraph.codegen.triton_gen.CodegenOptions`;
-    None: the kernel's codegen options decide)."""
-
-    num_warps: int = 4
-    num_stages: int = 2
-    gemv_form: str | None = None
-
-    def to_list(self) -> list:
-        """The stored form: [num_warps, num_stages], with the GEMV form when one is set."""
-        base = [self.num_warps, self.num_stages]
-        return base if self.gemv_form is None else [*base, self.gemv_form]
-
-    @classmethod
-    def from_list(cls, value) -> LaunchConfig:
-        """The inverse of :meth:`to_list` (ValueError / TypeError on anything else)."""
-        if not isinstance(value, (list, tuple)) or len(value) not in (2, 3):
-            raise ValueError(f"a launch setting is [num_warps, num_stages(, gemv_form)], got "
-                             f"{value!r}")
-        form = str(value[2]) if len(value) == 3 else None
-        if form is not None and form not in GEMV_FORMS:
-            raise ValueError(f"unknown gemv_form {form!r}")
-        return cls(int(value[0]), int(value[1]), form)
-
-
-def loop_tile_bytes(block: BlockGraph) -> int:
-    """Bytes of the input tiles a for-loop iteration loads (what one pipeline stage holds)."""
-    from mugraph.codegen.padding import next_pow2
-
-    total = 0
-    for op in block.input_ops:
-        if op.attr("forloop_dim") >= 0:
-            t = op.outputs[0]
-            total += math.prod(max(16, next_pow2(d)) if d > 1 else 1 for d in t.dims) * (
-                t.dtype.itemsize
-            )
-    return total
-
-
-LARGE_TILE = 16384  # elements of a register tile above which a kernel gets 8 warps by default
-
-
-def default_launch(block: BlockGraph) -> LaunchConfig:
-    """The block graph's own thread count (block_dim) as warps (at least 8 for very large
-    tiles without matmuls); as many pipeline stages (up to 4) as fit the loop's tiles in
-    shared memory, 1 without a for-loop or with an unrolled one."""
-    from mugraph.codegen.triton_gen import auto_unroll
-
-    warps = max(1, math.prod(block.block_dim) // 32)
-    warps = 1 << (warps.bit_length() - 1)  # a power of two
-    large = max((t.num_elements for op in block.ops for t in op.outputs), default=1) >= LARGE_TILE
-    if large and not any(op.kind is OpKind.MATMUL for op in block.ops):
-        # (not with a matmul: Triton 3.6 computed a pipelined M=128 tl.dot wrongly with 8
-        # warps on an H100 while 4 were right; the tuner checks every variant it times)
-        warps = max(warps, 8)
-    warps = min(warps, max_warps(block))
-    if block.forloop_range <= 1 or auto_unroll(block):
-        stages = 1
-    else:
-        per_stage = max(1, loop_tile_bytes(block))
-        stages = max(2, min(4, SHARED_MEMORY_BUDGET // per_stage))
-    return LaunchConfig(num_warps=warps, num_stages=stages)
-
-
-def max_warps(block: BlockGraph) -> int:
-    """The most warps a kernel made from ``block`` may launch with: 2 with a chained dot of
-    64 rows or more over an inner dim of 16 (Triton 3.6 on an H100 computed such a tl.dot of
-    another dot's result wrongly, and faulted, with 4 or 8 warps, rightly with 2:
-    benchmarks/RESULTS.md; wider inner dims, as in attention, were right), else 16. The
-    default launch, the tuner and the benchmark runner all keep to it: a fault ends the CUDA
-    context, which no check can recover from."""
-    from mugraph.codegen.triton_gen import wide_chained_dots
-
-    return 2 if wide_chained_dots(block) else 16
 
 
 def kernel_name(op_index: int) -> str:
@@ -855,6 +782,11 @@ def _freeze(mapping: dict | None) -> tuple:
     return tuple(sorted((mapping or {}).items()))
 
 
+# CodegenOptions a caller may set (interpret and index64 follow from where kernels run)
+USER_CODEGEN_OPTIONS = frozenset(
+    f.name for f in fields(CodegenOptions) if f.name not in ("interpret", "index64"))
+
+
 def compile_graph(
     graph,
     *,
@@ -873,8 +805,7 @@ def compile_graph(
     num_warps / num_stages: one launch configuration for every kernel (``launch`` sets them
     per kernel, keyed by the customized operator's position in ``graph.ops``).
     codegen: fields of :class:`~mugraph.codegen.triton_gen.CodegenOptions`
-    (max_tile_elements, dot_min_dim, hoist_invariants, unroll, stable_exp, defer_reductions,
-    gemv_form).
+    (:data:`USER_CODEGEN_OPTIONS`: all but interpret and index64).
     cuda_graph: replay each input set's launches as one CUDA graph (None: on for CUDA).
     Without ``launch``, ``num_warps`` and ``num_stages``, kernels launch with the settings
     ``superoptimize`` measured fastest for this graph, if any (:func:`recorded_launch`).
@@ -887,10 +818,7 @@ def compile_graph(
     the check; True checks every new program (an error where the kernels cannot run).
     """
     graph.check()
-    unknown = set(codegen) - {
-        "max_tile_elements", "dot_min_dim", "hoist_invariants", "unroll", "stable_exp",
-        "defer_reductions", "gemv_form",
-    }
+    unknown = set(codegen) - USER_CODEGEN_OPTIONS
     if unknown:
         raise UnsupportedError(f"compile_graph: unknown options {sorted(unknown)}")
     options = CodegenOptions(interpret=interpreter_active(), **codegen)
