@@ -102,6 +102,9 @@ def run_one(cell: str, engine: str, workers: int, cap: float) -> dict:
         "memo_waits": result.stats.pruned.get("memo_waits", 0),
         "memo_wait_s": round(result.stats.pruned.get("memo_wait_ms", 0) / 1e3, 2),
         "handed_back": result.handed_back,
+        "worker_s": round(result.worker_seconds, 2),
+        "tail_s": round(result.tail_seconds, 2),
+        "started": next((line for line in result.log if "workers loaded" in line), ""),
     }
     if workers == 1 and engine == "local":  # the inline search: its oracle answered it all
         stats = made[-1].oracle.stats
@@ -247,6 +250,14 @@ def table(records: list[dict]) -> str:
                              f"{r.get('memo_waits', 0)} ({r.get('memo_wait_s', 0)} s summed "
                              f"over workers); regions handed back "
                              f"{r.get('handed_back', 0)}")  # fmt: skip
+                if r.get("worker_s") and r["phases"].get("search"):
+                    lines.append(
+                        f"    busy {r['worker_s']:.1f} s of {r['workers']} x "
+                        f"{r['phases']['search']:.1f} s searching "
+                        f"({r['worker_s'] / (r['workers'] * r['phases']['search']):.0%}); "
+                        f"{r.get('tail_s', 0):.1f} s from the queue's running dry to the end"
+                        + (f"; {r['started']}" if r.get("started") else "")
+                    )
         oracle = (reference or {}).get("oracle")
         if oracle:
             rebuild = oracle["uncached"] * oracle["median_uncached_us"] * 1e-6

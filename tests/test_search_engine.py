@@ -297,6 +297,47 @@ def test_busy_workers_hand_work_to_idle_ones_without_changing_the_answer(monkeyp
     assert result.stats.states == reference.stats.states
 
 
+def test_a_worker_slow_to_start_holds_up_nobody(monkeypatch, reference):
+    """Workers take work as soon as each has loaded the search: with the second worker's
+    interpreter held back 30 s before it imports anything, the first does the whole search,
+    which ends without waiting for the other (stopped unused when the search ends)."""
+    pool_module.shutdown()
+    started = []
+
+    class SecondSlow(subprocess.Popen):
+        def __init__(self, command, **kwargs):
+            if len(started) == 1:  # the second worker: sleep before becoming a worker
+                boot = "import sys, time; time.sleep(30); from mugraph.search.pool import _main; "
+                command = [command[0], "-c", boot + "_main(sys.argv[1:])", *command[3:]]
+            started.append(self)
+            super().__init__(command, **kwargs)
+
+    monkeypatch.setattr(pool_module.subprocess, "Popen", SecondSlow)
+    clock = time.monotonic()
+    result = superoptimize(tiny_rmsnorm_linear(), time_limit=120, workers=2, **SMALL)
+    assert time.monotonic() - clock < 30
+    assert len(started) == 2 and started[1].poll() is not None  # stopped, never used
+    assert result.units_done == result.units_total and hashes(result) == hashes(reference)
+    assert any("1 workers loaded the search" in line for line in result.log)
+    pool_module.shutdown()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_workers_get_their_share_of_the_cores_for_blas(monkeypatch):
+    """Each exec'd worker's BLAS gets cores / workers threads unless the user chose."""
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    monkeypatch.setenv("MKL_NUM_THREADS", "3")
+    pool = pool_module.ProcessPool(2)
+    try:
+        pool.start()
+        for worker in pool.workers:
+            environ = Path(f"/proc/{worker.handle.pid}/environ").read_bytes().split(b"\0")
+            assert f"OPENBLAS_NUM_THREADS={pool.threads()}".encode() in environ
+            assert b"MKL_NUM_THREADS=3" in environ
+    finally:
+        pool.shutdown()
+
+
 def test_a_worker_killed_mid_search_loses_no_unit(reference):
     """The local pool: SIGKILL one worker while it works; its items run again elsewhere."""
     killed = []

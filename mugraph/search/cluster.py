@@ -72,6 +72,9 @@ class RayEngine:
         self._pending: dict[Any, list[WorkItem]] = {}
         self._hungry = False
 
+    def start(self) -> None:
+        """Nothing to start: Ray starts its workers as tasks arrive."""
+
     def ready(self) -> None:
         """Nothing to wait for: Ray starts its workers as tasks arrive."""
 

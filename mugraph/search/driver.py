@@ -105,8 +105,13 @@ class SearchResult:
     handed_back: int = 0  # regions of units handed back by busy workers to idle ones
     parts: list[SearchResult] = field(default_factory=list)
     cache: str = ""  # "hit": answered by the result cache; "miss": not there (cache_only)
-    # seconds spent in each phase: plan (units, oracle), start workers, search, finish
+    # seconds spent in each phase: plan (units, oracle), start workers (until the first can
+    # take work), search, finish
     phases: dict[str, float] = field(default_factory=dict)
+    # how busy the workers were: seconds spent on work items, summed over them; seconds from
+    # the first moment the queue was empty while a worker was idle to the end of the search
+    worker_seconds: float = 0.0
+    tail_seconds: float = 0.0
 
     @property
     def best(self):
@@ -134,6 +139,7 @@ class SearchResult:
             engine=parts[0].engine if parts else "",
             failed_items=[key for p in parts for key in p.failed_items],
             handed_back=sum(p.handed_back for p in parts),
+            worker_seconds=sum(p.worker_seconds for p in parts),
             parts=list(parts),
             cache="miss" if any(p.cache == "miss" for p in parts) else "",
         )
@@ -267,13 +273,17 @@ def superoptimize(
     report = _progress_printer(progress)
     started = time.monotonic()
     deadline = started + cfg.time_limit
-    oracle = _OracleAdapter(program_terms(program)) if cfg.abstract_pruning else None
     from mugraph.search.pool import engine_for
 
     runner = engine_for(engine, cfg.worker_count, start_method=start_method, address=address)
-    setup = _search_setup(program, cfg, oracle, runner, cost)
+    setup = None
     try:
-        runner.launch(setup)  # the workers start while this process plans the units
+        # the workers start (import mugraph) while this process builds the oracle and plans
+        # the units; each takes work as soon as it has loaded the setup
+        runner.start()
+        oracle = _OracleAdapter(program_terms(program)) if cfg.abstract_pruning else None
+        setup = _search_setup(program, cfg, oracle, runner, cost)
+        runner.launch(setup)
         try:
             units = plan_units(program, cfg, oracle, deadline)
         except SearchTimeout:
@@ -288,7 +298,7 @@ def superoptimize(
         search.run(setup)
     finally:
         runner.close()
-        if setup.memo_dir:
+        if setup is not None and setup.memo_dir:
             shutil.rmtree(setup.memo_dir, ignore_errors=True)
     result = search.finish()
     if report:
@@ -394,6 +404,7 @@ class _Search:
         self.graphs: dict[str, Any] = {}
         self.losses: dict[str, int] = {}
         self.journal = None
+        self.dry_since: float | None = None  # when the queue first ran dry with a worker idle
 
     # ---- checkpoint ------------------------------------------------------------------------
 
@@ -445,9 +456,15 @@ class _Search:
             self.runner.ready()
             self.result.phases["start workers"] = time.monotonic() - waiting
             self._loop(queue)
-            self.result.phases["search"] = time.monotonic() - waiting - self.result.phases[
-                "start workers"
-            ]
+            ended = time.monotonic()
+            self.result.phases["search"] = ended - waiting - self.result.phases["start workers"]
+            self.result.tail_seconds = ended - (self.dry_since or ended)
+            times = getattr(self.runner, "start_times", list)()
+            if times:
+                self.result.log.append(
+                    f"{len(times)} workers loaded the search {times[0]:.2f}-{times[-1]:.2f} s "
+                    "after they were started"
+                )
         except KeyboardInterrupt:
             self.result.interrupted = True
         finally:
@@ -465,7 +482,10 @@ class _Search:
             if left <= -DEADLINE_GRACE_S or (left <= 0 and not runner.busy()):
                 self.result.timed_out = True
                 return
-            runner.set_hungry(not queue and runner.free() > 0 and runner.busy() > 0)
+            hungry = not queue and runner.free() > 0 and runner.busy() > 0
+            runner.set_hungry(hungry)
+            if hungry and self.dry_since is None:
+                self.dry_since = time.monotonic()
             while queue and runner.free() and left > 0:
                 runner.submit(_take(queue, runner.slots, runner.max_batch), left)
             for outcome in runner.wait(timeout=min(0.2, left + DEADLINE_GRACE_S)):
@@ -487,6 +507,7 @@ class _Search:
         ledger.record(result.item.region, result.found, result.rest, result.timed_out)
         self._journal(result)
         self.result.stats.merge(result.stats)
+        self.result.worker_seconds += result.seconds
         self.result.timed_out |= result.timed_out
         queue.extendleft(reversed([result.item.part(r) for r in result.rest]))
         self.result.handed_back += len(result.rest)

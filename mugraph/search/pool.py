@@ -57,6 +57,10 @@ DEFAULT_START_METHOD = "exec"
 # a hungry pool asks a worker to hand back the rest of its batch after this many seconds
 SLICE_SECONDS = 0.5
 STARTUP_TIMEOUT_S = 120.0
+# thread counts of the BLAS libraries NumPy may use; an exec'd worker that the user did not
+# give one gets its share of the cores (sixteen workers each starting a thread per core for
+# their GEMMs would oversubscribe the machine sixteenfold)
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 # a pool whose workers die this many times per slot stops replacing them
 MAX_DEATHS_PER_SLOT = 3
 _MAIN_HINT = {
@@ -91,6 +95,9 @@ class InlineEngine:
 
     def __init__(self) -> None:
         self._pending: list[tuple[list[WorkItem], float]] = []
+
+    def start(self) -> None:
+        """Nothing to start: this process is the worker."""
 
     def launch(self, setup: SearchSetup) -> None:
         self.setup = setup
@@ -129,6 +136,9 @@ class _Worker:
     conn: Connection
     handle: Any  # subprocess.Popen or multiprocessing.Process
     batch: list[WorkItem] | None = None
+    loaded: bool = False  # has answered "ready" to the last setup sent to it
+    started: float = field(default_factory=time.monotonic)
+    loaded_after: float | None = None  # seconds from its start to loading its first setup
 
     def alive(self) -> bool:
         if isinstance(self.handle, subprocess.Popen):
@@ -179,7 +189,6 @@ class ProcessPool:
         self._hunger: mmap.mmap | None = None
         self._hungry = False
         self._closed = False
-        self._unready = False  # launched: the workers' "ready" answers are not read yet
         self._deaths = 0
         self.shared = False
         self.in_use = False
@@ -210,16 +219,27 @@ class ProcessPool:
         return max(1, min(field_arith._MAX_WORKERS, (os.cpu_count() or 1) // self.slots))
 
     def ready(self) -> None:
-        """Wait until every worker launched has loaded the setup."""
-        if self._unready:
-            self._unready = False
-            self._await_ready(self.workers)
+        """Wait until at least one worker can take work (the others join as they load the
+        setup: :meth:`wait` reads their answers)."""
+        if self.workers and not any(w.loaded for w in self.workers):
+            self._await_ready(self.workers, first=True)
+
+    def start(self) -> None:
+        """Start the missing worker processes (and stop extra ones) without a setup: they
+        import mugraph while this process builds the oracle and plans the search."""
+        self._closed = False
+        for w in [w for w in self.workers if not w.alive()]:
+            w.reap(0.1)
+            self.workers.remove(w)
+        for w in self.workers[self.slots :]:
+            self._stop(w)
+        del self.workers[self.slots :]
+        self.workers += [self._spawn() for _ in range(self.slots - len(self.workers))]
 
     def launch(self, setup: SearchSetup) -> None:
         """Send ``setup`` to every worker, starting the missing ones, without waiting for them
-        (the caller plans the search meanwhile; ``ready`` waits)."""
+        (the caller plans the search meanwhile; a worker takes work once it has loaded it)."""
         self.setup = setup
-        self._closed = False
         self._deaths = 0
         if self._hunger is None:
             folder = "/dev/shm" if os.path.isdir("/dev/shm") else None
@@ -230,25 +250,27 @@ class ProcessPool:
             self._hunger_file = Path(name)
         self._hungry = True
         self.set_hungry(False)
-        for w in [w for w in self.workers if not w.alive()]:
-            w.reap(0.1)
-            self.workers.remove(w)
-        for w in self.workers[self.slots :]:
-            self._stop(w)
-        del self.workers[self.slots :]
+        self.start()
         for w in list(self.workers):
-            try:
-                w.conn.send(("setup", setup))
-            except OSError:
-                w.kill()
-                w.reap(1.0)
-                self.workers.remove(w)
-        self.workers += [self._spawn() for _ in range(self.slots - len(self.workers))]
-        self._unready = True
+            self._send_setup(w)
 
-    def _await_ready(self, workers: list[_Worker], timeout: float = STARTUP_TIMEOUT_S) -> None:
-        """Wait until every worker has loaded the search; one that dies first is an error."""
-        waiting = {w.conn: w for w in workers}
+    def _send_setup(self, worker: _Worker) -> None:
+        worker.loaded = False
+        try:
+            worker.conn.send(("setup", self.setup, str(self._hunger_file)))
+        except OSError:
+            worker.kill()
+            worker.reap(1.0)
+            self.workers.remove(worker)
+            self.workers.append(fresh := self._spawn())
+            self._send_setup(fresh)
+
+    def _await_ready(
+        self, workers: list[_Worker], timeout: float = STARTUP_TIMEOUT_S, first: bool = False
+    ) -> None:
+        """Wait until every one of ``workers`` (or, with ``first``, one) has loaded the
+        search; one that dies first is an error."""
+        waiting = {w.conn: w for w in workers if not w.loaded}
         limit = time.monotonic() + timeout
         while waiting:
             ready = wait(list(waiting), max(0.0, limit - time.monotonic()))
@@ -256,25 +278,36 @@ class ProcessPool:
                 self._fail()
                 raise EngineError(f"search workers did not start within {timeout:.0f} s")
             for conn in ready:
-                worker = waiting.pop(conn)
-                try:
-                    conn.recv()
-                except (EOFError, OSError):
-                    worker.reap(2.0)
-                    reason = worker.exit_text()
-                    self._fail()
-                    raise EngineError(
-                        f"a search worker ({self.method}) died while starting ({reason})"
-                        + _MAIN_HINT.get(self.method, "")
-                    ) from None
+                self._loaded(waiting.pop(conn))
+            if first:
+                return
+
+    def _loaded(self, worker: _Worker) -> None:
+        """Read a starting worker's answer to its setup; one that died is an error."""
+        try:
+            worker.conn.recv()
+        except (EOFError, OSError):
+            worker.reap(2.0)
+            reason = worker.exit_text()
+            self._fail()
+            raise EngineError(
+                f"a search worker ({self.method}) died while starting ({reason})"
+                + _MAIN_HINT.get(self.method, "")
+            ) from None
+        worker.loaded = True
+        if worker.loaded_after is None:
+            worker.loaded_after = time.monotonic() - worker.started
+
+    def start_times(self) -> list[float]:
+        """Seconds each worker of this search took from its start to loading its first setup
+        (workers kept from an earlier search included)."""
+        return sorted(w.loaded_after for w in self.workers if w.loaded_after is not None)
 
     def _spawn(self) -> _Worker:
+        """A fresh worker process, not yet sent a setup."""
         if self.method == "exec":
-            worker = self._spawn_exec()
-        else:
-            worker = self._spawn_mp()
-        worker.conn.send(("setup", self.setup))
-        return worker
+            return self._spawn_exec()
+        return self._spawn_mp()
 
     def _spawn_exec(self) -> _Worker:
         mine, theirs = socket.socketpair()
@@ -283,8 +316,9 @@ class ProcessPool:
         env["PYTHONPATH"] = os.pathsep.join(
             [root, *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]
         )
-        command = [sys.executable, "-m", "mugraph.search.pool", str(theirs.fileno()),
-                   str(self._hunger_file)]  # fmt: skip
+        for name in BLAS_THREAD_VARIABLES:  # the BLAS under NumPy: the worker's share of cores
+            env.setdefault(name, str(self.threads()))
+        command = [sys.executable, "-m", "mugraph.search.pool", str(theirs.fileno())]
         handle = subprocess.Popen(
             command, pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL
         )
@@ -295,7 +329,7 @@ class ProcessPool:
         ctx = multiprocessing.get_context(self.method)
         mine, theirs = ctx.Pipe()
         process = ctx.Process(
-            target=worker_main, args=(theirs, str(self._hunger_file)), daemon=True
+            target=worker_main, args=(theirs,), daemon=True
         )
         if self.method == "fork":
             # every object this process holds stays out of the children's garbage collector
@@ -316,12 +350,11 @@ class ProcessPool:
         idle ones stay for the next search of this process unless the pool is private."""
         if self._closed:
             return
-        if self._unready:  # launched, never waited for: read their answers (or stop them)
-            with contextlib.suppress(EngineError):
-                self.ready()
         self._closed = True
         self.set_hungry(False)
-        for w in [w for w in self.workers if w.batch is not None]:
+        # workers holding a batch, and workers that never loaded this search's setup (their
+        # late "ready" would be taken for a batch's result in the next search)
+        for w in [w for w in self.workers if w.batch is not None or not w.loaded]:
             w.kill()
             w.reap(2.0)
             self.workers.remove(w)
@@ -359,13 +392,15 @@ class ProcessPool:
     # ---- work ----------------------------------------------------------------------------
 
     def free(self) -> int:
-        return sum(1 for w in self.workers if w.batch is None)
+        """Workers that have loaded the setup and hold no batch."""
+        return sum(1 for w in self.workers if w.loaded and w.batch is None)
 
     def busy(self) -> int:
+        """Workers holding a batch (those still starting are heard from in :meth:`wait`)."""
         return sum(1 for w in self.workers if w.batch is not None)
 
     def submit(self, items: list[WorkItem], seconds: float) -> None:
-        worker = next(w for w in self.workers if w.batch is None)
+        worker = next(w for w in self.workers if w.loaded and w.batch is None)
         worker.batch = list(items)
         try:
             worker.conn.send(("run", worker.batch, seconds, SLICE_SECONDS))
@@ -378,12 +413,17 @@ class ProcessPool:
             self._hungry = hungry
 
     def wait(self, timeout: float) -> list[Outcome]:
-        busy = {w.conn: w for w in self.workers if w.batch is not None}
+        """Outcomes of finished batches; workers that finished loading the setup meanwhile
+        become free (their answer is no outcome)."""
+        busy = {w.conn: w for w in self.workers if w.batch is not None or not w.loaded}
         if not busy:
             return []
         outcomes = []
         for conn in wait(list(busy), timeout):
             worker = busy[conn]
+            if not worker.loaded:
+                self._loaded(worker)
+                continue
             try:
                 message = conn.recv()
             except (EOFError, OSError):
@@ -410,7 +450,7 @@ class ProcessPool:
         if not self._closed:
             fresh = self._spawn()
             self.workers.append(fresh)
-            self._await_ready([fresh])
+            self._send_setup(fresh)  # it takes work once loaded
         return outcome
 
 
@@ -427,12 +467,12 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def worker_main(conn: Connection, hunger_path: str) -> None:
+def worker_main(conn: Connection) -> None:
     """Serve batches until told to stop or the channel closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
-    with open(hunger_path, "r+b") as file:
-        hunger = mmap.mmap(file.fileno(), 8)
+    hunger: mmap.mmap | None = None
+    hunger_path = ""
     setup: SearchSetup | None = None
     name = f"pid {os.getpid()}"
     while True:
@@ -441,7 +481,11 @@ def worker_main(conn: Connection, hunger_path: str) -> None:
         except (EOFError, OSError):
             return
         if message[0] == "setup":
-            setup = message[1]
+            _, setup, path = message
+            if path != hunger_path:  # the pool's "hand back your batch" flag
+                hunger_path = path
+                with open(path, "r+b") as file:
+                    hunger = mmap.mmap(file.fileno(), 8)
             prepared(setup)
             conn.send(("ready",))
         elif message[0] == "run":
@@ -458,8 +502,7 @@ def worker_main(conn: Connection, hunger_path: str) -> None:
 
 
 def _main(argv: list[str]) -> None:
-    fd, hunger_path = int(argv[0]), argv[1]
-    worker_main(Connection(fd), hunger_path)
+    worker_main(Connection(int(argv[0])))
 
 
 def engine_for(engine: str, workers: int, *, start_method: str | None, address: str | None):
