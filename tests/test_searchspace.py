@@ -99,6 +99,28 @@ def test_qknorm_attention_is_cut_before_its_attention_core():
     assert classify(parts[-1].graph).name == "attention"
 
 
+def test_independent_norms_are_searched_apart():
+    """The norms of Q and of K share no tensor: each is a subprogram of its own (one search
+    each, kernels shaped for its tensor), then the attention core."""
+    program = qknorm_attention_program({**SMALL_ATTENTION, "k_nd": 0})
+    parts = partition_program(program, 6)
+    kinds = [[program.ops[i].kind.value for i in part.ops] for part in parts]
+    assert kinds[:2] == [["rms_norm"], ["square", "reduction", "mul_scalar", "sqrt", "div"]]
+    assert classify(parts[2].graph).name == "attention"
+    assert [len(part.outputs) for part in parts] == [1, 1, 1]
+
+
+def test_a_lone_rms_norm_becomes_one_kernel():
+    """rms_norm over rows a block holds whole is a block operator the search enumerates (it
+    found nothing before: no block kind could express the division by the row's rms)."""
+    g = mi.new_kernel_graph()
+    g.mark_output(g.rms_norm(g.new_input((2, 64, 32), dtype=mi.float16), 32))
+    result = superoptimize(g, time_limit=60, workers=1)
+    check_every_candidate(result, g)
+    kinds = {op.kind for op in result.candidates[0].graph.ops[1].attr("graph").ops}
+    assert mi.OpKind.RMS_NORM in kinds
+
+
 def test_final_verification_spreads_its_rounds():
     program = rmsnorm_linear()
     w = WORKLOADS["rmsnorm_linear"]

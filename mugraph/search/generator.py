@@ -247,11 +247,12 @@ class Generator:
         self.target_types = program.output_types
         self.smem_budget = program.gpu.shared_memory_per_block
         self._subexpr_cache: dict[Term, bool] = {}
-        # Parameters of the program's own parametrised elementwise operators (mul_scalar's
-        # scalar, clamp's bounds, pow's exponent): the only values the search tries.
+        # Parameters of the program's own parametrised unary operators (mul_scalar's scalar,
+        # clamp's bounds, pow's exponent, rms_norm's shape and epsilon): the only values the
+        # search tries.
         self._unary_variants: dict[OpKind, tuple[dict, ...]] = {}
         for op in program.ops:
-            if op.kind in Group.ELEMENTWISE_UNARY and op.attrs:
+            if (op.kind in Group.ELEMENTWISE_UNARY or op.kind is OpKind.RMS_NORM) and op.attrs:
                 known = self._unary_variants.setdefault(op.kind, ())
                 if op.attr_dict not in known:
                     self._unary_variants[op.kind] = known + (op.attr_dict,)
@@ -687,7 +688,7 @@ _COMMUTATIVE = frozenset({OpKind.ADD, OpKind.MUL})
 
 def _category(kind: OpKind) -> str | None:
     """How the enumeration picks operands for ``kind`` (None: not enumerated)."""
-    if kind in Group.ELEMENTWISE_UNARY:
+    if kind in Group.ELEMENTWISE_UNARY or kind is OpKind.RMS_NORM:
         return "unary"
     if kind in Group.ELEMENTWISE_BINARY:
         return "binary"

@@ -1,8 +1,8 @@
 """LAX partitioning (paper §1, Fig. 1): split a program into subprograms that one search can
 handle and the verifier can decide, search each, and stitch the results back together.
 
-A subprogram is a run of operators in program order that (1) has at most ``max_ops``
-operators and (2) is verifiable on its own: at most one exponential on any path once its
+A subprogram is a run of operators in program order, one computation (independent ones are
+split apart), that (1) has at most ``max_ops`` operators and (2) is verifiable on its own: at most one exponential on any path once its
 inputs are taken as fresh variables. Its inputs are the tensors it reads from outside and its
 outputs the tensors read after it (or marked as program outputs). Replacing each subprogram by
 a verified equivalent graph keeps the whole program's function (substitution of equals), even
@@ -94,7 +94,32 @@ def partition_program(program: KernelGraph, max_ops: int = 6) -> list[Subprogram
         current = trial
     if current:
         parts.append(_build(program, current))
-    return parts
+    return [piece for part in parts for piece in _independent(program, part)]
+
+
+def _independent(program: KernelGraph, part: Subprogram) -> list[Subprogram]:
+    """``part`` as its independent computations (operators linked by no tensor inside the
+    part: the norms of Q and of K in front of QK-norm attention), each a subprogram of its
+    own, in program order: searched apart, their spaces add instead of multiplying, and each
+    gets kernels shaped for its own tensors. One computation: ``part`` itself."""
+    root = {pos: pos for pos in part.ops}
+
+    def find(pos: int) -> int:
+        while root[pos] != pos:
+            root[pos] = root[root[pos]]
+            pos = root[pos]
+        return pos
+
+    for pos in part.ops:
+        for ref in program.ops[pos].inputs:
+            if ref.op in root:
+                root[find(pos)] = find(ref.op)
+    groups: dict[int, list[int]] = {}
+    for pos in part.ops:
+        groups.setdefault(find(pos), []).append(pos)
+    if len(groups) == 1:
+        return [part]
+    return [_build(program, sorted(group)) for group in sorted(groups.values(), key=min)]
 
 
 def attention_cores(program: KernelGraph) -> list[tuple[int, int]]:
