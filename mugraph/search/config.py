@@ -159,9 +159,12 @@ def default_config(program, preset: str | None = None, **overrides) -> SearchCon
     used = {op.kind for op in program.ops}
     kinds = set(_STRUCTURAL_BLOCK_KINDS) | {k for k in used if k in Group.ELEMENTWISE}
     if OpKind.RMS_NORM in used:
-        # the norm of a whole row inside a block (rows held whole: norms in front of attention),
-        # or its rms accumulated over a for-loop (a row split over the loop: norm + projection)
-        kinds |= {OpKind.RMS_NORM, OpKind.FORLOOP_ACCUM}
+        # the rms accumulated over a for-loop that splits the row (norm + projection); for a
+        # norm with no matmul, also the whole row normalised inside a block (the norms of
+        # QK-norm attention, searched apart from it)
+        kinds.add(OpKind.FORLOOP_ACCUM)
+        if OpKind.MATMUL not in used:
+            kinds.add(OpKind.RMS_NORM)
     kinds |= extra.pop("block_kinds_extra", frozenset())
     accum = {AccumKind.NONE, AccumKind.SUM}
     if OpKind.RMS_NORM in used:
