@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mugraph.search.pool import SLICE_SECONDS, EngineError, Outcome
-from mugraph.search.work import SearchSetup, SliceTimer, WorkItem, run_batch
+from mugraph.search.work import ItemFailed, SearchSetup, SliceTimer, WorkItem, run_batch
 
 # how often a task asks the actor whether workers wait (seconds)
 POLL_SECONDS = 0.25
@@ -177,4 +177,7 @@ def _ray_run_batch(token: str, setup_box: list, items: list[WorkItem], seconds: 
         _FETCHED.clear()  # an earlier search's setup
         _FETCHED[token] = setup
     timer = SliceTimer(_PolledFlag(flag), SLICE_SECONDS)
-    return run_batch(setup, items, seconds, timer, worker=f"ray pid {os.getpid()}")
+    try:
+        return run_batch(setup, items, seconds, timer, worker=f"ray pid {os.getpid()}")
+    except ItemFailed as failed:  # the item's own error: Ray reports the task as failed
+        raise failed.__cause__ from None

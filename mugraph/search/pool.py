@@ -44,6 +44,7 @@ from typing import Any
 
 from mugraph.errors import MugraphError
 from mugraph.search.work import (
+    ItemFailed,
     ItemResult,
     SearchSetup,
     SliceTimer,
@@ -124,7 +125,10 @@ class InlineEngine:
         if not self._pending:
             return []
         items, seconds = self._pending.pop()
-        results, returned = run_batch(self.setup, items, seconds, worker="inline")
+        try:
+            results, returned = run_batch(self.setup, items, seconds, worker="inline")
+        except ItemFailed as failed:  # in this process: the error itself reaches the caller
+            raise failed.__cause__ from None
         return [Outcome(results, returned)]
 
     def close(self) -> None:
@@ -430,7 +434,10 @@ class ProcessPool:
                 outcomes.append(self._replace(worker))
                 continue
             batch, worker.batch = worker.batch or [], None
-            if message[0] == "failed":  # an error in the worker: its text, the batch again
+            if message[0] == "failed" and len(message) == 5:  # one item raised
+                _, text, results, item, rest = message
+                outcomes.append(Outcome(results, rest, [item], f"worker error: {text}"))
+            elif message[0] == "failed":  # an error in the worker: its text, the batch again
                 outcomes.append(Outcome(lost=batch, lost_reason=f"worker error: {message[1]}"))
             else:
                 outcomes.append(Outcome(message[1], message[2]))
@@ -493,7 +500,11 @@ def worker_main(conn: Connection) -> None:
             timer = SliceTimer(lambda: hunger[0] == 1, slice_s)
             try:
                 results, returned = run_batch(setup, items, seconds, timer, worker=name)
-            except Exception:  # noqa: BLE001 - reported to the driver, which goes on
+            except ItemFailed as failed:  # reported to the driver, which goes on
+                text = traceback.format_exc(limit=8).strip().splitlines()[-1]
+                conn.send(("failed", text, failed.results, failed.item, failed.rest))
+                continue
+            except Exception:  # noqa: BLE001 - the whole batch, as the driver is told
                 conn.send(("failed", traceback.format_exc(limit=8).strip().splitlines()[-1]))
                 continue
             conn.send(("done", results, returned))

@@ -134,12 +134,24 @@ def run_batch(
     for i, item in enumerate(items):
         if results and due is not None and due():
             return results, items[i:]
-        result = run_item(setup, item, deadline, due)
+        try:
+            result = run_item(setup, item, deadline, due)
+        except Exception as error:  # noqa: BLE001 - charged to this item only
+            raise ItemFailed(results, item, items[i + 1 :], error) from error
         result.worker = worker
         results.append(result)
         if result.timed_out:
             return results, items[i + 1 :]
     return results, []
+
+
+class ItemFailed(Exception):
+    """An item of a batch raised: the results of the items before it, the item, and the items
+    after it (not started), so that only the item that failed is charged with the loss."""
+
+    def __init__(self, results: list, item: WorkItem, rest: list, error: BaseException) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.results, self.item, self.rest = results, item, rest
 
 
 def run_item(
