@@ -331,7 +331,13 @@ def test_workers_get_their_share_of_the_cores_for_blas(monkeypatch):
     try:
         pool.start()
         for worker in pool.workers:
-            environ = Path(f"/proc/{worker.handle.pid}/environ").read_bytes().split(b"\0")
+            path = Path(f"/proc/{worker.handle.pid}/environ")
+            deadline = time.monotonic() + 30
+            environ = path.read_bytes().split(b"\0")
+            while not any(v.startswith(b"PYTHONPATH=") for v in environ):  # not exec'd yet
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+                environ = path.read_bytes().split(b"\0")
             assert f"OPENBLAS_NUM_THREADS={pool.threads()}".encode() in environ
             assert b"MKL_NUM_THREADS=3" in environ
     finally:
