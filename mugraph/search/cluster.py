@@ -75,6 +75,9 @@ class RayEngine:
     def start(self) -> None:
         """Nothing to start: Ray starts its workers as tasks arrive."""
 
+    def start_times(self) -> list[float]:
+        return []  # not known: Ray starts its workers itself
+
     def ready(self) -> None:
         """Nothing to wait for: Ray starts its workers as tasks arrive."""
 

@@ -459,7 +459,7 @@ class _Search:
             ended = time.monotonic()
             self.result.phases["search"] = ended - waiting - self.result.phases["start workers"]
             self.result.tail_seconds = ended - (self.dry_since or ended)
-            times = getattr(self.runner, "start_times", list)()
+            times = self.runner.start_times()
             if times:
                 self.result.log.append(
                     f"{len(times)} workers loaded the search {times[0]:.2f}-{times[-1]:.2f} s "

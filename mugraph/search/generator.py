@@ -252,7 +252,7 @@ class Generator:
         # search tries.
         self._unary_variants: dict[OpKind, tuple[dict, ...]] = {}
         for op in program.ops:
-            if (op.kind in Group.ELEMENTWISE_UNARY or op.kind is OpKind.RMS_NORM) and op.attrs:
+            if op.kind in _UNARY_KINDS and op.attrs:
                 known = self._unary_variants.setdefault(op.kind, ())
                 if op.attr_dict not in known:
                     self._unary_variants[op.kind] = known + (op.attr_dict,)
@@ -686,9 +686,14 @@ class Generator:
 _COMMUTATIVE = frozenset({OpKind.ADD, OpKind.MUL})
 
 
+# operators of one operand the enumeration applies to the newest tensor, with the program's
+# own parameters: the elementwise ones, and rms_norm of rows a block holds whole
+_UNARY_KINDS = Group.ELEMENTWISE_UNARY | {OpKind.RMS_NORM}
+
+
 def _category(kind: OpKind) -> str | None:
     """How the enumeration picks operands for ``kind`` (None: not enumerated)."""
-    if kind in Group.ELEMENTWISE_UNARY or kind is OpKind.RMS_NORM:
+    if kind in _UNARY_KINDS:
         return "unary"
     if kind in Group.ELEMENTWISE_BINARY:
         return "binary"

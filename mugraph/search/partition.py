@@ -2,11 +2,12 @@
 handle and the verifier can decide, search each, and stitch the results back together.
 
 A subprogram is a run of operators in program order, one computation (independent ones are
-split apart), that (1) has at most ``max_ops`` operators and (2) is verifiable on its own: at most one exponential on any path once its
-inputs are taken as fresh variables. Its inputs are the tensors it reads from outside and its
-outputs the tensors read after it (or marked as program outputs). Replacing each subprogram by
-a verified equivalent graph keeps the whole program's function (substitution of equals), even
-where the whole is outside LAX (two exponentials in a row across a cut).
+split apart), that (1) has at most ``max_ops`` operators and (2) is verifiable on its own: at
+most one exponential on any path once its inputs are taken as fresh variables. Its inputs are
+the tensors it reads from outside and its outputs the tensors read after it (or marked as
+program outputs). Replacing each subprogram by a verified equivalent graph keeps the whole
+program's function (substitution of equals), even where the whole is outside LAX (two
+exponentials in a row across a cut).
 """
 
 from __future__ import annotations

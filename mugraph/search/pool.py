@@ -100,6 +100,9 @@ class InlineEngine:
     def start(self) -> None:
         """Nothing to start: this process is the worker."""
 
+    def start_times(self) -> list[float]:
+        return []
+
     def launch(self, setup: SearchSetup) -> None:
         self.setup = setup
 
@@ -497,7 +500,7 @@ def worker_main(conn: Connection) -> None:
             conn.send(("ready",))
         elif message[0] == "run":
             _, items, seconds, slice_s = message
-            timer = SliceTimer(lambda: hunger[0] == 1, slice_s)
+            timer = SliceTimer(lambda flag=hunger: flag[0] == 1, slice_s)
             try:
                 results, returned = run_batch(setup, items, seconds, timer, worker=name)
             except ItemFailed as failed:  # reported to the driver, which goes on
