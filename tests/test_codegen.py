@@ -382,6 +382,17 @@ def test_default_launch_pipelines_loops():
     assert unlooped.forloop_range == 1 and default_launch(unlooped).num_stages == 1
 
 
+def test_quick_tuning_tries_a_loop_without_pipelining():
+    """Stage 1 is among the quick launch variants of a looped kernel: its loads are plain,
+    and keep their evict-first hint (pipelined dot operands lose it)."""
+    from mugraph.optimize.tune import launch_variants
+    from mugraph.runtime.compiled import default_launch
+
+    block = _rmsnorm_linear().ops[2].attr("graph")
+    stages = {v.num_stages for v in launch_variants(block, default_launch(block))}
+    assert {1, 2, 3} <= stages
+
+
 def test_cuda_graph_option_is_accepted_and_harmless_here():
     g = _rmsnorm_linear()
     program = compile_graph(g, cuda_graph=False)
@@ -606,6 +617,24 @@ def test_generated_source_structure(tmp_path):
     paths = prog.save_codes(tmp_path)
     assert [p.name for p in paths] == ["mg_k2.py"]
     assert paths[0].read_text() == prog.kernels[0].source
+
+
+def test_streamed_tiles_load_with_the_evict_first_hint():
+    """The weight, split over the grid and walked by the loop, is read by one block once: it
+    is loaded evict-first; X, which every block reads, keeps the default policy."""
+    from mugraph.codegen.triton_gen import streamed_input
+
+    g = _rmsnorm_linear()
+    block = g.ops[2].attr("graph")
+    x_in, w_in = block.input_ops
+    assert streamed_input(block, w_in) and not streamed_input(block, x_in)
+    loads = [line for line in compile_graph(g).source.splitlines() if "tl.load(" in line]
+    hinted = [line for line in loads if 'eviction_policy="evict_first"' in line]
+    assert len(loads) == 2 and len(hinted) == 1 and "in1_ptr" in hinted[0]
+    plain = compile_graph(g, stream_loads=False)
+    assert "eviction_policy" not in plain.source
+    x, w = torch.randn(8, 64).half().to(DEVICE), torch.randn(64, 32).half().to(DEVICE)
+    assert torch.equal(plain(inputs=[x, w])[0], compile_graph(g)(inputs=[x, w])[0])
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU runs the kernels")

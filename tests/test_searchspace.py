@@ -91,6 +91,20 @@ def test_gemv_space_finds_one_kernel_and_split_k_forms():
     check_every_candidate(result, program)
 
 
+def test_rows_no_tile_divides_get_one_row_per_block():
+    """12 query rows (71 on falcon's one KV head): no block tile of 16-128 divides them, so
+    the grid may hold one row per block — the combining kernel of split-KV in particular."""
+    program = attention_program({"h": 1, "s": 12, "d": 16, "n": 256}, mi.float32)
+    result = superoptimize(program, time_limit=120, workers=2)
+    assert not result.timed_out
+    grids = [
+        [op.attr("graph").grid_dim for op in c.graph.ops if op.kind is mi.OpKind.CUSTOMIZED]
+        for c in result.candidates if is_split_form(c.graph)
+    ]
+    assert any(g[-1] == (12, 1, 1) for g in grids), grids
+    check_every_candidate(result, program)
+
+
 def test_qknorm_attention_is_cut_before_its_attention_core():
     program = qknorm_attention_program({**SMALL_ATTENTION, "k_nd": 0})
     ((first, last),) = attention_cores(program)

@@ -57,8 +57,9 @@ from mugraph.ir.tensor import TensorRef, TensorType
 
 # Raised when the emitted kernels change in speed: a result-cache entry whose GPU ranking
 # timed kernels of an older revision is replaced by any new search of its program
-# (:meth:`mugraph.cache.ResultCache.put`). 2: tiles without a leading unit dim.
-CODEGEN_REVISION = 2
+# (:meth:`mugraph.cache.ResultCache.put`). 2: tiles without a leading unit dim. 3: the
+# evict-first hint on streamed tiles (CodegenOptions.stream_loads).
+CODEGEN_REVISION = 3
 
 TRITON_MAX_NUMEL = 1 << 20  # Triton's hard limit on the elements of one tensor
 TRITON_MAX_GRID_YZ = 65535
@@ -96,6 +97,10 @@ class CodegenOptions:
         after the loop; ``"dot"`` pads the row to ``dot_min_dim`` zero rows and accumulates
         ``tl.dot`` results (tensor cores), reducing the rows after the loop. All three
         compute the same sums (in float32, in different orders).
+    stream_loads: an input tile that no other block reads (:func:`streamed_input`) is
+        loaded with the evict-first L2 policy: a tensor streamed through once (weights,
+        the KV cache, partial sums) does not push out of L2 what is there, and lines other
+        kernels left dirty are not written back to make room for it.
     """
 
     max_tile_elements: int = 1 << 17
@@ -107,6 +112,7 @@ class CodegenOptions:
     stable_exp: bool = True
     defer_reductions: bool = True
     gemv_form: str = "broadcast"
+    stream_loads: bool = True
 
     def __post_init__(self) -> None:
         if self.gemv_form not in GEMV_FORMS:
@@ -137,6 +143,15 @@ def auto_unroll(block: BlockGraph) -> bool:
 def unrolled(block: BlockGraph, options: CodegenOptions) -> bool:
     """Whether the kernel of ``block`` gets an unrolled for-loop with these options."""
     return auto_unroll(block) if options.unroll is None else options.unroll
+
+
+def streamed_input(block: BlockGraph, op: Op) -> bool:
+    """Whether each element of input ``op`` is read by one block, once: every grid axis of
+    more than one block maps to a dim of the tensor (none replicates it), and a for-loop
+    either walks along the tensor or is absent."""
+    imap = op.attr("imap")
+    partitioned = all(d >= 0 or g == 1 for g, d in zip(block.grid_dim, imap, strict=True))
+    return partitioned and (op.attr("forloop_dim") >= 0 or block.forloop_range == 1)
 
 
 @dataclass(frozen=True)
@@ -385,9 +400,12 @@ class KernelEmitter:
         strides = [f"in{i}_s{d}" for d in range(len(tile))]
         offs = tiles.offsets(pad, strides, base, shift, self.options.index64)
         mask = region if region is not None else tiles.valid_mask(tile[self.lead:], pad)
-        if mask is None:
-            return f"tl.load(in{i}_ptr + {offs})"
-        return f"tl.load(in{i}_ptr + {offs}, mask={mask}, other=0.0)"
+        args = [f"in{i}_ptr + {offs}"]
+        if mask is not None:
+            args += [f"mask={mask}", "other=0.0"]
+        if self.options.stream_loads and streamed_input(self.block, op):
+            args.append('eviction_policy="evict_first"')
+        return f"tl.load({', '.join(args)})"
 
 
 # ---- emitters: one per operator kind ---------------------------------------------------

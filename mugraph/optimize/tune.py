@@ -105,14 +105,16 @@ def candidate_variants(block: BlockGraph) -> list[Variant]:
     return [Variant(w, s, h, u) for w, (s, u), h in itertools.product(warps, loops, hoists)]
 
 
-QUICK_STAGES = (2, 3, 4)
+# 1: no software pipelining, so a streamed tile is a plain load with its evict-first hint
+# (Triton's asynchronous copies for pipelined dot operands drop it)
+QUICK_STAGES = (1, 2, 3, 4)
 
 
 def launch_variants(block: BlockGraph, base) -> list:
     """A few launch settings (:class:`~mugraph.runtime.compiled.LaunchConfig`) of one kernel
     besides ``base``, for quick tuning: every warp count (16 too for very large tiles, none
     over :func:`~mugraph.runtime.compiled.max_warps`) at ``base``'s pipeline depth, and for a
-    pipelined for-loop 2-4 stages at ``base``'s warps. Codegen choices (``base``'s GEMV form
+    pipelined for-loop 1-4 stages at ``base``'s warps. Codegen choices (``base``'s GEMV form
     among them) are left as they are."""
     from mugraph.codegen.triton_gen import auto_unroll
     from mugraph.runtime.compiled import max_warps

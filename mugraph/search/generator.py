@@ -373,8 +373,11 @@ class Generator:
             ]
         if not reduced and cfg.grid_tiles is not None:
             out = {extent // t for t in cfg.grid_tiles if extent % t == 0 and extent // t >= 2}
-            if atom in self.batch_atoms and 2 <= extent <= cfg.max_full_split:
-                out.add(extent)  # one head (batch element) per block
+            untiled = not any(extent % t == 0 for t in cfg.grid_tiles)
+            if (atom in self.batch_atoms or untiled) and 2 <= extent <= cfg.max_full_split:
+                # one head (batch element) per block; or one row per block, for rows no
+                # tile divides (71 query heads on one KV head, 8 rows per KV group)
+                out.add(extent)
             return sorted(out)
         return [g for g in sorted(cfg.grid_sizes or ()) if self._split_ok(extent, g)]
 
