@@ -19,7 +19,12 @@ if not torch.cuda.is_available():  # no GPU: generated kernels run on Triton's i
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import mugraph  # noqa: E402
-from mugraph.codegen.check import CodegenMismatchError, check_against_reference, compare  # noqa: E402
+from mugraph.codegen.check import (  # noqa: E402
+    CodegenMismatchError,
+    check_against_reference,
+    compare,
+    random_inputs,
+)
 from mugraph.codegen.elementwise import FORMULAS  # noqa: E402
 from mugraph.codegen.loader import interpreter_active  # noqa: E402
 from mugraph.codegen.padding import padded_shapes  # noqa: E402
@@ -391,6 +396,27 @@ def test_quick_tuning_tries_a_loop_without_pipelining():
     block = _rmsnorm_linear().ops[2].attr("graph")
     stages = {v.num_stages for v in launch_variants(block, default_launch(block))}
     assert {1, 2, 3} <= stages
+
+
+def test_chained_launch_runs_partials_and_combination_in_one_launch():
+    """Opt-in: the split form's two kernels in one launch compute what two launches do; an
+    intermediate read by two kernels, or a graph output, is never chained."""
+    from mugraph.runtime.compiled import chained_pairs
+
+    w = WORKLOADS["adapter_mlp"]
+    g = w.optimized(w.small)
+    apart = compile_graph(g)
+    assert apart.chains == {}
+    chained = compile_graph(g, chain_launches=True)
+    assert [(i, c.second.op_index) for i, c in chained.chains.items()] == [(3, 4)]
+    wrapper = chained.chains[3].source
+    assert wrapper.grid == (8, 1, 1) and "def mg_k3_body(blk" in wrapper.source
+    assert 'sem="release"' in wrapper.source and 'sem="acquire"' in wrapper.source
+    x = [t.to(DEVICE) for t in random_inputs(g, "cpu", seed=3)]
+    for _ in range(2):  # the counters are back at zero after each launch
+        assert torch.equal(chained(inputs=x)[0], apart(inputs=x)[0])
+    g2 = _rmsnorm_linear()
+    assert chained_pairs(g2, compile_graph(g2, chain_launches=True).steps) == {}
 
 
 def test_cuda_graph_option_is_accepted_and_harmless_here():
@@ -838,7 +864,6 @@ def _attention_kernel(head=64, rows=16, keys=256, loops=4, out_den=False):
 
 
 def test_stable_exp_computes_softmax_without_overflow():
-    from mugraph.codegen.check import random_inputs
 
     g = _attention_kernel()
     stable = compile_graph(g, check=False)

@@ -101,6 +101,11 @@ class CodegenOptions:
         loaded with the evict-first L2 policy: a tensor streamed through once (weights,
         the KV cache, partial sums) does not push out of L2 what is there, and lines other
         kernels left dirty are not written back to make room for it.
+    chain_launches: a kernel whose outputs only the next kernel reads (partial sums and the
+        kernel combining them) runs with it in one launch (:mod:`mugraph.codegen.chained`).
+        Read by the compiled program, not by a kernel's code generation. Off by default: on
+        the H100 it was more than 1% slower on 18 of the 28 suite rows and more than 1%
+        faster on none (falcon b8 14.9 -> 22.0 us; benchmarks/RESULTS.md, sixth session).
     """
 
     max_tile_elements: int = 1 << 17
@@ -113,6 +118,7 @@ class CodegenOptions:
     defer_reductions: bool = True
     gemv_form: str = "broadcast"
     stream_loads: bool = True
+    chain_launches: bool = False
 
     def __post_init__(self) -> None:
         if self.gemv_form not in GEMV_FORMS:
@@ -1188,13 +1194,22 @@ def _signature(block: BlockGraph, scratch: bool, carry: KernelCarry) -> list[str
     return args
 
 
-def _prologue(em: KernelEmitter) -> list[str]:
+def block_coordinate(grid: tuple[int, int, int], axis: int, blk: str | None) -> str:
+    """The block's coordinate on ``axis``: ``tl.program_id``, or from the linear block number
+    ``blk`` (x fastest) when the kernel runs inside another launch."""
+    if blk is None:
+        return f"tl.program_id({axis})"
+    gx, gy, _ = grid
+    return (f"({blk} % {gx})", f"(({blk} // {gx}) % {gy})", f"({blk} // {gx * gy})")[axis]
+
+
+def _prologue(em: KernelEmitter, blk: str | None = None) -> list[str]:
     lines = []
     grid = em.block.grid_dim
     for axis in range(3):
         if grid[axis] > 1:
             cast = ".to(tl.int64)" if em.options.index64 else ""
-            lines.append(f"{em.pid(axis)} = tl.program_id({axis}){cast}")
+            lines.append(f"{em.pid(axis)} = {block_coordinate(grid, axis, blk)}{cast}")
     if em.scratch_used:
         gx, gy, _ = grid
         terms = []
@@ -1206,9 +1221,9 @@ def _prologue(em: KernelEmitter) -> list[str]:
     return lines
 
 
-def _body(em: KernelEmitter) -> list[str]:
+def _body(em: KernelEmitter, blk: str | None = None) -> list[str]:
     pad = "    "
-    lines = [pad + line for line in _prologue(em) + em.lines[PRE]]
+    lines = [pad + line for line in _prologue(em, blk) + em.lines[PRE]]
     if em.loop and em.lines[LOOP]:
         lines += [pad + line for line in loop_header(em)]
         lines += [pad * 2 + line for line in em.lines[LOOP] + em.loop_tail]
@@ -1226,6 +1241,34 @@ def _check_grid(block: BlockGraph, label: str) -> None:
         )
 
 
+SOURCE_IMPORTS = ("import triton", "import triton.language as tl", "", "")
+
+
+def emit_kernel(block: BlockGraph, name: str, label: str, options: CodegenOptions,
+                carry: KernelCarry) -> KernelEmitter:
+    """The emitter of one kernel with every output's code emitted (its lines, helpers and
+    scratch use are then known)."""
+    _check_grid(block, label)
+    em = KernelEmitter(block, name, label, options, carry)
+    emit_outputs(em)
+    return em
+
+
+def kernel_function(em: KernelEmitter, name: str, blk: str | None = None) -> list[str]:
+    """The ``@triton.jit`` function of an emitted kernel: a kernel of its own, or (``blk``
+    given) a function taking the linear block number first, called inside another launch."""
+    args = _signature(em.block, em.scratch_used > 0, em.carry)
+    if blk is not None:
+        args = [blk, *args]
+    block = em.block
+    return [
+        "@triton.jit",
+        f"def {name}({', '.join(args)}):",
+        f"    # {em.label}: grid={block.grid_dim} forloop_range={block.forloop_range}",
+        *_body(em, blk),
+    ]
+
+
 def generate_kernel(
     block: BlockGraph,
     name: str,
@@ -1238,20 +1281,13 @@ def generate_kernel(
     options = options or CodegenOptions()
     carry = carry or KernelCarry()
     label = label or f"kernel {name}"
-    _check_grid(block, label)
-    em = KernelEmitter(block, name, label, options, carry)
-    emit_outputs(em)
+    em = emit_kernel(block, name, label, options, carry)
     header = [
-        "import triton",
-        "import triton.language as tl",
-        "",
-        "",
+        *SOURCE_IMPORTS,
         *[line for helper in em.helpers.values() for line in (*helper.splitlines(), "", "")],
-        "@triton.jit",
-        f"def {name}({', '.join(_signature(block, em.scratch_used > 0, carry))}):",
-        f"    # {label}: grid={block.grid_dim} forloop_range={block.forloop_range}",
+        *kernel_function(em, name),
     ]
-    source = "\n".join(header + _body(em)) + "\n"
+    source = "\n".join(header) + "\n"
     return KernelSource(
         name=name,
         source=source,

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from mugraph.codegen.chained import SYNC_SLOTS, generate_chained
 from mugraph.codegen.launch import (  # noqa: F401 - re-exported: the runtime's launch API
     LARGE_TILE,
     SHARED_MEMORY_BUDGET,
@@ -127,7 +128,7 @@ def _jit_launcher(step: KernelStep, index64: bool):
     """A function ``(stream, args)`` launching through Triton's JIT (tensor arguments; the
     stream is PyTorch's current one, as always with the JIT)."""
     kernel = step.kernel(index64)
-    grid = step.block.grid_dim
+    grid = step.grid
 
     def launch(stream: int, args) -> None:
         config = step.launch_config
@@ -136,7 +137,52 @@ def _jit_launcher(step: KernelStep, index64: bool):
     return launch
 
 
-class KernelStep:
+class _Launchable:
+    """What a kernel step and a chained launch share: the generated source and loaded kernel
+    for 32- and 64-bit indices (made on first use by ``_generate``), and the launch."""
+
+    launch_config: LaunchConfig
+    _sources: dict[bool, KernelSource]
+    _kernels: dict[bool, Any]
+
+    def _generate(self, index64: bool) -> KernelSource:
+        raise NotImplementedError
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        raise NotImplementedError
+
+    def kernel_source(self, index64: bool) -> KernelSource:
+        if index64 not in self._sources:
+            self._sources[index64] = self._generate(index64)
+        return self._sources[index64]
+
+    @property
+    def source(self) -> KernelSource:
+        return self.kernel_source(False)
+
+    def kernel(self, index64: bool) -> Any:
+        if index64 not in self._kernels:
+            src = self.kernel_source(index64)
+            self._kernels[index64] = load_kernel(src.name, src.source)
+        return self._kernels[index64]
+
+    def _launch(self, args: list, index64: bool) -> Any:
+        """Launch through Triton's JIT; returns Triton's compiled kernel (None when
+        interpreted). A launch out of shared memory is retried with fewer pipeline stages."""
+        kernel = self.kernel(index64)
+        while True:
+            config = self.launch_config
+            try:
+                return kernel[self.grid](*args, num_warps=config.num_warps,
+                                         num_stages=config.num_stages)
+            except Exception as error:  # noqa: BLE001 - retried with a smaller pipeline
+                if not _is_out_of_resources(error) or config.num_stages <= 1:
+                    raise
+                self.launch_config = replace(config, num_stages=config.num_stages - 1)
+
+
+class KernelStep(_Launchable):
     """One graph-defined operator: its generated kernel(s) and launch configuration."""
 
     def __init__(self, graph, op_index: int, options: CodegenOptions, launch: LaunchConfig,
@@ -154,23 +200,14 @@ class KernelStep:
         self._kernels: dict[bool, Any] = {}
         self.kernel_source(False)  # generate now: unsupported graphs fail at compile time
 
-    def kernel_source(self, index64: bool) -> KernelSource:
-        if index64 not in self._sources:
-            options = replace(self.options, index64=index64)
-            self._sources[index64] = generate_kernel(
-                self.block, kernel_name(self.op_index), self.label, options, self.carry
-            )
-        return self._sources[index64]
+    def _generate(self, index64: bool) -> KernelSource:
+        options = replace(self.options, index64=index64)
+        return generate_kernel(self.block, kernel_name(self.op_index), self.label, options,
+                               self.carry)
 
     @property
-    def source(self) -> KernelSource:
-        return self.kernel_source(False)
-
-    def kernel(self, index64: bool) -> Any:
-        if index64 not in self._kernels:
-            src = self.kernel_source(index64)
-            self._kernels[index64] = load_kernel(src.name, src.source)
-        return self._kernels[index64]
+    def grid(self) -> tuple[int, int, int]:
+        return self.block.grid_dim
 
     def arguments(
         self, inputs: list[Any], outputs: list[Any], scratch: Any, sides: Sequence[Any] = ()
@@ -190,19 +227,77 @@ class KernelStep:
     def launch(
         self, inputs: list[Any], outputs: list[Any], scratch: Any, sides: Sequence[Any] = ()
     ) -> Any:
-        """Launch through Triton's JIT; returns Triton's compiled kernel (None when
-        interpreted). A launch out of shared memory is retried with fewer pipeline stages."""
+        """Launch with these tensors (:meth:`_launch`)."""
         args, index64 = self.arguments(inputs, outputs, scratch, sides)
-        kernel = self.kernel(index64)
-        grid = self.block.grid_dim
-        while True:
-            config = self.launch_config
-            try:
-                return kernel[grid](*args, num_warps=config.num_warps, num_stages=config.num_stages)
-            except Exception as error:  # noqa: BLE001 - retried with a smaller pipeline
-                if not _is_out_of_resources(error) or config.num_stages <= 1:
-                    raise
-                self.launch_config = replace(config, num_stages=config.num_stages - 1)
+        return self._launch(args, index64)
+
+
+class ChainedStep(_Launchable):
+    """Two kernel steps in one launch (:mod:`mugraph.codegen.chained`): a kernel whose
+    outputs only the next kernel reads, and that kernel. Launched with the first's settings.
+    Its arguments come in pairs (the first's, the second's); ``sync`` is its counters."""
+
+    def __init__(self, first: KernelStep, second: KernelStep) -> None:
+        self.first, self.second = first, second
+        self.op_index = first.op_index
+        self.label = f"{first.label} and {second.label}, one launch"
+        self.launch_config = replace(first.launch_config, gemv_form=None)
+        self._sources: dict[bool, KernelSource] = {}
+        self._kernels: dict[bool, Any] = {}
+        self.kernel_source(False)
+
+    def _generate(self, index64: bool) -> KernelSource:
+        parts = [
+            (s.block, kernel_name(s.op_index), s.label, replace(s.options, index64=index64),
+             s.carry)
+            for s in (self.first, self.second)
+        ]
+        name = f"mg_c{self.first.op_index}_{self.second.op_index}"
+        return generate_chained(parts, name, self.label)
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        return self.source.grid
+
+    def arguments(self, inputs, outputs, sync: Any, sides) -> tuple[list, bool]:
+        first, index64_first = self.first.arguments(inputs[0], outputs[0], None, sides[0])
+        second, index64_second = self.second.arguments(inputs[1], outputs[1], None, sides[1])
+        return [*first, *second, sync], index64_first or index64_second
+
+    def launch(self, inputs, outputs, sync: Any, sides) -> Any:
+        args, index64 = self.arguments(inputs, outputs, sync, sides)
+        return self._launch(args, index64)
+
+
+def chained_pairs(graph, steps: dict[int, KernelStep]) -> dict[int, int]:
+    """Kernel ``i`` -> kernel ``j`` run in one launch: ``j`` is the only reader of ``i``'s
+    outputs (none a graph output), reads nothing else but program inputs, nothing else runs
+    between them, neither needs block scratch, and ``j`` takes ``i``'s warp count."""
+    outputs = {(r.op, r.index) for r in graph.outputs}
+    readers: dict[int, set[int]] = {}
+    for j, op in enumerate(graph.ops):
+        for r in op.inputs:
+            readers.setdefault(r.op, set()).add(j)
+    ops = graph.ops
+    pairs: dict[int, int] = {}
+    for i, first in steps.items():
+        if len(readers.get(i, ())) != 1 or i in pairs.values():
+            continue
+        (j,) = readers[i]
+        second = steps.get(j)
+        if second is None or any((i, k) in outputs for k in range(len(ops[i].outputs))):
+            continue
+        if any(r.op != i and (ops[r.op].kind is not OpKind.INPUT or r.op > i)
+               for r in ops[j].inputs):
+            continue
+        if any(ops[k].kind is not OpKind.INPUT for k in range(i + 1, j)):
+            continue
+        if first.source.scratch_per_block or second.source.scratch_per_block:
+            continue
+        if first.launch_config.num_warps > max_warps(second.block):
+            continue
+        pairs[i] = j
+    return pairs
 
 
 @dataclass
@@ -211,6 +306,7 @@ class _DeviceState:
     buffers: dict[tuple[int, int], Any] = field(default_factory=dict)
     scratch: dict[int, Any] = field(default_factory=dict)
     scales: dict[tuple[int, int], Any] = field(default_factory=dict)  # softmax carry
+    syncs: dict[int, Any] = field(default_factory=dict)  # counters of chained launches
 
 
 class CompiledProgram:
@@ -243,6 +339,13 @@ class CompiledProgram:
                 config = launch.get(i) or default_launch(op.attr("graph"))
                 opts = self.kernel_options.get(i, self.options)
                 self.steps[i] = KernelStep(graph, i, opts, config, self.carry.of(i))
+        self.chains: dict[int, ChainedStep] = {}  # first op index -> its chained launch
+        if self.options.chain_launches:
+            for i, j in chained_pairs(graph, self.steps).items():
+                try:
+                    self.chains[i] = ChainedStep(self.steps[i], self.steps[j])
+                except UnsupportedError:
+                    continue  # launched apart
         self._devices: dict[str, _DeviceState] = {}
         self._plans: dict[tuple, _Plan] = {}  # every device's plans, by input pointers
         self.plan_note = ""  # how the fast path went (or why there is none)
@@ -262,6 +365,8 @@ class CompiledProgram:
     def source(self) -> str:
         """All generated Triton source, one kernel after the other."""
         parts = [f"# ---- {k.label} ----\n{k.source}" for k in self.kernels]
+        parts += [f"# ---- launched: {c.label} ----\n{c.source.source}"
+                  for c in self.chains.values()]
         return "\n\n".join(parts)
 
     def save_codes(self, directory) -> list[Path]:
@@ -357,12 +462,20 @@ class CompiledProgram:
         self._check_inputs(inputs)
         state = self._device_state(inputs[0].device)
         values: list[list[Any]] = []
-        for kind, op, refs, payload in self._plan:
+        launched: dict[int, list[Any]] = {}  # outputs of second kernels of chained launches
+        for i, (kind, op, refs, payload) in enumerate(self._plan):
             if kind is OpKind.INPUT:
                 values.append([inputs[payload]])
                 continue
+            if i in launched:
+                values.append(launched.pop(i))
+                continue
             args = [values[r.op][r.index] for r in refs]
-            if kind is OpKind.CUSTOMIZED:
+            if i in self.chains:
+                first, second = self._run_chain(self.chains[i], args, values, state, _trace)
+                values.append(first)
+                launched[self.chains[i].second.op_index] = second
+            elif kind is OpKind.CUSTOMIZED:
                 values.append(self._run_kernel(payload, args, state, _trace))
             else:
                 values.append([run_torch_op(op, args)])
@@ -454,6 +567,28 @@ class CompiledProgram:
         if trace is not None:
             trace.append((step, list(args), outs, scratch, sides, compiled))
         return outs
+
+    def _run_chain(self, chain: ChainedStep, args: list[Any], values, state: _DeviceState,
+                   trace: list | None = None) -> tuple[list[Any], list[Any]]:
+        first, second = chain.first, chain.second
+        i, j = first.op_index, second.op_index
+        outs_first = [self._output_buffer(i, k, t, state) for k, t in enumerate(first.op.outputs)]
+        args_second = [outs_first[r.index] if r.op == i else values[r.op][r.index]
+                       for r in second.op.inputs]
+        outs_second = [self._output_buffer(j, k, t, state)
+                       for k, t in enumerate(second.op.outputs)]
+        sync = state.syncs.get(i)
+        if sync is None:
+            import torch
+
+            sync = state.syncs[i] = torch.zeros(SYNC_SLOTS, dtype=torch.int32,
+                                                device=state.device)
+        ins, outs = (args, args_second), (outs_first, outs_second)
+        sides = (self._scale_buffers(first, state), self._scale_buffers(second, state))
+        compiled = chain.launch(ins, outs, sync, sides)
+        if trace is not None:
+            trace.append((chain, ins, outs, sync, sides, compiled))
+        return outs_first, outs_second
 
     def _output_buffer(self, i: int, j: int, t: TensorType, state: _DeviceState) -> Any:
         key = (i, j)
@@ -570,7 +705,7 @@ class _Plan:
         for step, ins, outs, scratch, sides, compiled in trace:
             args, index64 = step.arguments(ins, outs, scratch, sides)
             try:
-                launch, direct = _direct_launcher(compiled, step.block.grid_dim), True
+                launch, direct = _direct_launcher(compiled, step.grid), True
             except _NoPlan as why:
                 launch, direct = _jit_launcher(step, index64), False
                 plan.note = f"fast path through Triton's JIT ({why})"

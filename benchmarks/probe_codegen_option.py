@@ -1,14 +1,17 @@
-"""Experiment behind ``CodegenOptions.stream_loads`` (GPU): the evict-first L2 policy on the
-tiles no other block reads, on each suite row's searched μGraph and on a plain read.
+"""Experiments behind code-generation options (GPU): each suite row's searched μGraph compiled
+with a ``CodegenOptions`` flag off and on, and (for ``stream_loads``) a plain read.
 
-    python -m benchmarks.probe_stream [--rows ROW ...] [--reps 100] [--out FILE]
+    python -m benchmarks.probe_codegen_option [--option stream_loads] [--rows ROW ...]
+        [--reps 100] [--out FILE] [--no-read]
 
 Per row: what ``superoptimize`` returns from ``benchmarks/searched/cache`` (as the suite
-runner compiles it), compiled with and without the hint, timed as the suite times (median of
+runner compiles it), compiled with the option off and on, timed as the suite times (median of
 CUDA-event times, L2 flushed), in the order off, on, off, on; the two outputs must be equal.
-``read``: one Triton kernel summing a tensor of 50 and 235 MB (the rmsnorm_linear and
-gated_mlp_llama3_8b weights), with and without the hint, with the L2 flushed before each run
-(the flush leaves L2 full of dirty lines) and without.
+``stream_loads``: the evict-first L2 policy on tiles no other block reads. ``chain_launches``:
+a kernel of partial results and the kernel combining them in one launch.
+``read`` (stream_loads only): one Triton kernel summing a tensor of 50 and 235 MB (the
+rmsnorm_linear and gated_mlp_llama3_8b weights), with and without the hint, with the L2
+flushed before each run (the flush leaves L2 full of dirty lines) and without.
 """
 
 from __future__ import annotations
@@ -69,7 +72,7 @@ def read_probe(reps: int) -> list[dict]:
     return rows
 
 
-def row_probe(row, reps: int) -> dict:
+def row_probe(row, reps: int, option: str) -> dict:
     graph, source, note = superoptimized(row)
     rec = {"row": row.name, "source": source}
     if graph is None or source != "searched":
@@ -79,7 +82,7 @@ def row_probe(row, reps: int) -> dict:
     inputs = make_inputs(program, "cuda", 1234)
     with torch.no_grad():
         ref = row.torch_fn(*[x.float() for x in inputs])
-    variants = {flag: compile_graph(graph, check=False, stream_loads=flag)
+    variants = {flag: compile_graph(graph, check=False, **{option: flag})
                 for flag in (False, True)}
     outs = {flag: p(inputs=inputs)[0] for flag, p in variants.items()}
     rec["err"] = rel_error(outs[True], ref)
@@ -98,15 +101,18 @@ def main(argv=None) -> int:
     parser.add_argument("--rows", nargs="*", default=[])
     parser.add_argument("--reps", type=int, default=100)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--option", default="stream_loads",
+                        choices=("stream_loads", "chain_launches"))
     parser.add_argument("--no-read", action="store_true")
     args = parser.parse_args(argv)
     results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-               "triton": triton.__version__, "reps": args.reps, "rows": [], "read": []}
-    if not args.no_read:
+               "triton": triton.__version__, "reps": args.reps, "option": args.option,
+               "rows": [], "read": []}
+    if not args.no_read and args.option == "stream_loads":
         results["read"] = read_probe(args.reps)
     for row in select(args.rows):
         try:
-            results["rows"].append(row_probe(row, args.reps))
+            results["rows"].append(row_probe(row, args.reps, args.option))
         except Exception as error:  # noqa: BLE001 - one failing row is reported, not fatal
             results["rows"].append({"row": row.name, "note": f"{type(error).__name__}: {error}"})
         log(json.dumps(results["rows"][-1]))
@@ -114,9 +120,11 @@ def main(argv=None) -> int:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=1)
     print(f"{results['device']}, torch {results['torch']}, triton {results['triton']}; "
-          f"median of {args.reps} runs, L2 flushed unless said")
-    print("| read MB | L2 flushed | plain µs | evict_first µs | plain TB/s | evict_first TB/s |")
-    print("| --- | --- | --- | --- | --- | --- |")
+          f"median of {args.reps} runs, L2 flushed unless said; option {args.option}")
+    if results["read"]:
+        print("| read MB | L2 flushed | plain µs | evict_first µs | plain TB/s | "
+              "evict_first TB/s |")
+        print("| --- | --- | --- | --- | --- | --- |")
     for mb in sorted({r["read_mb"] for r in results["read"]}):
         for flush in (True, False):
             cell = [r for r in results["read"] if r["read_mb"] == mb and r["flush"] == flush]
