@@ -6,7 +6,8 @@ with a ``CodegenOptions`` flag off and on, and (for ``stream_loads``) a plain re
 
 Per row: what ``superoptimize`` returns from ``benchmarks/searched/cache`` (as the suite
 runner compiles it), compiled with the option off and on, timed as the suite times (median of
-CUDA-event times, L2 flushed), in the order off, on, off, on; the two outputs must be equal.
+CUDA-event times, L2 flushed), in the order off, on, off, on; whether the two outputs are
+bit-identical is recorded, and the error of the second against PyTorch's float32 result.
 ``stream_loads``: the evict-first L2 policy on tiles no other block reads. ``chain_launches``:
 a kernel of partial results and the kernel combining them in one launch.
 ``read`` (stream_loads only): one Triton kernel summing a tensor of 50 and 235 MB (the

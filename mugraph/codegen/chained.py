@@ -36,16 +36,11 @@ from mugraph.codegen.triton_gen import (
     KernelSource,
     emit_kernel,
     kernel_function,
+    kernel_parameters,
 )
 from mugraph.ir.graph import BlockGraph
 
 SYNC_SLOTS = 2  # int32 counters: blocks of the first kernel done, blocks of the second done
-
-
-def _signature_names(lines: list[str]) -> list[str]:
-    """The parameter names of the function whose ``def`` line is ``lines[1]`` (less ``blk``)."""
-    inside = lines[1][lines[1].index("(") + 1: lines[1].rindex(")")]
-    return [a.strip() for a in inside.split(",")][1:]
 
 
 def generate_chained(
@@ -56,16 +51,14 @@ def generate_chained(
     """One kernel running ``parts`` (two kernels: ``(block, name, label, options, carry)``)
     one after the other in a single launch; its arguments are each part's, in order, then
     the pointer to :data:`SYNC_SLOTS` int32 counters (zero before the first launch)."""
-    first, second = parts
     emitters = [emit_kernel(*part) for part in parts]
     helpers: dict[str, str] = {}
     functions: list[str] = []
     args: list[list[str]] = []
     for k, em in enumerate(emitters):
         helpers.update(em.helpers)
-        lines = kernel_function(em, f"{em.name}_body", blk="blk")
-        functions += [*lines, "", ""]
-        args.append([f"p{k}_{a}" for a in _signature_names(lines)])
+        functions += [*kernel_function(em, f"{em.name}_body", blk="blk"), "", ""]
+        args.append([f"p{k}_{a}" for a in kernel_parameters(em)])
     n_first, n_second = (math.prod(em.block.grid_dim) for em in emitters)
     poll = 'tl.atomic_add(sync_ptr, 0, sem="acquire", scope="gpu")'
     wrapper = [
@@ -78,7 +71,7 @@ def generate_chained(
         "        tl.debug_barrier()",
         '        tl.atomic_add(sync_ptr, 1, sem="release", scope="gpu")',
         "    else:",
-        "        polls = tl.full([], 0, tl.int32)",
+        "        polls = tl.full([], 0, tl.int32)",  # the wait loop needs a statement
         f"        while {poll} < {n_first}:",
         "            polls += 1",
         f"        {emitters[1].name}_body(blk - {n_first}, {', '.join(args[1])})",

@@ -1254,10 +1254,15 @@ def emit_kernel(block: BlockGraph, name: str, label: str, options: CodegenOption
     return em
 
 
+def kernel_parameters(em: KernelEmitter) -> list[str]:
+    """The parameter names of an emitted kernel (pointers and strides, in launch order)."""
+    return _signature(em.block, em.scratch_used > 0, em.carry)
+
+
 def kernel_function(em: KernelEmitter, name: str, blk: str | None = None) -> list[str]:
     """The ``@triton.jit`` function of an emitted kernel: a kernel of its own, or (``blk``
     given) a function taking the linear block number first, called inside another launch."""
-    args = _signature(em.block, em.scratch_used > 0, em.carry)
+    args = kernel_parameters(em)
     if blk is not None:
         args = [blk, *args]
     block = em.block
