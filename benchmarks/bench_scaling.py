@@ -70,6 +70,8 @@ def run_one(cell: str, engine: str, workers: int, cap: float) -> dict:
 
     program, options = cell_program(cell)
     extra = {"engine": "ray", "address": "auto"} if engine == "ray" else {}
+    if engine.startswith("local:"):  # the local pool with another start method ("local:exec")
+        extra = {"start_method": engine.split(":", 1)[1]}
     made = []
     original = driver._OracleAdapter.__init__
 
@@ -101,9 +103,12 @@ def run_one(cell: str, engine: str, workers: int, cap: float) -> dict:
         "memo_shared": result.stats.pruned.get("memo_shared", 0),
         "memo_waits": result.stats.pruned.get("memo_waits", 0),
         "memo_wait_s": round(result.stats.pruned.get("memo_wait_ms", 0) / 1e3, 2),
+        "memo_io_s": round(result.stats.pruned.get("memo_io_ms", 0) / 1e3, 2),
         "handed_back": result.handed_back,
         "worker_s": round(result.worker_seconds, 2),
         "tail_s": round(result.tail_seconds, 2),
+        "verify_s": round(result.stats.timers.get("verify", 0) / 1e3, 2),
+        "first_work": result.first_work[:1] + result.first_work[-1:],
         "started": next((line for line in result.log if "workers loaded" in line), ""),
     }
     if workers == 1 and engine == "local":  # the inline search: its oracle answered it all

@@ -1,7 +1,5 @@
 """mugraph: a multi-level superoptimizer for GPU tensor programs (after the Mirage paper)."""
 
-from mugraph.cache import ResultCache, default_cache_dir
-from mugraph.codegen.check import CodegenMismatchError
 from mugraph.dtypes import DType, bfloat16, float16, float32
 from mugraph.errors import (
     DTypeError,
@@ -26,13 +24,36 @@ from mugraph.ir.ops import AccumKind, Group, Level, OpKind
 from mugraph.ir.serialize import from_json
 from mugraph.ir.tensor import DTensor, STensor, TensorType
 from mugraph.ir.text import from_text, to_text
-from mugraph.optimize.ranking import RankingOptions, RankingResult
-from mugraph.persistent import PersistentKernel, PersistentProgram, build_decoder
-from mugraph.runtime.compiled import CompiledProgram, compile_graph
 from mugraph.search.config import SearchConfig
 from mugraph.search.verify import NotVerifiableError, VerificationResult, verify
 
-compile = compile_graph  # noqa: A001 - the upstream name: mugraph.compile(graph)
+# Names whose modules load on first use (code generation, the runtime, ranking, the cache
+# and the persistent kernel): a search worker, which needs none of them, starts faster.
+_LAZY = {
+    "CodegenMismatchError": "mugraph.codegen.check",
+    "CompiledProgram": "mugraph.runtime.compiled",
+    "PersistentKernel": "mugraph.persistent",
+    "PersistentProgram": "mugraph.persistent",
+    "RankingOptions": "mugraph.optimize.ranking",
+    "RankingResult": "mugraph.optimize.ranking",
+    "ResultCache": "mugraph.cache",
+    "build_decoder": "mugraph.persistent",
+    "compile": "mugraph.runtime.compiled",  # compile_graph, under the upstream name
+    "compile_graph": "mugraph.runtime.compiled",
+    "default_cache_dir": "mugraph.cache",
+}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mugraph' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), "compile_graph" if name == "compile" else name)
+    globals()[name] = value
+    return value
+
 
 __version__ = "0.1.0"
 

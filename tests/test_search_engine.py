@@ -12,6 +12,7 @@ import multiprocessing
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -102,9 +103,12 @@ def test_oracle_frees_its_egraph_before_a_fork_can_inherit_it():
     assert not hung and queue.get(timeout=1) == "collected"
 
 
-@pytest.mark.parametrize("method", ["exec", "fork", "spawn", "forkserver"])
+@pytest.mark.parametrize("method", ["zygote", "exec", "fork", "spawn", "forkserver"])
 def test_every_start_method_gives_the_same_answer(method, reference):
-    if method != "exec" and method not in multiprocessing.get_all_start_methods():
+    available = [*multiprocessing.get_all_start_methods(), "exec"]
+    if "fork" in available:
+        available.append("zygote")
+    if method not in available:
         pytest.skip(f"{method} is not available here")
     result = superoptimize(
         tiny_rmsnorm_linear(), time_limit=120, workers=2, start_method=method, **SMALL
@@ -112,6 +116,26 @@ def test_every_start_method_gives_the_same_answer(method, reference):
     assert result.engine == "local, 2 workers"
     assert not result.timed_out and hashes(result) == hashes(reference)
     assert result.stats.states == reference.stats.states
+
+
+def test_zygote_workers_share_the_programs_rounds_and_a_dead_zygote_is_replaced(reference):
+    """The default start: workers forked by the zygote hold the program's verification
+    rounds when they say "ready"; when the zygote has died, the next search starts another,
+    with the same answer."""
+    pool_module.shutdown()
+    first = superoptimize(tiny_rmsnorm_linear(), time_limit=120, workers=2, **SMALL)
+    assert any("forked holding 4-4 verification rounds" in line for line in first.log)
+    pool = pool_module._SHARED["zygote"]
+    tasks = Path(f"/proc/{pool._zygote.process.pid}/task")
+    if tasks.is_dir():  # Linux: the zygote runs one thread (it forks)
+        assert len(list(tasks.iterdir())) == 1
+    pool._zygote.process.kill()
+    pool._zygote.process.wait(10)
+    again = superoptimize(tiny_rmsnorm_linear(), time_limit=120, workers=2, **SMALL)
+    assert hashes(first) == hashes(again) == hashes(reference)
+    assert again.stats.states == reference.stats.states
+    assert pool._zygote.alive()
+    pool_module.shutdown()
 
 
 SCRIPT_TWO_EXPS = """
@@ -126,7 +150,7 @@ print(best.verification.passed, best.search_result.summary().splitlines()[0])
 """
 
 
-@pytest.mark.parametrize("method", ["exec", "fork"])
+@pytest.mark.parametrize("method", ["zygote", "exec", "fork"])
 def test_two_exponentials_with_two_workers_end(method):
     """Issue 15: exp(exp(X @ W)) with the default workers hung (a forked worker freed an
     e-graph inherited from the parent); with one worker the result had no summary."""
@@ -278,6 +302,51 @@ def test_items_handed_back_at_every_step_merge_to_the_whole_unit(reference):
     assert states.states == whole.stats.states
 
 
+def test_an_item_hands_back_rather_than_wait_for_a_claimed_continuation(
+    monkeypatch, tmp_path, reference
+):
+    """When every continuation an item needs is being computed by another worker, the item
+    hands back the rest of its region (marked blocked, so the driver queues it behind other
+    work) as soon as it has made progress, instead of waiting; the pieces, run in any order,
+    find the same candidates in the same DFS order and count the same states."""
+    from mugraph.search import generator as generator_module
+    from mugraph.search import memo as memo_module
+
+    def always_busy(memo, key, deadline, busy):
+        if busy is not None:
+            busy()  # raises when the item may hand back
+        return True  # else: compute it here
+
+    monkeypatch.setattr(memo_module.SharedMemo, "_claim", always_busy)
+    monkeypatch.setattr(memo_module.SharedMemo, "_read", lambda memo, key: None)
+    program = tiny_rmsnorm_linear()
+    cfg = default_config(program).with_overrides(time_limit=120, **SMALL)
+    oracle = _OracleAdapter(program_terms(program))
+    kernels, cap, choice = plan_units(program, cfg, oracle)[-1]
+    plain = SearchSetup("blocked-whole", program.to_json(), cfg, oracle)
+    whole = run_item(plain, WorkItem(kernels, cap, choice), time.monotonic() + 120)
+    setup = SearchSetup("blocked-test", program.to_json(), cfg, oracle, memo_dir=str(tmp_path),
+                        memo_host=socket.gethostname())  # fmt: skip
+    rng = random.Random(3)
+    pending = [WorkItem(kernels, cap, choice)]
+    pieces, states, blocked = {}, Stats(), 0
+    while pending:
+        item = pending.pop(rng.randrange(len(pending)))
+        generator_module._WORKER_MEMO.clear()  # nothing known: every key is claimed
+        result = run_item(setup, item, time.monotonic() + 120, due=lambda: False)
+        assert not result.timed_out
+        blocked += result.blocked
+        assert result.blocked == bool(result.rest)  # never hungry: only blocked hand-backs
+        pieces[item.region] = result.found
+        states.merge(result.stats)
+        pending += [item.part(r) for r in result.rest]
+    assert blocked >= 2  # it did split
+    merged = [c["hash"] for region in sorted(pieces) for c in pieces[region]]
+    assert merged == [c["hash"] for c in whole.found]
+    assert states.states == whole.stats.states
+    assert states.block_graphs == whole.stats.block_graphs
+
+
 def test_busy_workers_hand_work_to_idle_ones_without_changing_the_answer(monkeypatch, reference):
     """With no minimum slice and the pool always saying that workers wait (this search takes
     a second: left to timing, both workers may finish together and nothing is handed back), a
@@ -298,9 +367,9 @@ def test_busy_workers_hand_work_to_idle_ones_without_changing_the_answer(monkeyp
 
 
 def test_a_worker_slow_to_start_holds_up_nobody(monkeypatch, reference):
-    """Workers take work as soon as each has loaded the search: with the second worker's
-    interpreter held back 30 s before it imports anything, the first does the whole search,
-    which ends without waiting for the other (stopped unused when the search ends)."""
+    """Exec'd workers take work as soon as each has loaded the search: with the second
+    worker's interpreter held back 30 s before it imports anything, the first does the whole
+    search, which ends without waiting for the other (stopped unused when the search ends)."""
     pool_module.shutdown()
     started = []
 
@@ -314,7 +383,9 @@ def test_a_worker_slow_to_start_holds_up_nobody(monkeypatch, reference):
 
     monkeypatch.setattr(pool_module.subprocess, "Popen", SecondSlow)
     clock = time.monotonic()
-    result = superoptimize(tiny_rmsnorm_linear(), time_limit=120, workers=2, **SMALL)
+    result = superoptimize(
+        tiny_rmsnorm_linear(), time_limit=120, workers=2, start_method="exec", **SMALL
+    )
     assert time.monotonic() - clock < 30
     assert len(started) == 2 and started[1].poll() is not None  # stopped, never used
     assert result.units_done == result.units_total and hashes(result) == hashes(reference)
@@ -327,7 +398,7 @@ def test_workers_get_their_share_of_the_cores_for_blas(monkeypatch):
     """Each exec'd worker's BLAS gets cores / workers threads unless the user chose."""
     monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
     monkeypatch.setenv("MKL_NUM_THREADS", "3")
-    pool = pool_module.ProcessPool(2)
+    pool = pool_module.ProcessPool(2, "exec")
     try:
         pool.start()
         for worker in pool.workers:
@@ -344,14 +415,15 @@ def test_workers_get_their_share_of_the_cores_for_blas(monkeypatch):
         pool.shutdown()
 
 
-def test_a_worker_killed_mid_search_loses_no_unit(reference):
+@pytest.mark.parametrize("method", ["zygote", "exec"])
+def test_a_worker_killed_mid_search_loses_no_unit(method, reference):
     """The local pool: SIGKILL one worker while it works; its items run again elsewhere."""
     killed = []
 
     def kill_one():
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not killed:
-            shared = pool_module._SHARED.get("exec")
+            shared = pool_module._SHARED.get(method)
             busy = [w for w in (shared.workers if shared else []) if w.batch]
             if busy:
                 os.kill(busy[0].handle.pid, signal.SIGKILL)
@@ -361,7 +433,9 @@ def test_a_worker_killed_mid_search_loses_no_unit(reference):
     pool_module.shutdown()  # fresh workers, started by this search
     thread = threading.Thread(target=kill_one)
     thread.start()
-    result = superoptimize(tiny_rmsnorm_linear(), time_limit=120, workers=2, **SMALL)
+    result = superoptimize(
+        tiny_rmsnorm_linear(), time_limit=120, workers=2, start_method=method, **SMALL
+    )
     thread.join()
     assert killed
     assert result.units_done == result.units_total and not result.failed_items

@@ -73,6 +73,28 @@ def test_a_claimed_key_is_waited_for_not_computed_twice(tmp_path):
     assert not list(tmp_path.glob("*.claim"))
 
 
+def test_a_caller_told_a_key_is_claimed_may_go_on_with_other_work(tmp_path):
+    """Before waiting for a claimed key, ``claim`` calls the caller's ``busy``: raising
+    there goes elsewhere (counted as a hand-back, no wait); returning waits as before."""
+    owner, other = SharedMemo({}, tmp_path, SCOPE), SharedMemo({}, tmp_path, SCOPE)
+    key = memo_key()
+    assert owner.claim(key)
+
+    class Elsewhere(Exception):
+        pass
+
+    def go_elsewhere():
+        raise Elsewhere
+
+    with pytest.raises(Elsewhere):
+        other.claim(key, None, go_elsewhere)
+    assert other.counts()["memo_hand_backs"] == 1 and other.waits == 0
+    asked = []
+    threading.Timer(0.1, lambda: (owner.put(key, ["done"]), owner.release(key))).start()
+    assert other.claim(key, None, lambda: asked.append(1)) is False  # waited, then read it
+    assert asked == [1] and other.waits == 1 and other.counts()["memo_hand_backs"] == 1
+
+
 def test_a_claim_left_by_a_dead_worker_is_waited_for_a_bounded_time(tmp_path, monkeypatch):
     monkeypatch.setattr(memo_module, "CLAIM_WAIT_S", 0.05)
     dead, alive = SharedMemo({}, tmp_path, SCOPE), SharedMemo({}, tmp_path, SCOPE)

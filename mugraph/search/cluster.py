@@ -78,6 +78,9 @@ class RayEngine:
     def start_times(self) -> list[float]:
         return []  # not known: Ray starts its workers itself
 
+    def rounds_inherited(self) -> list[int]:
+        return []  # each Ray worker draws its own rounds
+
     def ready(self) -> None:
         """Nothing to wait for: Ray starts its workers as tasks arrive."""
 

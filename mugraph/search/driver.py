@@ -112,6 +112,8 @@ class SearchResult:
     # the first moment the queue was empty while a worker was idle to the end of the search
     worker_seconds: float = 0.0
     tail_seconds: float = 0.0
+    # seconds from the start of the search to each worker's first work item, in order
+    first_work: list[float] = field(default_factory=list)
 
     @property
     def best(self):
@@ -405,6 +407,9 @@ class _Search:
         self.losses: dict[str, int] = {}
         self.journal = None
         self.dry_since: float | None = None  # when the queue first ran dry with a worker idle
+        # the search's start on the wall clock (workers stamp their items with it)
+        self.started_wall = time.time() - (time.monotonic() - started)
+        self.first_began: dict[str, float] = {}  # worker -> when it started its first item
 
     # ---- checkpoint ------------------------------------------------------------------------
 
@@ -459,11 +464,17 @@ class _Search:
             ended = time.monotonic()
             self.result.phases["search"] = ended - waiting - self.result.phases["start workers"]
             self.result.tail_seconds = ended - (self.dry_since or ended)
+            self.result.first_work = sorted(
+                round(t - self.started_wall, 3) for t in self.first_began.values()
+            )
             times = self.runner.start_times()
             if times:
+                rounds = self.runner.rounds_inherited()
+                shared = (f", forked holding {rounds[0]}-{rounds[-1]} verification rounds of "
+                          "the program" if rounds and rounds[-1] else "")  # fmt: skip
                 self.result.log.append(
                     f"{len(times)} workers loaded the search {times[0]:.2f}-{times[-1]:.2f} s "
-                    "after they were started"
+                    f"after they were started{shared}"
                 )
         except KeyboardInterrupt:
             self.result.interrupted = True
@@ -508,8 +519,15 @@ class _Search:
         self._journal(result)
         self.result.stats.merge(result.stats)
         self.result.worker_seconds += result.seconds
+        if result.worker and result.began:
+            known = self.first_began.get(result.worker, result.began)
+            self.first_began[result.worker] = min(known, result.began)
         self.result.timed_out |= result.timed_out
-        queue.extendleft(reversed([result.item.part(r) for r in result.rest]))
+        rest = [result.item.part(r) for r in result.rest]
+        if result.blocked:  # waiting on another worker's continuation: other work first
+            queue.extend(rest)
+        else:
+            queue.extendleft(reversed(rest))
         self.result.handed_back += len(result.rest)
         if ledger.done and not was_done:
             self.result.units_done += 1
@@ -580,6 +598,7 @@ def _stats_record(stats: Stats) -> dict:
         "block_graphs": stats.block_graphs,
         "candidates": stats.candidates,
         "pruned": dict(stats.pruned),
+        "timers": dict(stats.timers),
     }
 
 
@@ -587,6 +606,7 @@ def _stats_from(record: dict) -> Stats:
     stats = Stats(record.get("states", 0), record.get("block_graphs", 0),
                   record.get("candidates", 0))  # fmt: skip
     stats.pruned.update(record.get("pruned", {}))
+    stats.timers.update(record.get("timers", {}))
     return stats
 
 

@@ -66,6 +66,10 @@ PRUNING_RULES: dict[str, str] = {
     "memo_waits": "not a loss: times a worker waited for a continuation another worker was "
     "computing (memo_wait_ms: the milliseconds, summed over workers)",
     "memo_wait_ms": "not a loss: see memo_waits",
+    "memo_hand_backs": "not a loss: times a worker handed the rest of its work item back "
+    "instead of waiting for a continuation another worker was computing",
+    "memo_io_ms": "not a loss: milliseconds spent reading and writing shared continuations, "
+    "summed over workers",
     "invalid_graph": "the complete graph failed the builder's checks (counted, never returned)",
     "not_verifiable": "the complete graph is outside what the verifier decides (two "
     "exponentials on one path, reachable without abstract pruning); never returned",
@@ -118,6 +122,11 @@ class Trail:
     sizes: list[int] = field(default_factory=list)  # children of the node at each depth
     rest: list[tuple[int, ...]] = field(default_factory=list)
     progressed: bool = False
+    # the item stopped because a continuation it needs was being computed by another worker
+    # (its rest is best taken after other work); else because idle workers wanted work
+    blocked: bool = False
+    # the statistics as they were when the walk entered its current node (see stop_blocked)
+    entered: tuple | None = None
 
     @property
     def base(self) -> int:
@@ -129,11 +138,36 @@ class Trail:
         holds the regions left to explore."""
         if self.due is None or not self.progressed or not self.due():
             return False
+        self._rest_from(depth, index)
+        return True
+
+    def enter(self, stats: Stats) -> None:
+        """The walk enters a node: remember the statistics, for :meth:`stop_blocked`."""
+        self.entered = (stats.states, stats.block_graphs, stats.candidates, dict(stats.pruned))
+
+    def stop_blocked(self, stats: Stats) -> bool:
+        """Whether to stop at the node the walk is at, before anything of it was visited
+        (its continuations are being computed elsewhere): the item must have finished some
+        work (so its rest is smaller than it) and be one that may hand work back. If so, the
+        node goes back whole, and ``stats`` forget what was counted since the walk entered
+        it (whoever takes the rest counts it), so the totals equal an undivided search's."""
+        depth = len(self.stack) - 1  # the node's parent; the node is its child stack[depth]
+        if self.due is None or not self.progressed or depth < self.base or not self.entered:
+            return False
+        self._rest_from(depth, self.stack[depth])
+        self.blocked = True
+        stats.states, stats.block_graphs, stats.candidates, pruned = self.entered
+        stats.pruned.clear()
+        stats.pruned.update(pruned)
+        return True
+
+    def _rest_from(self, depth: int, index: int) -> None:
+        """``rest``: children ``index``... of the node at ``depth`` and the later siblings
+        of every node above it, down to this item's base."""
         self.rest = [(*self.stack[:depth], index)]
         for d in range(depth - 1, self.base - 1, -1):
             if self.stack[d] + 1 < self.sizes[d]:
                 self.rest.append((*self.stack[:d], self.stack[d] + 1))
-        return True
 
 
 @dataclass
@@ -181,12 +215,16 @@ class Stats:
     block_graphs: int = 0
     candidates: int = 0
     pruned: Counter = field(default_factory=Counter)
+    # milliseconds spent on named parts of the work, summed over workers ("verify": checking
+    # complete candidates against the program)
+    timers: Counter = field(default_factory=Counter)
 
     def merge(self, other: Stats) -> None:
         self.states += other.states
         self.block_graphs += other.block_graphs
         self.candidates += other.candidates
         self.pruned.update(other.pruned)
+        self.timers.update(other.timers)
 
 
 @dataclass(frozen=True)
@@ -260,6 +298,8 @@ class Generator:
         self._rms_eps: tuple[float, ...] = tuple(
             sorted({float(op.attr("eps", 0.0)) for op in program.ops if op.kind is OpKind.RMS_NORM})
         ) or (0.0,)
+        self._trail: Trail | None = None  # the work item's place (Enumerator.run)
+        self._recording = 0  # continuations being recorded around the current walk
         scope = _memo_scope(program, config)
         table = _WORKER_MEMO.setdefault(scope, {})
         self.memo = SharedMemo(table, shared_memo, scope) if shared_memo else LocalMemo(table)
@@ -909,6 +949,7 @@ class Enumerator(Generator):
         """Enumerate every μGraph (or those whose first custom kernel is ``first``; with a
         ``trail``, those in its region of that kernel's block-graph tree)."""
         kops, kts = self.initial_ops(), self.initial_tensors()
+        self._trail = trail
         if first is None:
             self.kernel_dfs(kops, kts, 0, 0, (-1,), visit)
         else:
@@ -939,7 +980,7 @@ class Enumerator(Generator):
             more,
         )
         known = self.memo.get(key)
-        if known is None and not self.memo.claim(key, self.deadline):
+        if known is None and not self.memo.claim(key, self.deadline, self._busy_claim):
             known = self.memo.get(key)  # another worker computed it while this one waited
         if known is not None:
             self.stats.pruned["memo_replay"] += 1
@@ -955,13 +996,24 @@ class Enumerator(Generator):
         def record(ops, outs):
             found.append((ops[base:], outs))
 
+        self._recording += 1
         try:
             self._kernel_step(kops, kts, n_custom, n_ops, last_rank, record, more)
             self.memo.put(key, found)
         finally:
+            self._recording -= 1
             self.memo.release(key)
         for extra, outs in found:
             visit(kops + extra, outs)
+
+    def _busy_claim(self) -> None:
+        """A continuation this walk needs is being computed by another worker: rather than
+        wait for it, hand the rest of the item back (:meth:`Trail.stop_blocked`) when the
+        walk is at the first kernel's level — where nothing of the node asking has been
+        visited yet — and not inside a continuation being recorded."""
+        trail = self._trail
+        if trail is not None and not self._recording and trail.stop_blocked(self.stats):
+            raise HandBack
 
     def _kernel_step(self, kops, kts, n_custom, n_ops, last_rank, visit, more) -> None:
         self.try_complete(kops, kts, visit)
@@ -1107,6 +1159,8 @@ class Enumerator(Generator):
             self.block_dfs(bops, bts, choice.grid, (-1,), smem, 0, limits, close, trail)
 
     def block_dfs(self, bops, bts, grid, last_rank, smem, depth, limits, close, trail=None):
+        if trail is not None and trail.due is not None:
+            trail.enter(self.stats)
         self.stats.states += 1
         if self.stats.states % 512 == 0:
             self.check_time()

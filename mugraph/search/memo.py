@@ -27,6 +27,7 @@ import hashlib
 import os
 import pickle
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,9 @@ class LocalMemo:
     def get(self, key: Any) -> list | None:
         return self.table.get(key)
 
-    def claim(self, key: Any, deadline: float | None = None) -> bool:
+    def claim(
+        self, key: Any, deadline: float | None = None, busy: Callable[[], None] | None = None
+    ) -> bool:
         """Whether this worker should compute ``key`` (always, when nothing is shared)."""
         return True
 
@@ -78,6 +81,8 @@ class SharedMemo(LocalMemo):
         self.shared_hits = 0  # continuations read from another worker's file
         self.waits = 0  # times this worker waited for a claimed key
         self.waited_s = 0.0  # seconds spent waiting
+        self.io_s = 0.0  # seconds spent reading and writing entries
+        self.hand_backs = 0  # times the caller went on with other work instead of waiting
         self.claimed: set[str] = set()  # digests of the keys this worker holds claims on
         self._names: dict[Any, str] = {}  # key -> its digest (computed once per key)
 
@@ -89,9 +94,18 @@ class SharedMemo(LocalMemo):
 
     def counts(self) -> dict[str, int]:
         return {"memo_shared": self.shared_hits, "memo_waits": self.waits,
-                "memo_wait_ms": round(self.waited_s * 1e3)}  # fmt: skip
+                "memo_wait_ms": round(self.waited_s * 1e3),
+                "memo_io_ms": round(self.io_s * 1e3),
+                "memo_hand_backs": self.hand_backs}  # fmt: skip
 
     def _read(self, key: Any) -> list | None:
+        started = time.perf_counter()
+        try:
+            return self._read_entry(key)
+        finally:
+            self.io_s += time.perf_counter() - started
+
+    def _read_entry(self, key: Any) -> list | None:
         try:
             data = self._path(key, ".pkl").read_bytes()
             stored, value = pickle.loads(data)
@@ -109,19 +123,23 @@ class SharedMemo(LocalMemo):
         known = self.table.get(key)
         return known if known is not None else self._read(key)
 
-    def claim(self, key: Any, deadline: float | None = None) -> bool:
+    def claim(
+        self, key: Any, deadline: float | None = None, busy: Callable[[], None] | None = None
+    ) -> bool:
         """Claim ``key`` (True: compute it), or wait while another worker holds the claim and
         return False if its entry appeared meanwhile (then ``get`` has it). Past ``deadline``
         (this process's monotonic clock) it stops waiting: the caller's own time check ends
-        the search. ``waits`` and ``waited_s`` count the waits and their seconds."""
+        the search. Before waiting it calls ``busy``, which may raise to do something else
+        (counted in ``hand_backs``). ``waits`` and ``waited_s`` count the waits and their
+        seconds."""
         started, waits = time.monotonic(), self.waits
         try:
-            return self._claim(key, deadline)
+            return self._claim(key, deadline, busy)
         finally:
             if self.waits != waits:
                 self.waited_s += time.monotonic() - started
 
-    def _claim(self, key: Any, deadline: float | None) -> bool:
+    def _claim(self, key: Any, deadline: float | None, busy: Callable[[], None] | None) -> bool:
         claim = self._path(key, ".claim")
         waited_since = None
         while True:
@@ -140,6 +158,10 @@ class SharedMemo(LocalMemo):
                 return False
             now = time.monotonic()
             if waited_since is None:
+                if busy is not None:
+                    self.hand_backs += 1
+                    busy()  # raises when the caller does something else instead
+                    self.hand_backs -= 1
                 waited_since = now
                 self.waits += 1
             elif now - waited_since > CLAIM_WAIT_S or (deadline is not None and now > deadline):
@@ -147,6 +169,13 @@ class SharedMemo(LocalMemo):
             time.sleep(_POLL_S)
 
     def put(self, key: Any, value: list) -> None:
+        started = time.perf_counter()
+        try:
+            self._write(key, value)
+        finally:
+            self.io_s += time.perf_counter() - started
+
+    def _write(self, key: Any, value: list) -> None:
         self.table[key] = value
         path = self._path(key, ".pkl")
         temporary = path.with_suffix(f".{os.getpid()}.tmp")

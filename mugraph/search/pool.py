@@ -8,12 +8,18 @@ Why the pool cannot hang on the solver or e-graph libraries
 -----------------------------------------------------------
 - Workers never use them: the oracle travels as its exported tables (plain Python), the
   program as JSON; a worker enumerates, verifies (NumPy) and answers.
-- By default a worker is a fresh interpreter (``python -m mugraph.search.pool``): it inherits
-  no thread pool, lock or library object of this process (egglog's rayon threads, OpenMP,
-  a CUDA context, a lock another thread held at fork time) and never imports the caller's
-  ``__main__``. ``start_method="fork" | "spawn" | "forkserver"`` start workers through
-  :mod:`multiprocessing` instead; with ``fork``, this process collects its garbage and freezes
-  the collector's view of every object first, so a child never frees an object it inherited.
+- No worker is a copy of this process: it inherits no thread pool, lock or library object of
+  it (egglog's rayon threads, OpenMP, a CUDA context, a lock another thread held at fork
+  time) and never imports the caller's ``__main__``. By default (``start_method="zygote"``)
+  one fresh interpreter (``python -m mugraph.search.pool --zygote``) imports the search,
+  loads each search's setup, draws the program's verification rounds and evaluates the
+  program on them, and then forks the workers: they start in milliseconds instead of each
+  importing mugraph, and they share the rounds' memory (one copy in the CPU's cache instead of
+  one per worker). The zygote runs no thread when it forks. ``start_method="exec"`` starts
+  every worker as a fresh interpreter (``python -m mugraph.search.pool``);
+  ``"fork" | "spawn" | "forkserver"`` start workers through :mod:`multiprocessing`; with
+  ``fork``, this process collects its garbage and freezes the collector's view of every
+  object first, so a child never frees an object it inherited.
 - Waiting is bounded: the driver waits for results with a timeout, a worker that dies (its
   channel closes) is replaced and its items go back to the queue, and at the deadline (plus a
   grace period) the remaining workers are killed.
@@ -29,6 +35,7 @@ import gc
 import mmap
 import multiprocessing
 import os
+import queue
 import signal
 import socket
 import subprocess
@@ -49,14 +56,18 @@ from mugraph.search.work import (
     SearchSetup,
     SliceTimer,
     WorkItem,
+    prepare_rounds,
     prepared,
+    rounds_held,
     run_batch,
 )
 
-START_METHODS = ("exec", "fork", "spawn", "forkserver")
-DEFAULT_START_METHOD = "exec"
+START_METHODS = ("zygote", "exec", "fork", "spawn", "forkserver")
+DEFAULT_START_METHOD = "zygote"
 # a hungry pool asks a worker to hand back the rest of its batch after this many seconds
-SLICE_SECONDS = 0.5
+# (gqa_b1 on 16 workers, 2026-11-23: 0.1 s left 0.42 / 0.84 s from the queue's running dry
+# to the end where 0.5 s left 0.75 / 1.21 s)
+SLICE_SECONDS = 0.1
 STARTUP_TIMEOUT_S = 120.0
 # thread counts of the BLAS libraries NumPy may use; an exec'd worker that the user did not
 # give one gets its share of the cores (sixteen workers each starting a thread per core for
@@ -103,6 +114,9 @@ class InlineEngine:
     def start_times(self) -> list[float]:
         return []
 
+    def rounds_inherited(self) -> list[int]:
+        return []  # this process draws its rounds when it first verifies
+
     def launch(self, setup: SearchSetup) -> None:
         self.setup = setup
 
@@ -138,17 +152,51 @@ class InlineEngine:
         self._pending.clear()
 
 
+class _ForkedChild:
+    """A worker the zygote forked: not this process's child (the zygote's; the kernel reaps
+    it), known by the pid it reports when it is ready. The parts of ``subprocess.Popen``'s
+    interface the pool uses."""
+
+    returncode = None  # not known: its exit is seen as its channel closing
+
+    def __init__(self) -> None:
+        self.pid: int | None = None
+
+    def poll(self) -> int | None:
+        if self.pid is None:
+            return None
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return -1
+        except OSError:
+            return None
+        return None
+
+    def kill(self) -> None:
+        if self.pid is not None:
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, signal.SIGKILL)
+
+    def wait(self, timeout: float) -> None:
+        limit = time.monotonic() + timeout
+        while self.poll() is None and self.pid is not None and time.monotonic() < limit:
+            time.sleep(0.005)
+
+
 @dataclass
 class _Worker:
     conn: Connection
-    handle: Any  # subprocess.Popen or multiprocessing.Process
+    handle: Any  # subprocess.Popen, _ForkedChild or multiprocessing.Process
     batch: list[WorkItem] | None = None
     loaded: bool = False  # has answered "ready" to the last setup sent to it
     started: float = field(default_factory=time.monotonic)
     loaded_after: float | None = None  # seconds from its start to loading its first setup
+    preloaded: bool = False  # forked with the search's setup loaded: it says "ready" unasked
+    rounds: int = 0  # the program's verification rounds it held when it said "ready"
 
     def alive(self) -> bool:
-        if isinstance(self.handle, subprocess.Popen):
+        if isinstance(self.handle, _PROCESS_LIKE):
             return self.handle.poll() is None
         return self.handle.is_alive()
 
@@ -158,20 +206,106 @@ class _Worker:
 
     def reap(self, timeout: float) -> None:
         with contextlib.suppress(Exception):
-            if isinstance(self.handle, subprocess.Popen):
+            if isinstance(self.handle, _PROCESS_LIKE):
                 self.handle.wait(timeout)
             else:
                 self.handle.join(timeout)
         self.conn.close()
 
     def exit_text(self) -> str:
-        code = self.handle.returncode if isinstance(self.handle, subprocess.Popen) else (
+        code = self.handle.returncode if isinstance(self.handle, _PROCESS_LIKE) else (
             self.handle.exitcode)  # fmt: skip
         if code is None:
             return "its channel closed"
         if code < 0:
             return f"killed by signal {signal.Signals(-code).name}"
         return f"exit code {code}"
+
+
+_PROCESS_LIKE = (subprocess.Popen, _ForkedChild)
+
+
+def _worker_environment(blas_threads: int) -> dict[str, str]:
+    """A fresh interpreter's environment: this copy of mugraph first on its path, and the
+    BLAS under NumPy limited to ``blas_threads`` unless the user set its variables."""
+    root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [root, *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]
+    )
+    for name in BLAS_THREAD_VARIABLES:
+        env.setdefault(name, str(blas_threads))
+    return env
+
+
+class _Zygote:
+    """The interpreter that forks a pool's workers (``start_method="zygote"``).
+
+    Requests go out in order from one sender thread, so that this process never waits for
+    the zygote (which may still be importing mugraph, or evaluating the program's rounds):
+    a setup (once per search), then "fork N" followed by the N channels' ends."""
+
+    def __init__(self) -> None:
+        mine, theirs = socket.socketpair()
+        env = _worker_environment(1)
+        for name in BLAS_THREAD_VARIABLES:  # no BLAS thread may run when it forks
+            env[name] = "1"
+        command = [sys.executable, "-m", "mugraph.search.pool", "--zygote", str(theirs.fileno())]
+        self.process = subprocess.Popen(
+            command, pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL
+        )
+        theirs.close()
+        self.conn = Connection(mine.detach())
+        self.token = ""  # the setup the zygote holds (read and written by the sender only)
+        self._outbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._sender = threading.Thread(target=self._send_loop, name="mugraph-zygote",
+                                        daemon=True)  # fmt: skip
+        self._sender.start()
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def _send_loop(self) -> None:
+        while (job := self._outbox.get()) is not None:
+            with contextlib.suppress(OSError):  # a dead zygote: the channels it had close
+                job()
+
+    def fork(self, setup: SearchSetup, hunger_path: str, count: int) -> list[_Worker]:
+        """``count`` workers forked with ``setup`` loaded; they say "ready" when forked."""
+        from multiprocessing.reduction import send_handle
+
+        pairs = [socket.socketpair() for _ in range(count)]
+        workers = [_Worker(Connection(mine.detach()), _ForkedChild(), preloaded=True)
+                   for mine, _ in pairs]  # fmt: skip
+        theirs = [t for _, t in pairs]
+        threads = max(1, min(8, (os.cpu_count() or 1) - 1))  # the cores are idle meanwhile
+
+        def send() -> None:
+            try:
+                if setup.token != self.token:
+                    self.conn.send(("setup", setup, hunger_path, threads))
+                    self.token = setup.token
+                self.conn.send(("fork", count))
+                for t in theirs:
+                    send_handle(self.conn, t.fileno(), self.process.pid)
+            finally:
+                for t in theirs:
+                    t.close()
+
+        self._outbox.put(send)
+        return workers
+
+    def stop(self) -> None:
+        self._outbox.put(lambda: self.conn.send(("stop",)))
+        self._outbox.put(None)
+        self._sender.join(2.0)
+        with contextlib.suppress(Exception):
+            self.process.wait(2.0)
+        if self.process.poll() is None:
+            self.process.kill()
+            with contextlib.suppress(Exception):
+                self.process.wait(2.0)
+        self.conn.close()
 
 
 class ProcessPool:
@@ -181,15 +315,19 @@ class ProcessPool:
     max_batch = 32
 
     def __init__(self, workers: int, start_method: str | None = None) -> None:
-        method = start_method or DEFAULT_START_METHOD
+        method = _start_method(start_method)
         if method not in START_METHODS:
             raise EngineError(
                 f"superoptimize: start_method must be one of {list(START_METHODS)}, "
                 f"got {start_method!r}"
             )
-        if method != "exec" and method not in multiprocessing.get_all_start_methods():
+        available = ["exec", *multiprocessing.get_all_start_methods()]
+        if "fork" in available:
+            available.append("zygote")
+        if method not in available:
             raise EngineError(f"superoptimize: start_method {method!r} is not available here")
         self.method = method
+        self._zygote: _Zygote | None = None
         self.slots = workers
         self.workers: list[_Worker] = []
         self._hunger_file: Path | None = None
@@ -205,7 +343,7 @@ class ProcessPool:
         """This process's pool for ``start_method``, resized to ``workers`` (its workers
         outlive a search, so the next one does not start them again); a private pool when
         that one is in use (searches running in several threads at once)."""
-        method = start_method or DEFAULT_START_METHOD
+        method = _start_method(start_method)
         with _SHARED_LOCK:
             pool = _SHARED.get(method)
             if pool is None or pool.in_use:
@@ -233,8 +371,15 @@ class ProcessPool:
 
     def start(self) -> None:
         """Start the missing worker processes (and stop extra ones) without a setup: they
-        import mugraph while this process builds the oracle and plans the search."""
+        import mugraph while this process builds the oracle and plans the search. With the
+        zygote, start it: the workers are forked once it has the setup (:meth:`launch`)."""
         self._closed = False
+        if self.method == "zygote":
+            if self._zygote is None or not self._zygote.alive():
+                if self._zygote is not None:
+                    self._zygote.stop()
+                self._zygote = _Zygote()
+            return
         for w in [w for w in self.workers if not w.alive()]:
             w.reap(0.1)
             self.workers.remove(w)
@@ -258,6 +403,11 @@ class ProcessPool:
         self._hungry = True
         self.set_hungry(False)
         self.start()
+        if self._zygote is not None:
+            # workers of an earlier search go: fresh ones share this search's rounds
+            self._stop_all(self.workers)
+            self.workers = self._zygote.fork(setup, str(self._hunger_file), self.slots)
+            return
         for w in list(self.workers):
             self._send_setup(w)
 
@@ -292,7 +442,7 @@ class ProcessPool:
     def _loaded(self, worker: _Worker) -> None:
         """Read a starting worker's answer to its setup; one that died is an error."""
         try:
-            worker.conn.recv()
+            message = worker.conn.recv()
         except (EOFError, OSError):
             worker.reap(2.0)
             reason = worker.exit_text()
@@ -301,6 +451,9 @@ class ProcessPool:
                 f"a search worker ({self.method}) died while starting ({reason})"
                 + _MAIN_HINT.get(self.method, "")
             ) from None
+        if isinstance(worker.handle, _ForkedChild):
+            worker.handle.pid = message[1]
+        worker.rounds = message[2]
         worker.loaded = True
         if worker.loaded_after is None:
             worker.loaded_after = time.monotonic() - worker.started
@@ -310,21 +463,25 @@ class ProcessPool:
         (workers kept from an earlier search included)."""
         return sorted(w.loaded_after for w in self.workers if w.loaded_after is not None)
 
+    def rounds_inherited(self) -> list[int]:
+        """The verification rounds each loaded worker held when it said "ready" (forked by
+        the zygote after it evaluated the program on them; 0: it draws its own)."""
+        return sorted(w.rounds for w in self.workers if w.loaded)
+
     def _spawn(self) -> _Worker:
-        """A fresh worker process, not yet sent a setup."""
+        """A fresh worker process, not yet sent a setup (unless ``preloaded``: forked by the
+        zygote, which holds the setup)."""
+        if self.method == "zygote":
+            self.start()  # (a zygote that died is started again)
+            return self._zygote.fork(self.setup, str(self._hunger_file), 1)[0]
         if self.method == "exec":
             return self._spawn_exec()
         return self._spawn_mp()
 
     def _spawn_exec(self) -> _Worker:
         mine, theirs = socket.socketpair()
-        root = str(Path(__file__).resolve().parents[2])
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [root, *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]
-        )
-        for name in BLAS_THREAD_VARIABLES:  # the BLAS under NumPy: the worker's share of cores
-            env.setdefault(name, str(self.threads()))
+        # the BLAS under NumPy: the worker's share of the cores
+        env = _worker_environment(self.threads())
         command = [sys.executable, "-m", "mugraph.search.pool", str(theirs.fileno())]
         handle = subprocess.Popen(
             command, pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL
@@ -375,10 +532,12 @@ class ProcessPool:
         self.shutdown()
 
     def shutdown(self) -> None:
-        """Stop every worker and remove the pool's files."""
-        for w in self.workers:
-            self._stop(w)
+        """Stop every worker (and the zygote) and remove the pool's files."""
+        self._stop_all(self.workers)
         self.workers.clear()
+        if self._zygote is not None:
+            self._zygote.stop()
+            self._zygote = None
         if self._hunger is not None:
             self._hunger.close()
             self._hunger = None
@@ -386,6 +545,15 @@ class ProcessPool:
             with contextlib.suppress(OSError):
                 self._hunger_file.unlink()
             self._hunger_file = None
+
+    @classmethod
+    def _stop_all(cls, workers: list[_Worker]) -> None:
+        """Tell every one of ``workers`` to stop, then wait for each (killing the slow)."""
+        for w in workers:
+            with contextlib.suppress(OSError):
+                w.conn.send(("stop",))
+        for w in workers:
+            cls._stop(w)
 
     @staticmethod
     def _stop(worker: _Worker) -> None:
@@ -460,7 +628,8 @@ class ProcessPool:
         if not self._closed:
             fresh = self._spawn()
             self.workers.append(fresh)
-            self._send_setup(fresh)  # it takes work once loaded
+            if not fresh.preloaded:
+                self._send_setup(fresh)  # it takes work once loaded
         return outcome
 
 
@@ -477,27 +646,42 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def worker_main(conn: Connection) -> None:
-    """Serve batches until told to stop or the channel closes."""
+@dataclass
+class _Loaded:
+    """What a worker (or the zygote) holds of the search it serves."""
+
+    setup: SearchSetup | None = None
+    hunger_path: str = ""
+    hunger: mmap.mmap | None = None  # the pool's "hand back your batch" flag
+
+    def load(self, setup: SearchSetup, hunger_path: str) -> None:
+        if hunger_path != self.hunger_path:
+            with open(hunger_path, "r+b") as file:
+                self.hunger = mmap.mmap(file.fileno(), 8)
+            self.hunger_path = hunger_path
+        prepared(setup)
+        self.setup = setup
+
+
+def worker_main(conn: Connection, loaded: _Loaded | None = None) -> None:
+    """Serve batches until told to stop or the channel closes. A worker forked by the zygote
+    starts ``loaded`` with the search's setup and says so at once."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
-    hunger: mmap.mmap | None = None
-    hunger_path = ""
-    setup: SearchSetup | None = None
+    state = loaded or _Loaded()
     name = f"pid {os.getpid()}"
+    if loaded is not None:
+        conn.send(("ready", os.getpid(), rounds_held()))
     while True:
         try:
             message = conn.recv()
         except (EOFError, OSError):
             return
+        setup, hunger = state.setup, state.hunger
         if message[0] == "setup":
             _, setup, path = message
-            if path != hunger_path:  # the pool's "hand back your batch" flag
-                hunger_path = path
-                with open(path, "r+b") as file:
-                    hunger = mmap.mmap(file.fileno(), 8)
-            prepared(setup)
-            conn.send(("ready",))
+            state.load(setup, path)
+            conn.send(("ready", os.getpid(), rounds_held()))
         elif message[0] == "run":
             _, items, seconds, slice_s = message
             timer = SliceTimer(lambda flag=hunger: flag[0] == 1, slice_s)
@@ -515,8 +699,75 @@ def worker_main(conn: Connection) -> None:
             return
 
 
+def zygote_main(conn: Connection) -> None:
+    """The zygote: load each setup it is sent (and draw the program's rounds), fork a worker
+    for each channel it is handed; until told to stop or the channel closes."""
+    from multiprocessing.reduction import recv_handle
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent()
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the workers it forks
+    with contextlib.suppress(ImportError):  # what every worker loads at its first find
+        import mugraph.optimize.cost_model  # noqa: F401
+        import mugraph.search.driver  # noqa: F401
+    state = _Loaded()
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message[0] == "setup":
+            _, setup, path, threads = message
+            state.load(setup, path)
+            with contextlib.suppress(Exception):  # else each worker draws its own rounds
+                prepare_rounds(setup, threads)
+        elif message[0] == "fork":
+            fds = [recv_handle(conn) for _ in range(message[1])]
+            gc.collect()
+            gc.freeze()  # a child's collector never walks (so never writes) inherited objects
+            try:
+                for fd in fds:
+                    _fork_worker(fd, fds, conn, state)
+            finally:
+                gc.unfreeze()  # (only here: a forked child never returns)
+            for fd in fds:
+                os.close(fd)
+        else:
+            return
+
+
+def _fork_worker(fd: int, fds: list[int], zygote_conn: Connection, state: _Loaded) -> None:
+    """Fork a worker serving channel ``fd`` (the zygote runs no other thread here)."""
+    if os.fork():
+        return
+    code = 0
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        zygote_conn.close()
+        for other in fds:
+            if other != fd:
+                os.close(other)
+        worker_main(Connection(fd), state)
+    except BaseException:  # noqa: BLE001 - a forked child never returns into the zygote
+        code = 1
+    finally:
+        os._exit(code)
+
+
 def _main(argv: list[str]) -> None:
-    worker_main(Connection(int(argv[0])))
+    if argv[0] == "--zygote":
+        zygote_main(Connection(int(argv[1])))
+    else:
+        worker_main(Connection(int(argv[0])))
+
+
+def _start_method(asked: str | None) -> str:
+    """The start method asked for, else the default (where this system can fork)."""
+    if asked is not None:
+        return asked
+    if DEFAULT_START_METHOD == "zygote" and "fork" not in multiprocessing.get_all_start_methods():
+        return "exec"
+    return DEFAULT_START_METHOD
 
 
 def engine_for(engine: str, workers: int, *, start_method: str | None, address: str | None):

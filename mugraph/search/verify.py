@@ -1050,6 +1050,17 @@ class ProgramRounds:
             self._round_seeds.extend(self._seeds.spawn(16))
         return np.random.default_rng(self._round_seeds[index])
 
+    def prepare(self, count: int) -> int:
+        """Draw and evaluate the first ``count`` rounds now, as many as ``max_bytes`` keeps
+        (a process that forks workers after this shares them); returns how many are kept."""
+        while len(self._rounds) < count and not self._full:
+            self._round(len(self._rounds))
+        return len(self._rounds)
+
+    def prepared(self) -> int:
+        """How many rounds are drawn, evaluated and kept."""
+        return len(self._rounds)
+
     def _round(self, index: int) -> _ProgramRound | None:
         """Round ``index`` with the program's side, kept while ``max_bytes`` allows; None
         for a round past the memory kept."""

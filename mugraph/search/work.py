@@ -75,6 +75,10 @@ class ItemResult:
     rest: list[tuple[int, ...]] = field(default_factory=list)
     seconds: float = 0.0
     worker: str = ""
+    began: float = 0.0  # wall-clock time (time.time()) the worker started the item
+    # ``rest`` was handed back to avoid waiting for a continuation another worker was
+    # computing (best run after other work), not because idle workers wanted work
+    blocked: bool = False
 
     @property
     def complete(self) -> bool:
@@ -158,7 +162,7 @@ def run_item(
     setup: SearchSetup, item: WorkItem, deadline: float, due: Callable[[], bool] | None = None
 ) -> ItemResult:
     """Enumerate one item (this process's clock ``deadline``), verifying what it finds."""
-    started = time.monotonic()
+    started, began = time.monotonic(), time.time()
     program, base, oracle = prepared(setup)
     if started > deadline:
         return ItemResult(item, [], Stats(), timed_out=True)
@@ -182,11 +186,14 @@ def run_item(
         gen.stats.candidates += 1
         if key in found or len(found) >= config.max_candidates:
             return
+        checking = time.perf_counter()
         try:
             check = _verify(graph, program, config.delta, config.verify_rounds)
         except NotVerifiableError:
             gen.stats.pruned["not_verifiable"] += 1
             return
+        finally:
+            gen.stats.timers["verify"] += round((time.perf_counter() - checking) * 1e3)
         if not check.passed:
             gen.stats.pruned["verification"] += 1
             return
@@ -201,13 +208,13 @@ def run_item(
             found[key]["estimate"] = default_cost(graph)
 
     trail = Trail(item.region, due)
-    result = ItemResult(item, [], gen.stats)
+    result = ItemResult(item, [], gen.stats, began=began)
     try:
         gen.run(visit, first=item.choice, trail=trail)
     except SearchTimeout:
         result.timed_out = True
     except HandBack:
-        result.rest = trail.rest
+        result.rest, result.blocked = trail.rest, trail.blocked
     result.found = list(found.values())
     result.seconds = time.monotonic() - started
     gen.stats.pruned.update({name: n for name, n in gen.memo.counts().items() if n})
@@ -217,13 +224,41 @@ def run_item(
 def _verify(graph, program, delta, rounds):
     """The candidate against ``program`` on rounds whose program side is kept from one
     candidate to the next in this process (:class:`~mugraph.search.verify.ProgramRounds`)."""
+    return _program_rounds(program).verify(graph, delta, max_rounds=rounds)
+
+
+def _program_rounds(program):
+    """This process's verification rounds of ``program`` (made on first use)."""
     from mugraph.search.verify import ProgramRounds
 
     kept = _ROUNDS.get("rounds")
     if kept is None or kept.program is not program:
         _ROUNDS.clear()  # the earlier program's rounds first: at most one set in memory
         kept = _ROUNDS["rounds"] = ProgramRounds(program, max_bytes=ROUND_BYTES)
-    return kept.verify(graph, delta, max_rounds=rounds)
+    return kept
+
+
+def rounds_held() -> int:
+    """How many of its program's verification rounds this process holds (drawn and
+    evaluated)."""
+    kept = _ROUNDS.get("rounds")
+    return kept.prepared() if kept is not None else 0
+
+
+def prepare_rounds(setup: SearchSetup, threads: int) -> int:
+    """Load ``setup`` and draw the program's first verification rounds now, evaluating the
+    program on them with ``threads`` threads, which are stopped before this returns (the
+    zygote of :mod:`mugraph.search.pool` does this before it forks the workers, so that they
+    share the rounds). Returns how many rounds are kept."""
+    program, config, _ = prepared(setup)
+    kept_threads = field_arith._MAX_WORKERS
+    field_arith._MAX_WORKERS = max(1, threads)
+    try:
+        return _program_rounds(program).prepare(config.verify_rounds)
+    finally:
+        field_arith._MAX_WORKERS = kept_threads
+        field_arith.stop_threads()
+        field_arith.release_memory()
 
 
 ROUND_BYTES = 1 << 30  # memory a worker keeps for the program's side of its rounds

@@ -855,6 +855,15 @@ def _pool() -> ThreadPoolExecutor:
     return _POOL
 
 
+def stop_threads() -> None:
+    """Stop the worker threads (a process about to fork must run no other thread); a new
+    pool starts when next needed."""
+    global _POOL
+    if _POOL is not None:
+        _POOL.shutdown(wait=True)
+        _POOL = None
+
+
 def _forget_pool() -> None:
     """In a forked child the pool's threads do not exist: start a new pool when needed."""
     global _POOL
