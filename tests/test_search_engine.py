@@ -302,6 +302,44 @@ def test_items_handed_back_at_every_step_merge_to_the_whole_unit(reference):
     assert states.states == whole.stats.states
 
 
+def test_a_node_handed_back_between_two_visits_resumes_where_it_stopped():
+    """Two-kernel GQA: an item asked to stop at every chance stops between two of the
+    graphs a node's closing visits too (the node's continuations), handing back a region that
+    resumes the node at the next one; run in any order, the pieces find the same candidates in
+    the same order and count the same states as the unit run whole."""
+    from mugraph.library import WORKLOADS
+    from mugraph.search import generator as generator_module
+    from mugraph.search.generator import VISIT_OFFSET
+
+    workload = WORKLOADS["attention_mirage_gqa"]
+    program = workload.naive(workload.small)
+    cfg = default_config(program).with_overrides(time_limit=200, max_block_ops=6, deepening=False)
+    oracle = _OracleAdapter(program_terms(program))
+    setup = SearchSetup("resume-test", program.to_json(), cfg, oracle)
+    # a two-kernel unit with several candidates (the units' order is the plan's)
+    kernels, cap, choice = plan_units(program, cfg, oracle)[69]
+    generator_module._WORKER_MEMO.clear()
+    whole = run_item(setup, WorkItem(kernels, cap, choice), time.monotonic() + 120)
+    assert kernels == 2 and len(whole.found) >= 3
+    generator_module._WORKER_MEMO.clear()
+    rng = random.Random(5)
+    pending = [WorkItem(kernels, cap, choice)]
+    pieces, states, resumed = {}, Stats(), 0
+    while pending:
+        item = pending.pop(rng.randrange(len(pending)))
+        result = run_item(setup, item, time.monotonic() + 120, due=lambda: True)
+        assert not result.timed_out
+        resumed += bool(item.region) and item.region[-1] + VISIT_OFFSET > 0 > item.region[-1]
+        pieces[item.region] = result.found
+        states.merge(result.stats)
+        pending += [item.part(r) for r in result.rest]
+    assert resumed > 0  # some node resumed after its first visit
+    merged = [c["hash"] for region in sorted(pieces) for c in pieces[region]]
+    assert merged == [c["hash"] for c in whole.found]
+    assert (states.states, states.block_graphs, states.candidates) == (
+        whole.stats.states, whole.stats.block_graphs, whole.stats.candidates)
+
+
 def test_an_item_hands_back_rather_than_wait_for_a_claimed_continuation(
     monkeypatch, tmp_path, reference
 ):

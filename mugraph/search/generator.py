@@ -103,6 +103,10 @@ class HandBack(Exception):
     region back (``Trail.rest``), so that idle workers can take it."""
 
 
+# A region's last entry ``v - VISIT_OFFSET`` (negative) resumes a node at visit ``v``.
+VISIT_OFFSET = 1 << 40
+
+
 @dataclass
 class Trail:
     """A work item's place in the first custom kernel's block-graph DFS.
@@ -110,10 +114,14 @@ class Trail:
     A *region* names part of a unit's tree: ``()`` is the whole unit; ``(i0, ..., ik)`` is the
     subtrees of children ``ik, ik + 1, ...`` (to the last) of the node reached by taking child
     ``i0`` at the root, ``i1`` below it, and so on (children in the order
-    ``Generator.block_candidates`` lists them). Regions sort in DFS order, so an item's
-    results come before those of the regions it hands back. ``due`` says when to stop: it is
-    asked before each child once the item has finished some work; the rest of the item (the
-    remaining children at every level of the current path) then goes to ``rest``.
+    ``Generator.block_candidates`` lists them). A region whose last entry is negative,
+    ``(i0, ..., ik, v - VISIT_OFFSET)``, is the node reached by ``(i0, ..., ik)`` itself from
+    the ``v``-th complete graph its closing visits (in the order a walk visits them), then its
+    children's subtrees. Regions sort in DFS order, so an item's results come before those of
+    the regions it hands back. ``due`` says when to stop: it is asked before each child once
+    the item has finished some work, and between two graphs a node's closing visits; the rest
+    of the item (the rest of the node, the remaining children at every level of the current
+    path) then goes to ``rest``.
     """
 
     region: tuple[int, ...] = ()
@@ -132,6 +140,25 @@ class Trail:
     def base(self) -> int:
         """The depth of the node whose children this item explores."""
         return max(len(self.region) - 1, 0)
+
+    @property
+    def resumes_at(self) -> int | None:
+        """The visit a node-resuming region starts at (None for other regions)."""
+        if self.region and self.region[-1] < 0:
+            return self.region[-1] + VISIT_OFFSET
+        return None
+
+    def stop_visit(self, index: int) -> bool:
+        """Whether to stop before the ``index``-th graph the current node's closing visits;
+        if so, ``rest`` is the rest of the node (from that graph), its later siblings and
+        those of every node above it, down to this item's base."""
+        if self.due is None or not self.due():
+            return False
+        self.rest = [(*self.stack, index - VISIT_OFFSET)]
+        for d in range(len(self.stack) - 1, self.base - 1, -1):
+            if self.stack[d] + 1 < self.sizes[d]:
+                self.rest.append((*self.stack[:d], self.stack[d] + 1))
+        return True
 
     def stop_here(self, depth: int, index: int) -> bool:
         """Whether to stop before child ``index`` of the node at ``depth``; if so, ``rest``
@@ -300,6 +327,8 @@ class Generator:
         ) or (0.0,)
         self._trail: Trail | None = None  # the work item's place (Enumerator.run)
         self._recording = 0  # continuations being recorded around the current walk
+        # a node being resumed: (its first visit, the statistics to count in from there)
+        self._resume: tuple[int, Stats] | None = None
         scope = _memo_scope(program, config)
         table = _WORKER_MEMO.setdefault(scope, {})
         self.memo = SharedMemo(table, shared_memo, scope) if shared_memo else LocalMemo(table)
@@ -979,13 +1008,15 @@ class Enumerator(Generator):
             _block_ops_in(kops),
             more,
         )
+        # the walk of a work item's first kernel, not a continuation being recorded: it may
+        # stop between two of the graphs it visits here (Trail.stop_visit)
+        top = n_custom == 1 and not self._recording and self._trail is not None
         known = self.memo.get(key)
         if known is None and not self.memo.claim(key, self.deadline, self._busy_claim):
             known = self.memo.get(key)  # another worker computed it while this one waited
         if known is not None:
             self.stats.pruned["memo_replay"] += 1
-            for extra, outs in known:
-                visit(kops + extra, outs)
+            self._visit_all(kops, known, visit, top)
             return
         # The continuations are collected first and visited after (the same graphs in the
         # same order): a claim on the key is held while enumerating only, not while the
@@ -1003,8 +1034,25 @@ class Enumerator(Generator):
         finally:
             self._recording -= 1
             self.memo.release(key)
-        for extra, outs in found:
+        self._visit_all(kops, found, visit, top)
+
+    def _visit_all(self, kops, found: list, visit, top: bool) -> None:
+        """Visit the complete graphs ``kops`` + each continuation in ``found``. At the top of
+        a work item's walk: a resumed node starts at its region's visit (and counts from
+        there), and the item may stop between two visits once it has done some work."""
+        start = 0
+        if top and self._resume is not None:
+            start, self.stats = self._resume
+            self._resume = None
+        for index in range(start, len(found)):
+            if top and (index > start or self._trail.progressed) and self._trail.stop_visit(
+                index
+            ):
+                raise HandBack
+            extra, outs = found[index]
             visit(kops + extra, outs)
+        if top and len(found) > start:
+            self._trail.progressed = True
 
     def _busy_claim(self) -> None:
         """A continuation this walk needs is being computed by another worker: rather than
@@ -1167,6 +1215,9 @@ class Enumerator(Generator):
         closing = self.outputs_for(bts, grid, limits)
         if closing is not None:
             close(bops, bts, *closing)
+        if trail is not None and self._resume is not None:  # a resumed node visited nothing
+            self.stats = self._resume[1]
+            self._resume = None
         remaining = limits.max_ops - depth
         if remaining <= 0:
             return
@@ -1207,12 +1258,16 @@ class Enumerator(Generator):
 
     def _region_dfs(self, bops, bts, grid, smem, limits, close, trail: Trail) -> None:
         """Walk to the node a non-empty region starts under, then explore its children from
-        the region's first one. The walk repeats what the item that handed the region back
-        already did and counted, so it counts nothing."""
+        the region's first one (or, for a node-resuming region, the node itself from its
+        visit, then its children). The walk repeats what the item that handed the region
+        back already did and counted, so it counts nothing (a resumed node counts from its
+        visit on: :meth:`_visit_all`)."""
         counted, self.stats = self.stats, Stats()
         last_rank: tuple = (-1,)
+        resume = trail.resumes_at
+        walk = trail.region[:-1]
         try:
-            for index in trail.region[:-1]:
+            for index in walk:
                 children = list(self.block_candidates(bops, bts, grid, last_rank))
                 rank, kind, ins, attrs = children[index]
                 made = self.make_block_op(kind, ins, attrs, bts, grid, smem)
@@ -1224,12 +1279,22 @@ class Enumerator(Generator):
                 trail.sizes.append(len(children))
                 smem += t.type.num_bytes
                 last_rank = rank
-            children = list(self.block_candidates(bops, bts, grid, last_rank))
-        finally:
+            if resume is None:
+                children = list(self.block_candidates(bops, bts, grid, last_rank))
+        except BaseException:
             self.stats = counted
-        depth = len(trail.region) - 1
-        self._children(bops, bts, grid, children, smem, depth, limits, close, trail,
-                       start=trail.region[-1])  # fmt: skip
+            raise
+        if resume is None:
+            self.stats = counted
+            self._children(bops, bts, grid, children, smem, len(walk), limits, close, trail,
+                           start=trail.region[-1])  # fmt: skip
+            return
+        self._resume = (resume, counted)
+        try:
+            self.block_dfs(bops, bts, grid, last_rank, smem, len(walk), limits, close, trail)
+        finally:
+            self._resume = None  # (set already, unless the item ended before the node's visits)
+            self.stats = counted
 
     def try_complete(self, kops, kts, visit) -> None:
         """A kernel graph is complete when its unused tensors are exactly the program's
