@@ -16,15 +16,17 @@ included):
   completes in about 2 s on 2 workers: too short to measure scaling, not run by default).
 
 Every process verifies with one thread (``MUGRAPH_VERIFY_THREADS=1``), so a worker is a core.
-Each configuration runs in its own process; Ray configurations join one local Ray cluster
-(``ray start --head``, started first and timed apart). To fit one bounded run, configurations
-run in waves, the ones of a wave at the same time on disjoint numbers of cores (at most 16
-busy): the 1-worker runs of both cells together (4 cores), then every 16-worker run alone,
-then each cell's 8-worker runs of both engines (16 cores), then each cell's 2- and 4-worker
-runs (12 cores); when the budget runs short, the last waves get the shortest caps. Runs that
-share the machine can only be slowed by it, so speedups at 2, 4 and 8 workers are, if
-anything, understated. A run cut by its cap prints ``>cap`` (and its speedup ``>``: a lower
-bound). Every time includes starting the workers (a fresh process pool, fresh Ray workers of a
+Each configuration runs in its own process. The engines run one after the other, the local
+pool first: Ray's configurations join one local Ray cluster (``ray start --head``, started
+after the local runs and timed apart), so that no local run shares the machine with Ray's
+idle processes. To fit one bounded run, an engine's configurations run in waves, the ones of
+a wave at the same time on disjoint numbers of cores: the 1-worker runs of the cells
+together, then every 16-worker run alone, then the 8-worker runs, then each cell's 2- and
+4-worker runs together; when the budget runs short, the last waves get the shortest caps.
+Runs that share the machine can only be slowed by it, so speedups at 2 and 4 workers are,
+if anything, understated (and the 1-worker runs of two cells share it too). A run cut by its
+cap prints ``>cap`` (and its speedup ``>``: a lower bound). Every time includes starting the
+workers (a fresh process pool, fresh Ray workers of a
 new job). The table is printed last; ``--json FILE`` keeps the raw records.
 """
 
@@ -158,14 +160,20 @@ def _launch(cell, engine, workers, cap, log_dir: Path | None):
     return subprocess.Popen(command, env=_env(), stdout=subprocess.PIPE, stderr=err, text=True)
 
 
-def waves(cells, engines, counts) -> list[list[tuple[str, str, int]]]:
-    """Groups of configurations run at the same time (see the module docstring)."""
-    out = [[(c, e, 1) for c in cells for e in engines if 1 in counts]]
-    out += [[(c, e, 16)] for c in cells for e in engines if 16 in counts]
-    out += [[(c, e, 8) for e in engines if 8 in counts] for c in cells]
+def waves(cells, engine, counts) -> list[list[tuple[str, str, int]]]:
+    """Groups of one engine's configurations run at the same time (see the module
+    docstring)."""
+    out = [[(c, engine, 1) for c in cells if 1 in counts]]
+    out += [[(c, engine, 16)] for c in cells if 16 in counts]
+    out += [[(c, engine, 8)] for c in cells if 8 in counts]
     for cell in cells:
-        out.append([(cell, e, n) for n in (2, 4) if n in counts for e in engines])
+        out.append([(cell, engine, n) for n in (2, 4) if n in counts])
     return [w for w in out if w]
+
+
+def _ray(*command: str) -> None:
+    subprocess.run([sys.executable, "-m", "ray.scripts.scripts", *command], env=_env(),
+                   check=command[0] == "start", capture_output=True)  # fmt: skip
 
 
 def orchestrate(args) -> list[dict]:
@@ -174,29 +182,17 @@ def orchestrate(args) -> list[dict]:
     if log_dir:
         log_dir.mkdir(parents=True, exist_ok=True)
     records: list[dict] = []
+    engines = sorted(args.engines, key=lambda e: e == "ray")  # the local pool first
+    plan = [w for e in engines for w in waves(args.cells, e, set(args.workers))]
     ray_started = False
-    if "ray" in args.engines:
-        started = time.monotonic()
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "ray.scripts.scripts",
-                "start",
-                "--head",
-                f"--num-cpus={os.cpu_count()}",
-                "--include-dashboard=false",
-                "--disable-usage-stats",
-            ],  # fmt: skip
-            env=_env(),
-            check=True,
-            capture_output=True,
-        )
-        ray_started = True
-        print(f"ray start --head: {time.monotonic() - started:.1f} s", flush=True)
     try:
-        plan = waves(args.cells, args.engines, set(args.workers))
         for i, wave in enumerate(plan):
+            if wave[0][1] == "ray" and not ray_started:
+                started = time.monotonic()
+                _ray("start", "--head", f"--num-cpus={os.cpu_count()}",
+                     "--include-dashboard=false", "--disable-usage-stats")  # fmt: skip
+                ray_started = True
+                print(f"ray start --head: {time.monotonic() - started:.1f} s", flush=True)
             later = len(plan) - i - 1
             cap = min(args.cap, deadline - time.monotonic() - 15 * later - 10)
             if cap < 5:
@@ -215,8 +211,7 @@ def orchestrate(args) -> list[dict]:
                 print(json.dumps(record), flush=True)
     finally:
         if ray_started:
-            subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "stop", "--force"],
-                           env=_env(), capture_output=True)  # fmt: skip
+            _ray("stop", "--force")
     return records
 
 
