@@ -273,6 +273,26 @@ def test_asking_for_ray_without_ray_installed_is_a_clear_error(monkeypatch):
 # ---- splitting work items ---------------------------------------------------------------------
 
 
+def run_in_pieces(setup, unit: WorkItem, seed: int, due, before=None):
+    """Run ``unit`` as workers would split it: each item asked ``due`` and its rest queued,
+    items taken in a random order; returns the found candidates' hashes merged in DFS order,
+    the statistics summed, and the (item, result) pairs. ``before`` runs before each item."""
+    rng = random.Random(seed)
+    pending, pieces, states, runs = [unit], {}, Stats(), []
+    while pending:
+        item = pending.pop(rng.randrange(len(pending)))
+        if before is not None:
+            before()
+        result = run_item(setup, item, time.monotonic() + 120, due=due)
+        assert not result.timed_out
+        runs.append((item, result))
+        pieces[item.region] = result.found
+        states.merge(result.stats)
+        pending += [item.part(r) for r in result.rest]
+    merged = [c["hash"] for region in sorted(pieces) for c in pieces[region]]
+    return merged, states, runs
+
+
 def test_items_handed_back_at_every_step_merge_to_the_whole_unit(reference):
     """Each item stops as soon as it may; running every region handed back, in any order,
     finds the same candidates in the same DFS order and counts the same states."""
@@ -285,19 +305,8 @@ def test_items_handed_back_at_every_step_merge_to_the_whole_unit(reference):
     kernels, cap, choice = units[-1]
     whole = run_item(setup, WorkItem(kernels, cap, choice), time.monotonic() + 120)
     assert whole.complete
-    rng = random.Random(15)
-    pending = [WorkItem(kernels, cap, choice)]
-    pieces, states, items = {}, Stats(), 0
-    while pending:
-        item = pending.pop(rng.randrange(len(pending)))
-        result = run_item(setup, item, time.monotonic() + 120, due=lambda: True)
-        items += 1
-        assert not result.timed_out
-        pieces[item.region] = result.found
-        states.merge(result.stats)
-        pending += [item.part(r) for r in result.rest]
-    assert items > 3  # it did split
-    merged = [c["hash"] for region in sorted(pieces) for c in pieces[region]]
+    merged, states, runs = run_in_pieces(setup, WorkItem(kernels, cap, choice), 15, lambda: True)
+    assert len(runs) > 3  # it did split
     assert merged == [c["hash"] for c in whole.found]
     assert states.states == whole.stats.states
 
@@ -322,19 +331,10 @@ def test_a_node_handed_back_between_two_visits_resumes_where_it_stopped():
     whole = run_item(setup, WorkItem(kernels, cap, choice), time.monotonic() + 120)
     assert kernels == 2 and len(whole.found) >= 3
     generator_module._WORKER_MEMO.clear()
-    rng = random.Random(5)
-    pending = [WorkItem(kernels, cap, choice)]
-    pieces, states, resumed = {}, Stats(), 0
-    while pending:
-        item = pending.pop(rng.randrange(len(pending)))
-        result = run_item(setup, item, time.monotonic() + 120, due=lambda: True)
-        assert not result.timed_out
-        resumed += bool(item.region) and item.region[-1] + VISIT_OFFSET > 0 > item.region[-1]
-        pieces[item.region] = result.found
-        states.merge(result.stats)
-        pending += [item.part(r) for r in result.rest]
-    assert resumed > 0  # some node resumed after its first visit
-    merged = [c["hash"] for region in sorted(pieces) for c in pieces[region]]
+    merged, states, runs = run_in_pieces(setup, WorkItem(kernels, cap, choice), 5, lambda: True)
+    # some node resumed after its first visit
+    assert any(item.region and item.region[-1] + VISIT_OFFSET > 0 > item.region[-1]
+               for item, _ in runs)  # fmt: skip
     assert merged == [c["hash"] for c in whole.found]
     assert (states.states, states.block_graphs, states.candidates) == (
         whole.stats.states, whole.stats.block_graphs, whole.stats.candidates)
@@ -365,21 +365,12 @@ def test_an_item_hands_back_rather_than_wait_for_a_claimed_continuation(
     whole = run_item(plain, WorkItem(kernels, cap, choice), time.monotonic() + 120)
     setup = SearchSetup("blocked-test", program.to_json(), cfg, oracle, memo_dir=str(tmp_path),
                         memo_host=socket.gethostname())  # fmt: skip
-    rng = random.Random(3)
-    pending = [WorkItem(kernels, cap, choice)]
-    pieces, states, blocked = {}, Stats(), 0
-    while pending:
-        item = pending.pop(rng.randrange(len(pending)))
-        generator_module._WORKER_MEMO.clear()  # nothing known: every key is claimed
-        result = run_item(setup, item, time.monotonic() + 120, due=lambda: False)
-        assert not result.timed_out
-        blocked += result.blocked
-        assert result.blocked == bool(result.rest)  # never hungry: only blocked hand-backs
-        pieces[item.region] = result.found
-        states.merge(result.stats)
-        pending += [item.part(r) for r in result.rest]
-    assert blocked >= 2  # it did split
-    merged = [c["hash"] for region in sorted(pieces) for c in pieces[region]]
+    # nothing known before each item: every key is claimed
+    merged, states, runs = run_in_pieces(setup, WorkItem(kernels, cap, choice), 3,
+                                         lambda: False, generator_module._WORKER_MEMO.clear)
+    # never hungry: only blocked hand-backs
+    assert all(result.blocked == bool(result.rest) for _, result in runs)
+    assert sum(result.blocked for _, result in runs) >= 2  # it did split
     assert merged == [c["hash"] for c in whole.found]
     assert states.states == whole.stats.states
     assert states.block_graphs == whole.stats.block_graphs

@@ -257,7 +257,8 @@ def superoptimize(
 
     ``workers``: how many units run at once (default: every local core; on Ray, every CPU of
     the cluster). ``engine``: ``"local"`` (this process for one worker, else worker processes
-    started with ``start_method``: ``"exec"`` (default), ``"fork"``, ``"spawn"`` or
+    started with ``start_method``: ``"zygote"`` (default where the system forks: forked from
+    a fresh process that has loaded the search), ``"exec"``, ``"fork"``, ``"spawn"`` or
     ``"forkserver"``) or ``"ray"`` (Ray tasks on the cluster at ``address``; a local Ray is
     started when none is given; ``pip install mugraph[cluster]``)."""
     program.check()
