@@ -154,10 +154,7 @@ class Trail:
         those of every node above it, down to this item's base."""
         if self.due is None or not self.due():
             return False
-        self.rest = [(*self.stack, index - VISIT_OFFSET)]
-        for d in range(len(self.stack) - 1, self.base - 1, -1):
-            if self.stack[d] + 1 < self.sizes[d]:
-                self.rest.append((*self.stack[:d], self.stack[d] + 1))
+        self._rest_after((*self.stack, index - VISIT_OFFSET), len(self.stack) - 1)
         return True
 
     def stop_here(self, depth: int, index: int) -> bool:
@@ -165,11 +162,12 @@ class Trail:
         holds the regions left to explore."""
         if self.due is None or not self.progressed or not self.due():
             return False
-        self._rest_from(depth, index)
+        self._rest_after((*self.stack[:depth], index), depth - 1)
         return True
 
     def enter(self, stats: Stats) -> None:
-        """The walk enters a node: remember the statistics, for :meth:`stop_blocked`."""
+        """The walk enters a node that closes a kernel: remember the statistics, for
+        :meth:`stop_blocked`."""
         self.entered = (stats.states, stats.block_graphs, stats.candidates, dict(stats.pruned))
 
     def stop_blocked(self, stats: Stats) -> bool:
@@ -181,18 +179,18 @@ class Trail:
         depth = len(self.stack) - 1  # the node's parent; the node is its child stack[depth]
         if self.due is None or not self.progressed or depth < self.base or not self.entered:
             return False
-        self._rest_from(depth, self.stack[depth])
+        self._rest_after(tuple(self.stack[: depth + 1]), depth - 1)
         self.blocked = True
         stats.states, stats.block_graphs, stats.candidates, pruned = self.entered
         stats.pruned.clear()
         stats.pruned.update(pruned)
         return True
 
-    def _rest_from(self, depth: int, index: int) -> None:
-        """``rest``: children ``index``... of the node at ``depth`` and the later siblings
-        of every node above it, down to this item's base."""
-        self.rest = [(*self.stack[:depth], index)]
-        for d in range(depth - 1, self.base - 1, -1):
+    def _rest_after(self, first: tuple[int, ...], depth: int) -> None:
+        """``rest``: the region ``first``, then the later siblings of the path's nodes at
+        ``depth`` and above, down to this item's base."""
+        self.rest = [first]
+        for d in range(depth, self.base - 1, -1):
             if self.stack[d] + 1 < self.sizes[d]:
                 self.rest.append((*self.stack[:d], self.stack[d] + 1))
 
@@ -1207,12 +1205,12 @@ class Enumerator(Generator):
             self.block_dfs(bops, bts, choice.grid, (-1,), smem, 0, limits, close, trail)
 
     def block_dfs(self, bops, bts, grid, last_rank, smem, depth, limits, close, trail=None):
-        if trail is not None and trail.due is not None:
-            trail.enter(self.stats)
+        closing = self.outputs_for(bts, grid, limits)
+        if closing is not None and trail is not None and trail.due is not None:
+            trail.enter(self.stats)  # before the node counts anything (only a closing waits)
         self.stats.states += 1
         if self.stats.states % 512 == 0:
             self.check_time()
-        closing = self.outputs_for(bts, grid, limits)
         if closing is not None:
             close(bops, bts, *closing)
         if trail is not None and self._resume is not None:  # a resumed node visited nothing
