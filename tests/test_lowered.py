@@ -26,7 +26,6 @@ from mugraph.codegen.lowered import (
     SpecKind,
     lower_block,
     lower_graph,
-    tile_division,
 )
 from mugraph.codegen.lowered_text import kernel_text, lowered_text
 from mugraph.dtypes import DType
@@ -37,6 +36,7 @@ from mugraph.ir.layout import Layout
 from mugraph.ir.ops import OpKind
 from mugraph.ir.phase import Phase, block_phases
 from mugraph.ir.tensor import TensorRef, TensorType
+from mugraph.ir.tiling import tile_division
 from mugraph.library import WORKLOADS
 from mugraph.runtime.compiled import SHARED_MEMORY_BUDGET, default_launch, loop_tile_bytes
 from mugraph.semantics.partition import assemble_output, split_input

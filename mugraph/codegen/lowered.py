@@ -38,6 +38,7 @@ reshapes that reinterpret, the default launch): the IR never imports the layers 
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -60,6 +61,7 @@ from mugraph.ir.ops import AccumKind, Group, OpKind
 from mugraph.ir.phase import Phase, block_phases
 from mugraph.ir.tensor import TensorRef, TensorType, contiguous_strides
 from mugraph.ir.thread import render_program
+from mugraph.ir.tiling import TileDivision, tile_division
 
 LANES = 32  # threads of a warp
 PRE, LOOP, POST = Phase.INVARIANT, Phase.LOOP, Phase.POST
@@ -102,25 +104,6 @@ def dims_text(dims: tuple[int, ...]) -> str:
 
 
 @dataclass(frozen=True)
-class TileDivision:
-    """One block's tile of a device tensor in one iteration, as three layouts into the
-    tensor's memory: ``tile`` (over the tile's coordinates), ``iteration`` (over for-loop
-    iterations) and ``grid`` (over block coordinates x, y, z). Element ``coord`` of block
-    ``b``'s tile in iteration ``i`` lies at ``grid(b) + iteration(i) + tile(coord)``."""
-
-    tile: Layout
-    iteration: Layout
-    grid: Layout
-
-    def offset(self, block: tuple[int, int, int], iteration: int,
-               coord: tuple[int, ...]) -> int:
-        return self.grid(tuple(block)) + self.iteration(iteration) + self.tile(tuple(coord))
-
-    def __str__(self) -> str:
-        return f"tile {self.tile}  iteration {self.iteration}  block {self.grid}"
-
-
-@dataclass(frozen=True)
 class GlobalTile:
     """A device tensor the kernel reads (an input) or writes (an output), its layout and the
     division of that layout among blocks and iterations."""
@@ -128,30 +111,6 @@ class GlobalTile:
     tensor: LoweredTensor
     layout: Layout
     division: TileDivision
-
-
-def divide_dim(extent: int, stride: int, tile: int, iterations: int) -> tuple[Layout, ...]:
-    """(tile, iteration, block) modes of one dim of ``extent`` elements at ``stride``, split
-    into blocks, each block's part into ``iterations``, each into tiles of ``tile`` (the
-    nesting of :mod:`mugraph.ir.maps`: block outermost, tile innermost)."""
-    inner, rest = logical_divide(Layout(extent, stride), Layout(tile, 1)).modes()
-    per_iteration, per_block = logical_divide(rest, Layout(iterations, 1)).modes()
-    return inner, per_iteration, per_block
-
-
-def tile_division(layout: Layout, tile: tuple[int, ...], grid: tuple[int, int, int],
-                  grid_map: tuple[int, int, int], forloop_range: int,
-                  forloop_dim: int) -> TileDivision:
-    """The division of a device tensor of ``layout`` (one mode per dim) into the tiles an
-    imap / omap (``grid_map``) and ``forloop_dim`` give each block and iteration."""
-    modes = []
-    for d, mode in enumerate(layout.modes()):
-        iterations = forloop_range if d == forloop_dim else 1
-        modes.append(divide_dim(mode.shape, mode.stride, tile[d], iterations))
-    per_axis = [modes[d][2] if d >= 0 else Layout(g, 0) for g, d in zip(grid, grid_map,
-                                                                            strict=True)]
-    iteration = modes[forloop_dim][1] if forloop_dim >= 0 else Layout(forloop_range, 0)
-    return TileDivision(make_layout(*(m[0] for m in modes)), iteration, make_layout(*per_axis))
 
 
 # ---- register and shared tiles ------------------------------------------------------------------
@@ -198,6 +157,7 @@ class SharedTile:
         return math.prod(self.padded) * self.tensor.dtype.itemsize
 
 
+@functools.lru_cache(maxsize=4096)
 def threads_values(padded_elements: int, threads: int) -> Layout:
     """The (thread, value) layout of a tile of ``padded_elements`` over ``threads``: each
     thread a run of consecutive elements; threads beyond the tile's elements hold copies."""
@@ -752,8 +712,6 @@ __all__ = [
     "SharedTile",
     "Spec",
     "SpecKind",
-    "TileDivision",
     "lower_block",
     "lower_graph",
-    "tile_division",
 ]

@@ -49,7 +49,7 @@ from mugraph.codegen.padding import next_pow2, padded_shapes, split_matmul_parts
 from mugraph.codegen.stable_exp import KernelCarry, scaled_input_plan, stable_exp_plan
 from mugraph.dtypes import DType
 from mugraph.errors import UnsupportedError
-from mugraph.ir import maps
+from mugraph.ir import maps, tiling
 from mugraph.ir.graph import BlockGraph, Op
 from mugraph.ir.ops import AccumKind, Group, OpKind
 from mugraph.ir.phase import Phase, block_phases
@@ -384,13 +384,12 @@ class KernelEmitter:
 
     def base_terms(self, dims, tile, grid_map, fdim) -> list[list[str]]:
         """Per dim, the scalar offset terms of this block (and iteration) along it."""
-        grid = self.block.grid_dim
-        terms: list[list[str]] = [[] for _ in dims]
-        for axis, (g, d) in enumerate(zip(grid, grid_map, strict=True)):
-            if d >= 0 and g > 1:
-                terms[d].append(f"{self.pid(axis)} * {dims[d] // g}")
+        block = self.block
+        steps = tiling.block_steps(tuple(dims), tuple(tile), block.grid_dim, grid_map,
+                                   block.forloop_range, fdim)
+        terms = [[f"{self.pid(axis)} * {step}" for axis, step in axes] for axes in steps.grid]
         if fdim >= 0 and self.loop:
-            terms[fdim].append(f"{self.it()} * {tile[fdim]}")
+            terms[fdim].append(f"{self.it()} * {steps.iteration[fdim]}")
         return terms
 
     def load_input(self, op: Op, pad, shift=None, region=None) -> str:

@@ -19,8 +19,8 @@ law it satisfies (``tests/test_layout.py`` checks each against brute-force enume
   tensor's index space.
 - :func:`logical_product` — ``A`` repeated by ``B``: ``(A, complement(A) ∘ B)``.
 
-Not yet used by the rest of mugraph: tensors still carry dims and flat strides, and tile
-offsets are computed in :mod:`mugraph.ir.maps` and the code generator.
+:mod:`mugraph.ir.tiling` divides device tensors into the tiles of imap / omap / forloop_dim
+with :func:`logical_divide`; every interpretation reads its tiles from there.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from mugraph.errors import GraphStructureError, SerializationError, UnsupportedError
+from mugraph.ir import tiling
 from mugraph.ir.builder import KernelGraph
 from mugraph.ir.graph import BlockGraph, Op
 from mugraph.ir.ops import OpKind
@@ -37,7 +38,7 @@ from mugraph.ir.tensor import TensorRef
 FORMAT = "mugraph-taskgraph"
 VERSION = 1
 
-Box = tuple[tuple[int, int], ...]  # a half-open interval per tensor dim
+Box = tiling.Box  # a half-open interval per tensor dim
 
 
 # ---- tile regions ----------------------------------------------------------------------------
@@ -49,41 +50,22 @@ def block_coords(grid: tuple[int, int, int], linear: int) -> tuple[int, int, int
     return linear % gx, (linear // gx) % gy, linear // (gx * gy)
 
 
-def _split_box(dims, grid, grid_map, coords) -> Box:
-    """The part of a tensor of ``dims`` that the block at ``coords`` covers under a map."""
-    box = [(0, d) for d in dims]
-    for axis, (g, d) in enumerate(zip(grid, grid_map, strict=True)):
-        if d >= 0 and g > 1:  # (a map never names one dim twice)
-            size = dims[d] // g
-            box[d] = (coords[axis] * size, (coords[axis] + 1) * size)
-    return tuple(box)
-
-
 def read_box(block: BlockGraph, input_op: Op, coords) -> Box:
     """The region of its kernel input that a block reads over all its for-loop iterations."""
     dtensor = input_op.attr("dtensor")
-    return _split_box(dtensor.dims, block.grid_dim, input_op.attr("imap"), coords)
+    return tiling.block_box(dtensor.dims, block.grid_dim, input_op.attr("imap"), coords)
 
 
 def write_box(block: BlockGraph, output_index: int, out_dims, coords) -> Box:
     """The region of its kernel output that a block writes."""
     op = block.output_ops[output_index]
-    return _split_box(out_dims, block.grid_dim, op.attr("omap"), coords)
+    return tiling.block_box(tuple(out_dims), block.grid_dim, op.attr("omap"), coords)
 
 
 def overlapping_blocks(block: BlockGraph, output_index: int, out_dims, box: Box) -> list[int]:
     """The blocks of ``block``'s grid whose tile of output ``output_index`` meets ``box``."""
     omap = block.output_ops[output_index].attr("omap")
-    ranges = []
-    for g, d in zip(block.grid_dim, omap, strict=True):
-        if d < 0 or g == 1:
-            ranges.append(range(g))
-            continue
-        size = out_dims[d] // g
-        lo, hi = box[d]
-        ranges.append(range(lo // size, (hi - 1) // size + 1))
-    gx, gy, _ = block.grid_dim
-    return [x + gx * (y + gy * z) for z in ranges[2] for y in ranges[1] for x in ranges[0]]
+    return tiling.blocks_meeting(tuple(out_dims), block.grid_dim, omap, box)
 
 
 # ---- the graph ------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """How imap / forloop_dim split a device tensor into tiles, and omap / forloop_dim put tiles
-back together: pure index manipulation on NumPy arrays, shared by every interpretation
-(reference floats, finite field) so the partitioning means one thing everywhere.
+back together, on NumPy arrays: strided views of the divisions :mod:`mugraph.ir.tiling` gives
+(the same layouts the code generators and the persistent task graph read), shared by every
+interpretation (reference floats, finite field) so the partitioning means one thing everywhere.
 
 Block-level values are arrays of shape ``(F, gx, gy, gz, *tile)``: the for-loop iteration,
 the three grid axes, then the tile. Any of the first four axes may have size 1 where the value
@@ -10,11 +11,14 @@ the iteration, an accumulator's result); NumPy broadcasting does the rest.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from mugraph.ir import tiling
 
 LEAD = 4  # (F, gx, gy, gz) axes in front of every block-level value
 _F = 0
@@ -27,30 +31,12 @@ def split_input(
     forloop_range: int,
     forloop_dim: int,
 ) -> np.ndarray:
-    """Tiles of ``array`` as an array ``(F|1, gx|1, gy|1, gz|1, *tile)`` (a view when possible)."""
-    labels: list[int] = []  # lead position (0=F, 1..3=grid) or LEAD + dim for tile axes
-    sizes: list[int] = []
-    for dim, extent in enumerate(array.shape):
-        rest = extent
-        for axis, (g, mapped) in enumerate(zip(grid, imap, strict=True)):
-            if mapped == dim:
-                labels.append(1 + axis)
-                sizes.append(g)
-                rest //= g
-        if forloop_dim == dim:
-            labels.append(_F)
-            sizes.append(forloop_range)
-            rest //= forloop_range
-        labels.append(LEAD + dim)
-        sizes.append(rest)
-    split = array.reshape(sizes)
-    order = sorted(range(len(labels)), key=lambda i: labels[i])
-    split = split.transpose(order)
-    present = sorted(labels)
-    for lead in range(LEAD):
-        if lead not in present:
-            split = np.expand_dims(split, lead)
-    return split
+    """Tiles of ``array`` as a view ``(F|1, gx|1, gy|1, gz|1, *tile)`` of its memory: the
+    division :mod:`mugraph.ir.tiling` gives (the array's own strides are its layout, so a
+    transposed or broadcast array divides without a copy)."""
+    view = _input_view(array.shape, _element_strides(array), tuple(grid), tuple(imap),
+                       forloop_range, forloop_dim)
+    return _strided(array, view)
 
 
 def assemble_output(
@@ -61,27 +47,52 @@ def assemble_output(
     forloop_range: int,
     forloop_dim: int,
 ) -> np.ndarray:
-    """The device tensor made of every block's (and, with forloop_dim, iteration's) tile."""
-    loops = forloop_range if forloop_dim >= 0 else 1
-    full = np.broadcast_to(value, (loops, *grid, *tile))
-    order: list[int] = []
-    sizes: list[int] = []
-    for dim, extent in enumerate(tile):
-        size = extent
-        for axis, (g, mapped) in enumerate(zip(grid, omap, strict=True)):
-            if mapped == dim:
-                order.append(1 + axis)
-                size *= g
-        if forloop_dim == dim:
-            order.append(_F)
-            size *= forloop_range
-        order.append(LEAD + dim)
-        sizes.append(size)
-    # lead axes not mapped anywhere have size 1 (validated by omap checks): drop them
-    dropped = [a for a in range(LEAD) if a not in order]
-    arranged = full.transpose(dropped + order)
-    arranged = arranged.reshape(arranged.shape[len(dropped):])
-    return np.ascontiguousarray(arranged).reshape(sizes)
+    """The device tensor made of every block's (and, with forloop_dim, iteration's) tile,
+    placed by the division :mod:`mugraph.ir.tiling` gives (a view of ``value`` where its
+    memory is already in the tensor's order)."""
+    dims, shape, order = _output_order(tuple(tile), tuple(grid), tuple(omap), forloop_range,
+                                       forloop_dim)
+    full = np.broadcast_to(value, shape)
+    return np.ascontiguousarray(full.transpose(order)).reshape(dims)
+
+
+View = tuple[tuple[int, ...], tuple[int, ...]]  # (shape, element strides) of an array view
+
+
+@functools.lru_cache(maxsize=4096)
+def _input_view(shape, strides, grid, imap, forloop_range: int, forloop_dim: int) -> View:
+    division = tiling.input_division("block input", shape, strides, grid, imap, forloop_range,
+                                     forloop_dim)
+    return _single_modes(tiling.lead_modes(division, imap, forloop_dim) + division.tile.modes())
+
+
+@functools.lru_cache(maxsize=4096)
+def _output_order(tile, grid, omap, forloop_range: int, forloop_dim: int):
+    """(dims, the value's full shape, the order of its axes in the row-major tensor): its
+    axes of several elements by decreasing stride in the division (compact, so the
+    transposed value reshapes to the tensor), its axes of one element first."""
+    dims, division = tiling.output_division("block output", tile, None, grid, omap,
+                                            forloop_range, forloop_dim)
+    shape, strides = _single_modes(tiling.lead_modes(division, omap, forloop_dim)
+                                   + division.tile.modes())  # fmt: skip
+    order = sorted(range(len(shape)), key=lambda a: (shape[a] > 1, -strides[a]))
+    return dims, shape, tuple(order)
+
+
+def _single_modes(modes) -> View:
+    return tuple(m.shape for m in modes), tuple(m.stride for m in modes)
+
+
+def _element_strides(array: np.ndarray) -> tuple[int, ...]:
+    return tuple(s // array.itemsize for s in array.strides)
+
+
+def _strided(array: np.ndarray, view: View) -> np.ndarray:
+    """The view of ``array``'s memory with one axis per (size, element stride)."""
+    shape, strides = view
+    return np.lib.stride_tricks.as_strided(
+        array, shape=shape, strides=tuple(s * array.itemsize for s in strides)
+    )
 
 
 def broadcast_iterations(value: np.ndarray, forloop_range: int) -> np.ndarray:
