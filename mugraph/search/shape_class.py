@@ -9,7 +9,8 @@ MLP, attention, LoRA, a projection with an epsilon-free epilogue), each with a p
 block, looping over the reduced index. So a program is optimized in three steps:
 
 1. :func:`representative` rebuilds the program with every large dim made 64 and every small
-   one 2 (1 stays 1): the same operators and layouts, sizes where the search completes in
+   one 2 (1 stays 1; the batch dims in front of a matmul's last two are small whatever their
+   size): the same operators and layouts, sizes where the search completes in
    seconds. Its structural hash is the class's cache key, so a new sequence length or batch
    of the same class reuses the search.
 2. The representative is searched under its class preset (one block: ``grid (1, 1, 1)``).
@@ -156,16 +157,32 @@ def _small_attrs(op) -> dict | None:
     return attrs
 
 
+def _batch_dims_small(program) -> bool:
+    """Whether the dims in front of the last two of every input are batch dims (matmul
+    broadcasting: heads, sequences of a batch), made small in the representative whatever
+    their size: the representative is searched on one block, which would otherwise hold 64
+    heads (no tiling fits its shared memory; a Llama-1B attention with its 32 expanded heads
+    found 0 states). Not with a reshape, whose sizes must still multiply out."""
+    kinds = _kinds(program)
+    return OpKind.MATMUL in kinds and OpKind.RESHAPE not in kinds
+
+
+def _representative_dims(dims: tuple[int, ...], batch_small: bool) -> tuple[int, ...]:
+    lead = len(dims) - 2 if batch_small and len(dims) >= 3 else 0
+    return tuple(min(d, SMALL) if i < lead else small_size(d) for i, d in enumerate(dims))
+
+
 def representative(program) -> KernelGraph | None:
     """``program`` with small sizes (see the module docstring); None when it does not rebuild
     (a reshape whose sizes no longer multiply out, a custom kernel)."""
     graph = new_kernel_graph()
     handles: list = []
+    batch_small = _batch_dims_small(program)
     try:
         for op in program.ops:
             if op.kind is OpKind.INPUT:
                 t = op.outputs[0]
-                dims = tuple(small_size(d) for d in t.dims)
+                dims = _representative_dims(t.dims, batch_small)
                 handles.append([graph.new_input(dims, _small_strides(dims, t.strides), t.dtype)])
                 continue
             if op.kind not in Group.KERNEL or op.kind is OpKind.CUSTOMIZED:

@@ -1,0 +1,37 @@
+"""Shape-class representatives: the small program a class search runs on."""
+
+from __future__ import annotations
+
+import mugraph as mi
+from mugraph.search import shape_class as sc
+from mugraph.search.driver import superoptimize
+
+# A Llama-3.2-1B prefill's attention as the torch.compile capture hands it over (32 heads,
+# K/V already expanded to them, a 0/1 causal mask), at 128 tokens instead of 512.
+EXPANDED_HEADS_ATTENTION = """mugraph 1
+%0 = input() [index=0] -> float16[32,1,128,64]/[8192,8192,64,1]
+%1 = input() [index=1] -> float16[32,1,64,128]/[8192,64,1,64]
+%2 = matmul(%0, %1) -> float16[32,1,128,128]/[16384,16384,128,1]
+%3 = input() [index=2] -> float16[1,1,128,128]/[16384,16384,128,1]
+%4 = exp(%2) -> float16[32,1,128,128]/[16384,16384,128,1]
+%5 = mul(%4, %3) -> float16[32,1,128,128]/[16384,16384,128,1]
+%6 = reduction(%5) [dim=3] -> float16[32,1,128,1]/[128,128,1,1]
+%7 = div(%5, %6) -> float16[32,1,128,128]/[16384,16384,128,1]
+%8 = input() [index=3] -> float16[32,1,128,64]/[8192,8192,64,1]
+%9 = matmul(%7, %8) -> float16[32,1,128,64]/[8192,8192,64,1]
+outputs %9
+"""
+
+
+def test_many_heads_stay_small_in_the_representative_and_the_class_search_finds_it():
+    """Heads are a batch dim of both products: 32 of them become 2 (not 64, which left the
+    one-block search no tiling that fits shared memory: 0 states on the 1B model)."""
+    program = mi.from_text(EXPANDED_HEADS_ATTENTION)
+    cls = sc.classify(program)
+    assert cls is not None and cls.name == "attention"
+    small = sc.representative(program)
+    assert [t.dims for t in small.input_types] == [
+        (2, 1, 64, 64), (2, 1, 64, 64), (1, 1, 64, 64), (2, 1, 64, 64)]
+    result = superoptimize(small, time_limit=120, workers=1, **sc.class_overrides(cls, small))
+    assert result.candidates, result.summary()
+
