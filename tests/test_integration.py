@@ -450,3 +450,39 @@ def test_a_partition_measured_slower_than_pytorch_runs_on_pytorch(monkeypatch):
         assert not part.use_mugraph and part.report.runs_on == "pytorch"
         assert part.report.measured == {"mugraph_ms": 2.0, "pytorch_ms": 1.0}
         assert "measured slower" in part.report.detail
+
+
+@pytest.mark.parametrize("pytorch_faster", [True, False])
+def test_with_inductor_partitions_are_timed_when_compiled_and_losers_stay_in_the_graph(
+        monkeypatch, pytorch_faster):
+    """rest="inductor" on a GPU: every partition is timed against its PyTorch nodes while
+    the graph compiles (on the values the graph computes), and one PyTorch wins stays as
+    fx nodes for Inductor instead of an opaque mugraph.partition call. Here a fake GPU check
+    and timer stand in, and a spy stands in for Inductor."""
+    import torch._inductor.compile_fx as inductor
+
+    from mugraph.integration import runtime
+
+    handed: list = []
+
+    def spy(module, args):
+        handed.append(module)
+        return module.forward
+
+    times = iter([2.0, 1.0] * 8 if pytorch_faster else [1.0, 2.0] * 8)
+    monkeypatch.setattr(inductor, "compile_fx", spy)
+    monkeypatch.setattr(backend, "_on_the_gpu", lambda args: True)
+    monkeypatch.setattr(runtime, "cuda_milliseconds", lambda f: (f(), next(times))[1])
+    model = GatedMLP().eval()
+    x = torch.randn(2, 4, 16)
+    got, want = run_compiled(model, x, **CAPTURE_ONLY, rest="inductor")
+    assert_close(got, want)
+    (module,) = handed
+    calls = [n for n in module.graph.nodes if n.target is torch.ops.mugraph.partition.default]
+    parts = partitions()
+    assert parts and all(p.measured for p in parts)
+    if pytorch_faster:
+        assert calls == [] and all(p.runs_on == "pytorch" for p in parts)
+        assert all("measured slower" in p.detail for p in parts)
+    else:
+        assert len(calls) == len(parts) and all(p.runs_on == "mugraph" for p in parts)

@@ -252,12 +252,63 @@ def _with_inductor(work: GraphModule, partitions: list[CapturedProgram], modules
 
     from mugraph.integration.runtime import register_partition
 
+    _choose_on_the_gpu(work, partitions, modules, args)
+    # what PyTorch runs stays in the graph, for Inductor to compile (and fuse with the rest)
+    parts = [(captured, name) for captured, name in zip(partitions, modules, strict=True)
+             if modules[name].use_mugraph]  # fmt: skip
     keys = {}
-    for captured, name in zip(partitions, modules, strict=True):
+    for captured, name in parts:
         keys[name] = register_partition(modules[name], [meta_value(n) for n in captured.outputs])
-    module = rewrite(work, list(zip(partitions, modules, strict=True)), modules, keys)
+    module = rewrite(work, parts, modules, keys)
     report.rest = "inductor"
     return compile_fx(module, list(args))
+
+
+def _choose_on_the_gpu(work: GraphModule, partitions: list[CapturedProgram], modules: dict,
+                       args: list) -> None:
+    """On CUDA inputs, time each partition mugraph would run against its PyTorch nodes now,
+    on the values the graph computes from ``args`` (one eager run), instead of at its first
+    call: a partition PyTorch wins is then left to Inductor rather than run op by op inside
+    an opaque operator."""
+    wanted = [name for name in modules if modules[name].use_mugraph and modules[name].measure]
+    if not wanted or not _on_the_gpu(args):
+        return
+    needed = {n for captured in partitions for n in captured.raw_inputs}
+    values = _node_values(work, args, needed)
+    for captured, name in zip(partitions, modules, strict=True):
+        module = modules[name]
+        if name not in wanted:
+            continue
+        try:
+            module.choose_by_measurement(tuple(values[n] for n in captured.raw_inputs))
+        except Exception as error:  # noqa: BLE001 - PyTorch runs the partition
+            module.give_up(error)
+
+
+def _on_the_gpu(args: list) -> bool:
+    return any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
+
+
+class _Recorder(torch.fx.Interpreter):
+    """Runs a graph and keeps the values of some of its nodes."""
+
+    def __init__(self, module: GraphModule, keep: set[Node]) -> None:
+        super().__init__(module)
+        self.keep = keep
+        self.kept: dict[Node, Any] = {}
+
+    def run_node(self, n: Node) -> Any:
+        value = super().run_node(n)
+        if n in self.keep:
+            self.kept[n] = value
+        return value
+
+
+def _node_values(work: GraphModule, args: list, nodes: set[Node]) -> dict[Node, Any]:
+    recorder = _Recorder(work, nodes)
+    with torch.no_grad():
+        recorder.run(*args)
+    return recorder.kept
 
 
 def _prepare(gm: GraphModule, args: list) -> GraphModule | str:

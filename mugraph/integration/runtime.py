@@ -93,7 +93,7 @@ class MugraphPartition(torch.nn.Module):
                     return self.fallback(*raw)
             outs = self._run(raw)
         except Exception as error:  # noqa: BLE001 - never fail the model: PyTorch takes over
-            self._give_up(error)
+            self.give_up(error)
             return self.fallback(*raw)
         return tuple(self._shaped(outs[i], k) for k, i in enumerate(self.output_index))
 
@@ -116,7 +116,7 @@ class MugraphPartition(torch.nn.Module):
         value = torch.as_tensor(value)
         return value if shape is None else value.reshape(shape)
 
-    def _give_up(self, error: Exception) -> None:
+    def give_up(self, error: Exception) -> None:
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
         warnings.warn(
             f"mugraph: running partition {getattr(self.report, 'name', '?')} failed "
