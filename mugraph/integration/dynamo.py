@@ -270,18 +270,16 @@ def _choose_on_the_gpu(work: GraphModule, partitions: list[CapturedProgram], mod
     on the values the graph computes from ``args`` (one eager run), instead of at its first
     call: a partition PyTorch wins is then left to Inductor rather than run op by op inside
     an opaque operator."""
-    wanted = [name for name in modules if modules[name].use_mugraph and modules[name].measure]
-    if not wanted or not _on_the_gpu(args):
+    timed = [(captured, modules[name]) for captured, name in zip(partitions, modules, strict=True)
+             if modules[name].use_mugraph and modules[name].measure]  # fmt: skip
+    if not timed or not _on_the_gpu(args):
         return
-    needed = {n for captured in partitions for n in captured.raw_inputs}
+    needed = {n for captured, _ in timed for n in captured.raw_inputs}
     try:
         values = _node_values(work, args, needed)
     except Exception:  # noqa: BLE001 - then each partition is timed at its first call
         return
-    for captured, name in zip(partitions, modules, strict=True):
-        module = modules[name]
-        if name not in wanted:
-            continue
+    for captured, module in timed:
         try:
             module.choose_by_measurement(tuple(values[n] for n in captured.raw_inputs))
         except Exception as error:  # noqa: BLE001 - PyTorch runs the partition

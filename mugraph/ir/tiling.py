@@ -153,9 +153,8 @@ def block_box(dims: tuple[int, ...], grid: tuple[int, int, int], grid_map: GridM
               coords: tuple[int, int, int]) -> Box:
     """The part of a tensor of ``dims`` that the block at ``coords`` covers over all its
     iterations (a map never names one dim twice)."""
-    steps = block_steps(dims, _block_part(dims, grid, grid_map), grid, grid_map, 1, -1)
     box = [(0, extent) for extent in dims]
-    for d, axes in enumerate(steps.grid):
+    for d, axes in enumerate(_part_steps(tuple(dims), grid, grid_map).grid):
         for axis, step in axes:
             box[d] = (coords[axis] * step, (coords[axis] + 1) * step)
     return tuple(box)
@@ -164,9 +163,8 @@ def block_box(dims: tuple[int, ...], grid: tuple[int, int, int], grid_map: GridM
 def blocks_meeting(dims: tuple[int, ...], grid: tuple[int, int, int], grid_map: GridMap,
                    box: Box) -> list[int]:
     """The blocks (linear index, x fastest) whose part of a tensor of ``dims`` meets ``box``."""
-    steps = block_steps(dims, _block_part(dims, grid, grid_map), grid, grid_map, 1, -1)
     ranges = [range(g) for g in grid]
-    for d, axes in enumerate(steps.grid):
+    for d, axes in enumerate(_part_steps(tuple(dims), grid, grid_map).grid):
         for axis, step in axes:
             lo, hi = box[d]
             ranges[axis] = range(lo // step, (hi - 1) // step + 1)
@@ -174,10 +172,12 @@ def blocks_meeting(dims: tuple[int, ...], grid: tuple[int, int, int], grid_map: 
     return [x + gx * (y + gy * z) for z in ranges[2] for y in ranges[1] for x in ranges[0]]
 
 
-def _block_part(dims: tuple[int, ...], grid: tuple[int, int, int],
-                grid_map: GridMap) -> tuple[int, ...]:
-    """A block's part of ``dims`` over all its iterations."""
-    return maps.input_tile_dims("block part", dims, grid, grid_map, 1, -1)
+@functools.lru_cache(maxsize=8192)
+def _part_steps(dims: tuple[int, ...], grid: tuple[int, int, int],
+                grid_map: GridMap) -> BlockSteps:
+    """The steps of a block's part of ``dims`` over all its iterations."""
+    part = maps.input_tile_dims("block part", dims, grid, grid_map, 1, -1)
+    return block_steps(dims, part, grid, grid_map, 1, -1)
 
 
 __all__ = [

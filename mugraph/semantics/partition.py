@@ -21,7 +21,6 @@ import numpy as np
 from mugraph.ir import tiling
 
 LEAD = 4  # (F, gx, gy, gz) axes in front of every block-level value
-_F = 0
 
 
 def split_input(
