@@ -40,6 +40,8 @@ from mugraph.codegen.triton_gen import CODEGEN_REVISION
 ENTRY_FORMAT = 1
 _SUFFIX = ".json"
 _UNKEYED_FIELDS = ("time_limit", "workers", "extra")
+# fields added after searches were stored: keyed only when set, so older keys stay valid
+_KEYED_WHEN_SET = {"loop_required": False}
 TEMP_FILE_GRACE_SECONDS = 600  # clear() leaves younger temporary files to their writers
 
 
@@ -127,6 +129,7 @@ def config_hash(config) -> str:
         f.name: _encode_field(getattr(config, f.name))
         for f in fields(config)
         if f.name not in _UNKEYED_FIELDS
+        and not (f.name in _KEYED_WHEN_SET and getattr(config, f.name) == _KEYED_WHEN_SET[f.name])
     }
     return _digest(_canonical(data))
 

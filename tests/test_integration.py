@@ -455,10 +455,11 @@ def test_a_partition_measured_slower_than_pytorch_runs_on_pytorch(monkeypatch):
 @pytest.mark.parametrize("pytorch_faster", [True, False])
 def test_with_inductor_partitions_are_timed_when_compiled_and_losers_stay_in_the_graph(
         monkeypatch, pytorch_faster):
-    """rest="inductor" on a GPU: every partition is timed against its PyTorch nodes while
-    the graph compiles (on the values the graph computes), and one PyTorch wins stays as
-    fx nodes for Inductor instead of an opaque mugraph.partition call. Here a fake GPU check
-    and timer stand in, and a spy stands in for Inductor."""
+    """rest="inductor" on a GPU: every partition is timed against its PyTorch nodes, run op
+    by op and compiled by Inductor alone, while the graph compiles (on the values the graph
+    computes), and one PyTorch wins stays as fx nodes for Inductor instead of an opaque
+    mugraph.partition call. Here a fake GPU check and timer stand in, and a spy stands in for
+    Inductor (the last module it gets is the graph; the ones before, partitions' nodes)."""
     import torch._inductor.compile_fx as inductor
 
     from mugraph.integration import runtime
@@ -469,7 +470,8 @@ def test_with_inductor_partitions_are_timed_when_compiled_and_losers_stay_in_the
         handed.append(module)
         return module.forward
 
-    times = iter([2.0, 1.0] * 8 if pytorch_faster else [1.0, 2.0] * 8)
+    # per partition: mugraph, PyTorch op by op, PyTorch compiled by Inductor
+    times = iter([2.0, 3.0, 1.0] * 8 if pytorch_faster else [1.0, 2.0, 3.0] * 8)
     monkeypatch.setattr(inductor, "compile_fx", spy)
     monkeypatch.setattr(backend, "_on_the_gpu", lambda args: True)
     monkeypatch.setattr(runtime, "cuda_milliseconds", lambda f: (f(), next(times))[1])
@@ -477,12 +479,47 @@ def test_with_inductor_partitions_are_timed_when_compiled_and_losers_stay_in_the
     x = torch.randn(2, 4, 16)
     got, want = run_compiled(model, x, **CAPTURE_ONLY, rest="inductor")
     assert_close(got, want)
-    (module,) = handed
+    module = handed[-1]
     calls = [n for n in module.graph.nodes if n.target is torch.ops.mugraph.partition.default]
     parts = partitions()
-    assert parts and all(p.measured for p in parts)
+    assert len(handed) == len(parts) + 1
+    assert parts and all(set(p.measured) == {"mugraph_ms", "pytorch_ms", "inductor_ms"}
+                         for p in parts)
     if pytorch_faster:
         assert calls == [] and all(p.runs_on == "pytorch" for p in parts)
-        assert all("measured slower" in p.detail for p in parts)
+        assert all("measured slower" in p.detail and "1.000 ms" in p.detail for p in parts)
     else:
         assert len(calls) == len(parts) and all(p.runs_on == "mugraph" for p in parts)
+
+
+def test_with_inductor_partitions_of_one_function_and_layout_are_timed_once(monkeypatch):
+    """Two layers computing the same function on the same shapes (with their own weights):
+    the first is timed and compiled alone by Inductor, the second adopts its times."""
+    import torch._inductor.compile_fx as inductor
+
+    from mugraph.integration import runtime
+
+    handed: list = []
+
+    def spy(module, args):
+        handed.append(module)
+        return module.forward
+
+    drawn: list = []
+    monkeypatch.setattr(inductor, "compile_fx", spy)
+    monkeypatch.setattr(backend, "_on_the_gpu", lambda args: True)
+    monkeypatch.setattr(runtime, "cuda_milliseconds",
+                        lambda f: (f(), drawn.append(1), float(len(drawn)))[2])
+    model = nn.Sequential(GatedMLP(), GatedMLP()).eval()
+    x = torch.randn(2, 4, 16)
+    got, want = run_compiled(model, x, **CAPTURE_ONLY, rest="inductor")
+    assert_close(got, want)
+    parts = partitions()
+    layer = len(parts) // 2  # each layer's partitions, in order
+    assert len(parts) == 2 * layer and len(drawn) == 3 * layer and len(handed) == layer + 1
+    for first, second in zip(parts[:layer], parts[layer:], strict=True):
+        assert first.measured == second.measured and set(first.measured) == {
+            "mugraph_ms", "pytorch_ms", "inductor_ms"}
+    assert all(p.runs_on == "mugraph" for p in parts)
+
+

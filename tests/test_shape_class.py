@@ -35,3 +35,41 @@ def test_many_heads_stay_small_in_the_representative_and_the_class_search_finds_
     result = superoptimize(small, time_limit=120, workers=1, **sc.class_overrides(cls, small))
     assert result.candidates, result.summary()
 
+
+
+def test_a_long_reduction_gets_a_looped_kernel_when_the_representative_has_none(tmp_path):
+    """A Llama-1B MLP down projection with its residual (K = 8192): the class search on the
+    representative (K = 64) prefers one block holding the whole reduction, which no tiling of
+    the real sizes fits in shared memory; the backend searches again with a for-loop
+    required and tiles that (before: "none of 0 tilings fits", PyTorch ran it)."""
+    import torch
+    import torch.nn as nn
+
+    import mugraph.integration as mgi
+
+    class DownProjection(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.down = nn.Linear(8192, 256, bias=False)
+
+        def forward(self, h, x):
+            return x + self.down(h)
+
+    torch._dynamo.reset()
+    mgi.clear_reports()
+    model = DownProjection().eval()
+    h, x = torch.randn(1, 1, 8192), torch.randn(1, 1, 256)
+    compiled = torch.compile(model, backend="mugraph", dynamic=False,
+                             options={"time_limit": 60, "cache_dir": str(tmp_path)})
+    with torch.no_grad():
+        got, want = compiled(h, x), model(h, x)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    (part,) = [p for r in mgi.reports() for p in r.partitions]
+    assert part.shape_class == "linear_epilogue" and part.runs_on == "mugraph", part.line()
+    assert part.tiling["loop"] is not None and not part.detail
+    from mugraph.cache import config_hash
+    from mugraph.search.config import SearchConfig
+
+    # the new field keys only when set: the key of a default config is the one it had before
+    assert config_hash(SearchConfig()) == "f91ab7d83c351fa2115ba8f869de2c81"
+    assert config_hash(SearchConfig(loop_required=True)) != config_hash(SearchConfig())

@@ -61,6 +61,7 @@ from mugraph.integration.lowering import target_name
 from mugraph.integration.partition import DEFAULT_MAX_INPUTS, DEFAULT_MAX_OPS, partition_graph
 from mugraph.integration.report import Fallback, GraphReport, PartitionReport, record
 from mugraph.integration.runtime import MugraphPartition, fallback_module
+from mugraph.ir.ops import OpKind
 
 BACKEND_NAME = "mugraph"
 _GRAPH_IDS = itertools.count()
@@ -266,10 +267,11 @@ def _with_inductor(work: GraphModule, partitions: list[CapturedProgram], modules
 
 def _choose_on_the_gpu(work: GraphModule, partitions: list[CapturedProgram], modules: dict,
                        args: list) -> None:
-    """On CUDA inputs, time each partition mugraph would run against its PyTorch nodes now,
-    on the values the graph computes from ``args`` (one eager run), instead of at its first
-    call: a partition PyTorch wins is then left to Inductor rather than run op by op inside
-    an opaque operator."""
+    """On CUDA inputs, time each partition mugraph would run against its PyTorch nodes —
+    run op by op and compiled by Inductor alone — now, on the values the graph computes from
+    ``args`` (one eager run), instead of at its first call: a partition PyTorch wins is then
+    left to Inductor rather than run inside an opaque operator. Partitions computing the same
+    function on the same input layouts (a model's layers) are timed once, on the first."""
     timed = [(captured, modules[name]) for captured, name in zip(partitions, modules, strict=True)
              if modules[name].use_mugraph and modules[name].measure]  # fmt: skip
     if not timed or not _on_the_gpu(args):
@@ -279,11 +281,44 @@ def _choose_on_the_gpu(work: GraphModule, partitions: list[CapturedProgram], mod
         values = _node_values(work, args, needed)
     except Exception:  # noqa: BLE001 - then each partition is timed at its first call
         return
+    decided: dict[tuple, dict] = {}
     for captured, module in timed:
+        raw = tuple(values[n] for n in captured.raw_inputs)
+        key = _timing_key(module, raw)
         try:
-            module.choose_by_measurement(tuple(values[n] for n in captured.raw_inputs))
+            if key in decided:
+                module._run(raw)  # compiled for this partition's own program object
+                module.adopt(decided[key])
+                continue
+            measured = module.choose_by_measurement(
+                raw, rival=_inductor_rival(module.fallback, raw))
+            if key is not None:
+                decided[key] = measured
         except Exception as error:  # noqa: BLE001 - PyTorch runs the partition
             module.give_up(error)
+
+
+def _timing_key(module: MugraphPartition, raw: tuple) -> tuple | None:
+    """What a partition's times depend on: its μGraph, its inputs' adaptations and the
+    shapes, strides and dtypes of its raw inputs (None: never shared)."""
+    from mugraph.ir.hashing import kernel_graph_hash
+
+    if module.report is None:
+        return None
+    layouts = tuple((tuple(v.shape), v.stride(), v.dtype) if isinstance(v, torch.Tensor)
+                    else repr(v) for v in raw)  # fmt: skip
+    return kernel_graph_hash(module.best), tuple(module.specs), layouts
+
+
+def _inductor_rival(fallback: GraphModule, raw: tuple):
+    """The partition's PyTorch nodes compiled by Inductor alone (None if it cannot)."""
+    from torch._inductor.compile_fx import compile_fx
+
+    try:
+        with torch._guards.tracing(None):
+            return compile_fx(passes.copy_graph_module(fallback), list(raw))
+    except Exception:  # noqa: BLE001 - timed against the eager nodes only
+        return None
 
 
 def _on_the_gpu(args: list) -> bool:
@@ -426,7 +461,26 @@ def _optimize_by_class(program, cls, options: BackendOptions, arch: str, part: P
     except sc.NotInstantiable as error:
         part.detail = f"class {cls.name}: {error}"
         return None
-    return _first_verified(tiler, program, config, part)
+    best = _first_verified(tiler, program, config, part)
+    if best is program and not _has_loop(best_small) and part.status != "not searched":
+        # the representative's kernel holds a whole reduction in one block, which at the real
+        # sizes no tiling may fit in shared memory: search it again with a for-loop required
+        looped_config = _resolve(small, {**overrides, "loop_required": True})
+        looped_small = _cached_search(small, looped_config, cache, part, options)
+        if looped_small is not small:
+            try:
+                tiler = sc.Tiler(looped_small, small, program)
+            except sc.NotInstantiable as error:
+                part.detail = f"class {cls.name}: {error}"
+                return None
+            part.detail = ""
+            best = _first_verified(tiler, program, looped_config, part)
+    return best
+
+
+def _has_loop(graph) -> bool:
+    return any(op.kind is OpKind.CUSTOMIZED and op.attr("graph").forloop_range > 1
+               for op in graph.ops)
 
 
 # Tiled answers of this process, by program and class search: identical layers of a model

@@ -32,6 +32,9 @@ class PartitionReport:
                 f"{stats.get('verified', 0)} verified"
             )
         detail = f" — {self.detail}" if self.detail else ""
+        if self.measured and self.runs_on == "mugraph":
+            times = ", ".join(f"{k.removesuffix('_ms')} {v:.3f}" for k, v in self.measured.items())
+            detail += f" — measured ms: {times}"
         cls = f" [{self.shape_class}]" if self.shape_class else ""
         return (
             f"{self.name}{cls}: {len(self.nodes)} fx nodes -> {len(self.ops)} mugraph ops "

@@ -97,13 +97,49 @@ class MugraphPartition(torch.nn.Module):
             return self.fallback(*raw)
         return tuple(self._shaped(outs[i], k) for k, i in enumerate(self.output_index))
 
-    def choose_by_measurement(self, raw: tuple) -> None:
-        """Time both ways of running this partition once; PyTorch keeps it when faster."""
+    def run_op(self, raw: list) -> list[torch.Tensor]:
+        """The body of ``torch.ops.mugraph.partition``: the outputs as fresh contiguous tensors.
+        Once the partition runs on mugraph for good, straight to the compiled program (which
+        checks its inputs' shapes on every call and never returns an input's memory); else
+        through :meth:`forward`, whose PyTorch nodes may return views of the inputs."""
+        program = self._compiled
+        if program is not None and self.use_mugraph and not self.measure and not (
+            _needs_autograd(raw)
+        ):
+            try:
+                outs = program(inputs=self._inputs(raw))
+            except Exception as error:  # noqa: BLE001 - PyTorch takes over, as in forward
+                self.give_up(error)
+            else:
+                return [self._shaped(outs[i], k).contiguous()
+                        for k, i in enumerate(self.output_index)]
+        outs = []
+        for value in self(*raw):
+            value = value.contiguous()
+            outs.append(value.clone() if _aliases(value, raw) else value)
+        return outs
+
+    def choose_by_measurement(self, raw: tuple, rival=None) -> dict:
+        """Time both ways of running this partition once; PyTorch keeps it when faster.
+        ``rival``: the PyTorch nodes compiled (by Inductor), timed too; PyTorch's time is
+        then the better of the two. Returns the times (milliseconds)."""
         self.measure = False
         ours = self.timer(lambda: self._run(raw))
         theirs = self.timer(lambda: self.fallback(*raw))
+        measured = {"mugraph_ms": ours, "pytorch_ms": theirs}
+        if rival is not None:
+            measured["inductor_ms"] = self.timer(lambda: rival(*raw))
+        self.adopt(measured)
+        return measured
+
+    def adopt(self, measured: dict) -> None:
+        """Run on mugraph or on PyTorch as ``measured`` (this partition's times, or those of
+        one computing the same function on the same shapes) says."""
+        self.measure = False
+        ours = measured["mugraph_ms"]
+        theirs = min(v for k, v in measured.items() if k != "mugraph_ms")
         if self.report is not None:
-            self.report.measured = {"mugraph_ms": ours, "pytorch_ms": theirs}
+            self.report.measured = dict(measured)
         if theirs < ours:
             self.use_mugraph = False
             if self.report is not None:
@@ -114,7 +150,7 @@ class MugraphPartition(torch.nn.Module):
     def _shaped(self, value, k: int):
         shape = self.output_shapes[k] if self.output_shapes else None
         value = torch.as_tensor(value)
-        return value if shape is None else value.reshape(shape)
+        return value if shape is None or value.shape == shape else value.reshape(shape)
 
     def give_up(self, error: Exception) -> None:
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
@@ -129,12 +165,13 @@ class MugraphPartition(torch.nn.Module):
             self.report.detail = f"runtime failure: {first}"
 
     def _inputs(self, raw: tuple) -> list[torch.Tensor]:
-        device = next(v.device for v in raw if isinstance(v, torch.Tensor))
         inputs = []
         for spec in self.specs:
             if isinstance(spec, ExternalInput):
-                inputs.append(apply_adapters(raw[spec.source], spec.adapters))
+                value = raw[spec.source]
+                inputs.append(apply_adapters(value, spec.adapters) if spec.adapters else value)
             else:
+                device = next(v.device for v in raw if isinstance(v, torch.Tensor))
                 inputs.append(self._const(spec, device))
         return inputs
 
@@ -185,18 +222,24 @@ def _aliases(value: torch.Tensor, inputs: list[torch.Tensor]) -> bool:
     return any(t.untyped_storage().data_ptr() == ptr for t in inputs)
 
 
-@torch.library.custom_op("mugraph::partition", mutates_args=())
 def run_partition(key: int, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Run registered partition ``key``: fresh contiguous outputs (never views of inputs)."""
-    outs = []
-    for value in _PARTITIONS[key](*inputs):
-        value = value.contiguous()
-        outs.append(value.clone() if _aliases(value, inputs) else value)
-    return outs
+    """``torch.ops.mugraph.partition(key, inputs)``: run registered partition ``key``; fresh
+    contiguous outputs (never views of inputs)."""
+    return _PARTITIONS[key].run_op(inputs)
 
 
-@run_partition.register_fake
 def _run_partition_fake(key: int, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     device = inputs[0].device
     return [torch.empty(shape, dtype=dtype, device=device)
             for shape, dtype in _PARTITIONS[key].fake_outputs]
+
+
+# Defined on a torch.library.Library rather than with torch.library.custom_op: the call is on
+# every step of a compiled model, and custom_op's Python wrappers (autograd, aliasing checks)
+# cost about 20 us a call more (benchmarks/probe_partition_calls.py); partitions never run
+# under autograd inside Inductor's graphs (the backend gives Inductor no graph that needs it).
+_LIBRARY = torch.library.Library("mugraph", "FRAGMENT")
+_LIBRARY.define("partition(int key, Tensor[] inputs) -> Tensor[]")
+for _dispatch in ("CPU", "CUDA"):
+    _LIBRARY.impl("partition", run_partition, _dispatch)
+torch.library.register_fake("mugraph::partition")(_run_partition_fake)

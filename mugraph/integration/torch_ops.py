@@ -40,6 +40,8 @@ class _Memo:
         self._lock = threading.Lock()
 
     def get(self, key: tuple, tensors: list[torch.Tensor], compute) -> torch.Tensor:
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+            return compute()  # differentiable: the operators record the graph, nothing kept
         stamp = tuple((t, _version(t)) for t in tensors)
         with self._lock:
             hit = self._entries.get(key)
@@ -64,7 +66,6 @@ def new_site() -> int:
     return next(_SITES)
 
 
-@torch.library.custom_op("mugraph::fold_weights", mutates_args=())
 def fold_weights(scale: torch.Tensor, weights: list[torch.Tensor], site: int) -> torch.Tensor:
     """cat([W * scale (broadcast over rows) for W in weights], dim=0), memoized per site."""
 
@@ -76,23 +77,34 @@ def fold_weights(scale: torch.Tensor, weights: list[torch.Tensor], site: int) ->
     return _MEMO.get(("fold", site), [scale, *weights], compute)
 
 
-@fold_weights.register_fake
 def _fold_weights_fake(scale: torch.Tensor, weights: list[torch.Tensor], site: int
                        ) -> torch.Tensor:
     rows = sum(w.shape[0] for w in weights)
     return weights[0].new_empty((rows, *weights[0].shape[1:]))
 
 
-@torch.library.custom_op("mugraph::concat", mutates_args=())
 def concat(tensors: list[torch.Tensor], site: int) -> torch.Tensor:
     """cat(tensors, dim=0), memoized per site (stacked weights or biases)."""
     return _MEMO.get(("cat", site), tensors, lambda: torch.cat(tensors, 0))
 
 
-@concat.register_fake
 def _concat_fake(tensors: list[torch.Tensor], site: int) -> torch.Tensor:
     rows = sum(t.shape[0] for t in tensors)
     return tensors[0].new_empty((rows, *tensors[0].shape[1:]))
+
+
+# Defined on a torch.library.Library rather than with torch.library.custom_op: these run on
+# every step of a compiled model and custom_op's Python wrappers cost about 20 us a call more
+# (benchmarks/probe_partition_calls.py); they are never differentiated (weights prepared for
+# inference graphs).
+_LIBRARY = torch.library.Library("mugraph", "FRAGMENT")
+_LIBRARY.define("fold_weights(Tensor scale, Tensor[] weights, int site) -> Tensor")
+_LIBRARY.define("concat(Tensor[] tensors, int site) -> Tensor")
+for _dispatch in ("CPU", "CUDA"):
+    _LIBRARY.impl("fold_weights", fold_weights, _dispatch)
+    _LIBRARY.impl("concat", concat, _dispatch)
+torch.library.register_fake("mugraph::fold_weights")(_fold_weights_fake)
+torch.library.register_fake("mugraph::concat")(_concat_fake)
 
 
 # Operators that prepare weights: they stay in PyTorch (the report says so).

@@ -57,6 +57,8 @@ class SearchConfig:
                     is cheaper whole in one block than accumulated or combined from partials
     loop_tiles:     the for-loop leaves one of these extents per iteration
     loop_reduced_only: the for-loop runs over a reduced index (or over partial results)
+    loop_required:  every custom kernel has a for-loop (a class representative whose answer is
+                    tiled for a long reduction: its kernel must stream that reduction)
     min_blocks:     a custom kernel has at least this many blocks, or the most its indices
                     allow under the rules above (keep the multiprocessors busy)
     keep, keep_per_structure, max_structures: unused — the search engine verifies every
@@ -107,6 +109,7 @@ class SearchConfig:
     split_min_extent: int = 0
     loop_tiles: tuple[int, ...] | None = None
     loop_reduced_only: bool = False
+    loop_required: bool = False
     min_blocks: int = 1
     keep: int = 8
     keep_per_structure: int = 2

@@ -452,9 +452,10 @@ class Generator:
         """For-loop choices: an index and a range leaving tiles of at least min_tile (of a
         loop_tiles extent, where the config sets them) — or, for partial results side by
         side (an index that is the outer factor of a compound dim), one iteration per
-        partial, which combines them."""
-        yield None
+        partial, which combines them. No loop unless the config requires one."""
         cfg = self.config
+        if not cfg.loop_required:
+            yield None
         atoms = sorted({lab.outer_atom(lbl) for labels in split for lbl in labels if lbl} - {None})
         for atom in atoms:
             partials = lab.is_partial_atom(atom)
