@@ -16,6 +16,7 @@ cache; the GPU run then tiles, verifies and compiles for the real sizes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import statistics
@@ -126,7 +127,10 @@ def run_mode(model, mode: str, args, ids, cache0, token, reference: dict, option
                 if mode == "eager":
                     reference[phase] = out.clone()
                 row[f"{phase}_err"] = rel_err(out, reference[phase])
-                row[f"{phase}_ms"] = timed(fn, args.reps, cuda)
+                with _counting_slow_calls() as slow:
+                    row[f"{phase}_ms"] = timed(fn, args.reps, cuda)
+                if mode == "mugraph":  # compiled-program calls that missed their fast plan
+                    row[f"{phase}_slow_calls"] = slow[0]
         except Exception as error:  # noqa: BLE001 - report the failure, keep the other modes
             row[f"{phase}_error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
     if mode == "mugraph":
@@ -137,6 +141,25 @@ def run_mode(model, mode: str, args, ids, cache0, token, reference: dict, option
                 key = part.shape_class or "other"
                 row["taken"][key] = row["taken"].get(key, 0) + 1
     return row
+
+
+@contextlib.contextmanager
+def _counting_slow_calls():
+    """Counts calls of mugraph's compiled programs that take the checked (slow) path."""
+    from mugraph.runtime.compiled import CompiledProgram
+
+    count = [0]
+    checked = CompiledProgram._call_checked
+
+    def counting(self, inputs):
+        count[0] += 1
+        return checked(self, inputs)
+
+    CompiledProgram._call_checked = counting
+    try:
+        yield count
+    finally:
+        CompiledProgram._call_checked = checked
 
 
 def table(rows: list[dict]) -> str:

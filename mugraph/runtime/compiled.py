@@ -347,7 +347,10 @@ class CompiledProgram:
                 except UnsupportedError:
                     continue  # launched apart
         self._devices: dict[str, _DeviceState] = {}
-        self._plans: dict[tuple, _Plan] = {}  # every device's plans, by input pointers
+        # every device's plans: by input pointers where a CUDA graph holds them, else by the
+        # inputs' shapes, strides and dtypes (the pointers are read at each call)
+        self._plans: dict[tuple, _Plan | _CapturedPlan] = {}
+        self._last_open: _Plan | None = None
         self.plan_note = ""  # how the fast path went (or why there is none)
         self._build_plan()
 
@@ -415,24 +418,38 @@ class CompiledProgram:
         if kwargs:
             raise UnsupportedError(f"compiled program: unknown options {sorted(kwargs)}")
         if self._plans:
-            try:
-                key = tuple([x.data_ptr() for x in inputs])
-            except Exception:  # noqa: BLE001 - not tensors: the checked path says what is wrong
-                key = None
-            plan = self._plans.get(key)
-            if plan is not None and plan.matches(inputs):
+            plan = self._plan_for(inputs)
+            if plan is not None:
                 if plan.verified:
                     return plan.call(inputs)
                 try:
                     outs = plan.call(inputs)
                 except Exception as error:  # noqa: BLE001 - this Triton launches otherwise
                     self._plans.clear()
+                    self._last_open = None
                     self._plannable = False
                     self.plan_note = f"fast path off: {type(error).__name__}: {error}"
                 else:
                     plan.verified = True
                     return outs
         return self._call_checked(inputs)
+
+    def _plan_for(self, inputs) -> _Plan | _CapturedPlan | None:
+        """The plan made for inputs like these (None: the checked path runs)."""
+        last = self._last_open
+        if last is not None and last.matches(inputs):
+            return last
+        try:
+            plan = self._plans.get(_input_key(inputs))
+        except Exception:  # noqa: BLE001 - not tensors: the checked path says what is wrong
+            return None
+        if plan is None:
+            plan = next((p for p in self._plans.values() if p.open and p.matches(inputs)), None)
+        if plan is None or not plan.matches(inputs):
+            return None
+        if plan.open:
+            self._last_open = plan
+        return plan
 
     def _call_checked(self, inputs) -> list[Any]:
         self._check_inputs(inputs)
@@ -651,6 +668,7 @@ class CompiledProgram:
     def _remember(self, plan: _Plan | _CapturedPlan) -> None:
         if len(self._plans) >= MAX_PLANS:
             self._plans.pop(next(iter(self._plans)))
+            self._last_open = None
         self._plans[plan.key] = plan
         self.plan_note = plan.note
 
@@ -660,12 +678,14 @@ class _NoPlan(Exception):
 
 
 class _Plan:
-    """The launches of one program for one set of input tensors, with arguments precomputed.
+    """The launches of one program for one layout of its inputs, with arguments precomputed.
 
     Kernels are launched through their compiled launchers with pointers passed as integers:
-    the plan is keyed by the inputs' pointers and checked against their shapes, strides and
-    dtypes, intermediate buffers belong to the program, and the fresh outputs of each call are
-    allocated with the strides they were planned with. Where Triton offers no such launcher,
+    the plan is checked against the inputs' shapes, strides and dtypes, the inputs' and fresh
+    outputs' pointers are read at each call, intermediate buffers belong to the program, and
+    the fresh outputs of each call are allocated with the strides they were planned with. A
+    plan whose launches a CUDA graph replays holds the inputs' pointers too: it is keyed by
+    them (``open`` is False). Where Triton offers no such launcher,
     the plan launches through the JIT with tensors (slower, still without the checks).
     """
 
@@ -684,13 +704,14 @@ class _Plan:
         self.graph_failed = ""
         self.verified = False  # a call went through (until then a failure turns it off)
         self.note = "fast path"
+        self.open = True  # valid for any input pointers (no CUDA graph holds them)
 
     @classmethod
     def build(cls, program: CompiledProgram, inputs, state: _DeviceState, values, trace) -> _Plan:
         import torch
 
         plan = cls()
-        plan.key, plan.signature = _input_key(inputs), _input_signature(inputs)
+        plan.signature = _input_signature(inputs)
         plan.device = state.device
         plan.device_index = state.device.index if state.device.index is not None else 0
         fresh_index: dict[int, int] = {}  # id(tensor) -> fresh buffer index
@@ -702,6 +723,8 @@ class _Plan:
                 raise _NoPlan("an output is not 16-byte aligned")
         plan.outputs = [fresh_index[id(values[r.op][r.index])] for r in program._outputs]
         input_index = {id(x): k for k, x in enumerate(inputs)}
+        input_memory = {x.untyped_storage().data_ptr(): k for k, x in enumerate(inputs)}
+        held = False  # some launch holds an input's pointer: the plan is keyed by them
         for step, ins, outs, scratch, sides, compiled in trace:
             args, index64 = step.arguments(ins, outs, scratch, sides)
             try:
@@ -716,17 +739,20 @@ class _Plan:
                     k = fresh_index.get(id(a))
                     if k is not None:
                         fills.append((pos, 0, k))
-                    elif not direct and id(a) in input_index:
+                    elif id(a) in input_index:
                         fills.append((pos, 1, input_index[id(a)]))
+                    elif a.untyped_storage().data_ptr() in input_memory:
+                        held = True  # a view of an input, passed as it was at planning
                     flat.append(a.data_ptr() if direct else a)
                 else:
                     flat.append(a)
-            if not direct:  # never keep the caller's tensors alive in the plan
-                for pos, _, _ in fills:
-                    flat[pos] = None
+            for pos, _, _ in fills:  # never keep the caller's tensors (or pointers) in the plan
+                flat[pos] = None
             plan.launches.append((launch, tuple(flat), tuple(fills), direct))
         want = program.cuda_graph
         plan.use_graph = (want is None or bool(want)) and state.device.type == "cuda"
+        plan.open = not plan.use_graph and not held
+        plan.key = ("any pointers", *plan.signature) if plan.open else _input_key(inputs)
         return plan
 
     def matches(self, inputs) -> bool:
@@ -760,8 +786,8 @@ class _Plan:
             if fills:
                 args = list(args)
                 if direct:
-                    for pos, _, k in fills:
-                        args[pos] = fresh[k].data_ptr()
+                    for pos, kind, k in fills:
+                        args[pos] = (fresh[k] if kind == 0 else inputs[k]).data_ptr()
                 else:
                     for pos, kind, k in fills:
                         args[pos] = fresh[k] if kind == 0 else inputs[k]
@@ -791,6 +817,7 @@ class _CapturedPlan:
         self.graph_failed = ""
         self.verified = True  # the general path is always right
         self.note = "CUDA graph of the general path (PyTorch operators)"
+        self.open = False  # its graphs hold the inputs' pointers
 
     def matches(self, inputs) -> bool:
         return _matches(self.signature, inputs)

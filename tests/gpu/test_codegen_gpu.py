@@ -188,6 +188,10 @@ def test_fast_path_without_cuda_graph_and_inside_a_user_capture():
     for _ in range(4):
         assert torch.equal(plain(inputs=xs)[0], want)
     assert plain.fast_path_stats()["graphs"] == 0 and plain.fast_path_stats()["plans"] == 1
+    for seed in (1, 2, 3):  # other tensors of the same layout: the same plan, their pointers
+        other = _inputs(g, seed=seed)
+        assert torch.equal(plain(inputs=other)[0], _direct(g, other)[0])
+    assert plain.fast_path_stats()["plans"] == 1
     program = compile_graph(g, cache=False)
     for _ in range(3):
         program(inputs=xs)
