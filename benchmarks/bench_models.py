@@ -70,7 +70,12 @@ def decode_fn(model, cache, token, kv: int):
 
 def timed(fn, reps: int, cuda: bool) -> float:
     """Median milliseconds of ``fn()`` over ``reps`` calls (after 3 warm-up calls)."""
-    for _ in range(3):
+    return statistics.median(samples(fn, reps, cuda))
+
+
+def samples(fn, reps: int, cuda: bool, warmup: int = 3) -> list[float]:
+    """Milliseconds of each of ``reps`` calls of ``fn()`` (after ``warmup`` calls)."""
+    for _ in range(warmup):
         fn()
     times = []
     for _ in range(reps):
@@ -85,7 +90,7 @@ def timed(fn, reps: int, cuda: bool) -> float:
             t0 = time.perf_counter()
             fn()
             times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+    return times
 
 
 def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -96,7 +101,11 @@ def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
 def compiled_model(model, mode: str, options: dict):
     import mugraph.integration  # noqa: F401 - registers the backend
 
-    torch._dynamo.reset()
+    # the modes' compiled graphs live side by side (Dynamo guards each on its backend), so
+    # that their timing can be interleaved: no reset, room for every mode's graphs
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, 64)
     if mode == "eager":
         return model
     if mode == "torch.compile":
@@ -104,7 +113,10 @@ def compiled_model(model, mode: str, options: dict):
     return torch.compile(model, backend="mugraph", options=options, dynamic=False)
 
 
-def run_mode(model, mode: str, args, ids, cache0, token, reference: dict, options: dict) -> dict:
+def run_mode(model, mode: str, args, ids, cache0, token, reference: dict, options: dict,
+             calls: dict) -> dict:
+    """Compile ``mode`` and make its first calls (the row's compile times and errors); its
+    callables go to ``calls[(mode, phase)]`` for the interleaved timing."""
     import mugraph.integration as mgi
 
     cuda = args.device == "cuda"
@@ -127,10 +139,8 @@ def run_mode(model, mode: str, args, ids, cache0, token, reference: dict, option
                 if mode == "eager":
                     reference[phase] = out.clone()
                 row[f"{phase}_err"] = rel_err(out, reference[phase])
-                with _counting_slow_calls() as slow:
-                    row[f"{phase}_ms"] = timed(fn, args.reps, cuda)
-                if mode == "mugraph":  # compiled-program calls that missed their fast plan
-                    row[f"{phase}_slow_calls"] = slow[0]
+                samples(fn, 0, cuda)  # warm-up calls (Dynamo may specialize once more)
+                calls[(mode, phase)] = fn
         except Exception as error:  # noqa: BLE001 - report the failure, keep the other modes
             row[f"{phase}_error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
     if mode == "mugraph":
@@ -160,6 +170,37 @@ def _counting_slow_calls():
         yield count
     finally:
         CompiledProgram._call_checked = checked
+
+
+def time_interleaved(rows: list[dict], calls: dict, rounds: int, reps: int, cuda: bool) -> None:
+    """Time every (mode, phase) in ``rounds`` rounds of ``reps`` calls each, the modes one
+    after the other within a round, so that a drift of the machine's speed (the host's
+    speed moved by up to 2x between calls of the same program minutes apart) falls on every
+    mode alike. The row gets the median of all calls and the spread of the round medians."""
+    import mugraph.integration as mgi
+
+    times: dict = {key: [] for key in calls}
+    medians: dict = {key: [] for key in calls}
+    slow = dict.fromkeys(calls, 0)
+    reports = len(mgi.reports())
+    with torch.no_grad():
+        for _ in range(rounds):
+            for key, fn in calls.items():
+                with _counting_slow_calls() as count:
+                    got = samples(fn, reps, cuda, warmup=1)
+                slow[key] += count[0]
+                times[key] += got
+                medians[key].append(statistics.median(got))
+    by_mode = {r["mode"]: r for r in rows}
+    for (mode, phase), got in times.items():
+        row = by_mode[mode]
+        row[f"{phase}_ms"] = statistics.median(got)
+        row[f"{phase}_round_ms"] = [round(m, 3) for m in medians[(mode, phase)]]
+        if mode == "mugraph":  # compiled-program calls that missed their fast plan
+            row[f"{phase}_slow_calls"] = slow[(mode, phase)]
+    if len(mgi.reports()) != reports:
+        print(f"warning: mugraph compiled {len(mgi.reports()) - reports} more graphs while "
+              "timing (a Dynamo guard failed)")
 
 
 def table(rows: list[dict]) -> str:
@@ -206,7 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
     parser.add_argument("--prefill", type=int, default=512)
     parser.add_argument("--kv", type=int, default=1024, help="keys the decode step attends to")
-    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--reps", type=int, default=20, help="timed calls per mode and phase")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="the timed calls are split into this many interleaved rounds")
     parser.add_argument("--layers", type=int, default=LLAMA_1B["num_hidden_layers"])
     parser.add_argument("--modes", default="eager,mugraph,torch.compile")
     parser.add_argument("--rest", default="inductor", choices=["eager", "inductor"],
@@ -228,9 +271,10 @@ def main(argv: list[str] | None = None) -> int:
     options = {"time_limit": args.time_limit, "cache_dir": args.cache_dir, "rest": args.rest}
     reference: dict = {}
     rows = []
+    calls: dict = {}
     for mode in ["eager", *[m for m in args.modes.split(",") if m != "eager"]]:
         started = time.perf_counter()
-        rows.append(run_mode(model, mode, args, ids, cache0, token, reference, options))
+        rows.append(run_mode(model, mode, args, ids, cache0, token, reference, options, calls))
         print(f"{mode}: done in {time.perf_counter() - started:.1f} s "
               f"{ {k: v for k, v in rows[-1].items() if k not in ('reports',)} }", flush=True)
         if args.out:  # after every mode, so a run cut short keeps what it measured
@@ -241,6 +285,13 @@ def main(argv: list[str] | None = None) -> int:
             for text in rows[-1].get("reports", []):
                 print("\n".join(line for line in text.splitlines()
                                 if "mugraph_partition" in line or line.startswith("mugraph")))
+    time_interleaved(rows, calls, args.rounds, max(1, args.reps // args.rounds),
+                     args.device == "cuda")
+    if args.out:
+        (Path(args.out) / "results.json").write_text(json.dumps(rows, indent=1, default=str))
+    for r in rows:
+        print(f"{r['mode']}: " + ", ".join(f"{p} round medians {r.get(p + '_round_ms')}"
+                                             for p in ("prefill", "decode")))
     layers = sizes["num_hidden_layers"]
     print(f"\nLlama-3.2-1B-sized ({layers} layers, random weights, {args.dtype}) on "
           f"{torch.cuda.get_device_name() if args.device == 'cuda' else args.device}: prefill "

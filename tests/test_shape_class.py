@@ -73,3 +73,48 @@ def test_a_long_reduction_gets_a_looped_kernel_when_the_representative_has_none(
     # the new field keys only when set: the key of a default config is the one it had before
     assert config_hash(SearchConfig()) == "f91ab7d83c351fa2115ba8f869de2c81"
     assert config_hash(SearchConfig(loop_required=True)) != config_hash(SearchConfig())
+
+
+def test_on_a_gpu_the_verified_tilings_are_timed_and_the_fastest_kept(monkeypatch, tmp_path):
+    """With a GPU, the cheapest tilings that verify are all timed there and the fastest one
+    runs (the cost model only orders them). A fake GPU architecture and timer stand in: the
+    timer calls each later tiling faster, so the last one timed must be chosen."""
+    import torch
+    import torch.nn as nn
+
+    import mugraph.integration as mgi
+    from mugraph.integration import dynamo
+
+    timed: list = []
+
+    def fake_timer(program):
+        def timer(graph):
+            timed.append(graph)
+            return 10.0 - len(timed)
+        return timer
+
+    monkeypatch.setattr(dynamo, "_arch", lambda captured: "sm_90")
+    monkeypatch.setattr(dynamo, "_tiling_timer", fake_timer)
+
+    class Projection(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = nn.Linear(512, 256, bias=False)
+
+        def forward(self, h, x):
+            return x + self.proj(h)
+
+    torch._dynamo.reset()
+    mgi.clear_reports()
+    model = Projection().eval()
+    h, x = torch.randn(1, 16, 512), torch.randn(1, 16, 256)
+    compiled = torch.compile(model, backend="mugraph", dynamic=False,
+                             options={"time_limit": 60, "cache_dir": str(tmp_path)})
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(h, x), model(h, x), rtol=1e-4, atol=1e-4)
+    (part,) = [p for r in mgi.reports() for p in r.partitions]
+    times = part.tiling["timed_ms"]
+    assert part.runs_on == "mugraph" and len(times) == len(timed) > 1, part.line()
+    assert times == sorted(times, reverse=True)  # the last timed is the fastest: chosen
+    best = dynamo._TILED[next(k for k in dynamo._TILED if k[-1])][0]
+    assert best is timed[-1]

@@ -461,7 +461,7 @@ def _optimize_by_class(program, cls, options: BackendOptions, arch: str, part: P
     except sc.NotInstantiable as error:
         part.detail = f"class {cls.name}: {error}"
         return None
-    best = _first_verified(tiler, program, config, part)
+    best = _first_verified(tiler, program, config, part, arch)
     if best is program and not _has_loop(best_small) and part.status != "not searched":
         # the representative's kernel holds a whole reduction in one block, which at the real
         # sizes no tiling may fit in shared memory: search it again with a for-loop required
@@ -474,7 +474,7 @@ def _optimize_by_class(program, cls, options: BackendOptions, arch: str, part: P
                 part.detail = f"class {cls.name}: {error}"
                 return None
             part.detail = ""
-            best = _first_verified(tiler, program, looped_config, part)
+            best = _first_verified(tiler, program, looped_config, part, arch)
     return best
 
 
@@ -488,24 +488,33 @@ def _has_loop(graph) -> bool:
 _TILED: dict[tuple, tuple[Any, dict, str]] = {}
 
 
-def _first_verified(tiler, program, config, part: PartitionReport):
-    """The cheapest tiling that verifies (at reduced extents); the program when none does."""
+def _first_verified(tiler, program, config, part: PartitionReport, arch: str = "cpu"):
+    """The cheapest tiling that verifies (at reduced extents); the program when none does.
+    On a GPU (``arch`` not "cpu"), the cheapest few by the cost model that verify are timed
+    there and the fastest is taken."""
     from mugraph.cache import config_hash
 
-    key = (program.structural_hash(), tuple(program.input_types), config_hash(config))
+    timer = _tiling_timer(program) if arch != "cpu" else None
+    key = (program.structural_hash(), tuple(program.input_types), config_hash(config),
+           timer is not None)
     if key not in _TILED:
-        best = _verified_tiling(tiler, program, config, part)
+        best = _verified_tiling(tiler, program, config, part, timer)
         _TILED[key] = (None if best is program else best, dict(part.tiling), part.detail)
     best, part.tiling, part.detail = _TILED[key]
     part.status = "optimized" if best is not program else "unimproved"
     return best if best is not None else program
 
 
-def _verified_tiling(tiler, program, config, part: PartitionReport):
+TILINGS_TRIED = 3  # the cheapest tilings (by the cost model) verified, the first kept ...
+TILINGS_TIMED = 4  # ... or, on a GPU, this many verified ones timed and the fastest kept
+
+
+def _verified_tiling(tiler, program, config, part: PartitionReport, timer=None):
     from mugraph.search.verify import verify
 
     tilings = tiler.tilings()
-    for tiling in tilings[:3]:
+    verified = []
+    for tiling in tilings[:TILINGS_TIMED if timer else TILINGS_TRIED]:
         try:
             small_program, small_graph = tiler.reduced(tiling)
             check = verify(small_graph, small_program, delta=config.delta)
@@ -513,15 +522,54 @@ def _verified_tiling(tiler, program, config, part: PartitionReport):
             part.detail = f"tiling not verified: {type(error).__name__}: {error}"
             continue
         if check.passed:
-            best = tiling.graph
-            best.verification = check
-            part.status = "optimized"
-            part.tiling = {"grid": [list(a) for a in tiling.axes],
-                           "loop": list(tiling.loop) if tiling.loop else None}
-            return best
-    part.status = "unimproved"
-    part.detail = part.detail or f"none of {len(tilings)} tilings fits and verifies"
-    return program
+            tiling.graph.verification = check
+            verified.append(tiling)
+            if timer is None:
+                break
+    if not verified:
+        part.status = "unimproved"
+        part.detail = part.detail or f"none of {len(tilings)} tilings fits and verifies"
+        return program
+    times = [timer(t.graph) for t in verified] if timer is not None and len(verified) > 1 else []
+    chosen = verified[times.index(min(times))] if times else verified[0]
+    part.status = "optimized"
+    part.detail = ""
+    part.tiling = {"grid": [list(a) for a in chosen.axes],
+                   "loop": list(chosen.loop) if chosen.loop else None}
+    if times:
+        part.tiling["timed_ms"] = [round(t, 4) for t in times]
+    return chosen.graph
+
+
+def _tiling_timer(program):
+    """Milliseconds per call of a tiled μGraph of ``program`` on the current GPU (inputs drawn
+    once; back-to-back calls; infinity when it fails to compile or run), or None without a
+    GPU."""
+    if not torch.cuda.is_available():
+        return None
+    from mugraph.codegen.check import random_inputs
+    from mugraph.runtime.compiled import compile_graph
+
+    inputs: list = []
+
+    def timer(graph) -> float:
+        try:
+            if not inputs:
+                inputs.extend(random_inputs(program, "cuda"))
+            compiled = compile_graph(graph, cuda_graph=False)
+            for _ in range(3):
+                compiled(inputs=inputs)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(20):
+                compiled(inputs=inputs)
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 20
+        except Exception:  # noqa: BLE001 - a tiling that does not run is not chosen
+            return float("inf")
+
+    return timer
 
 
 def _resolve(program, overrides: dict):
