@@ -492,6 +492,42 @@ def test_with_inductor_partitions_are_timed_when_compiled_and_losers_stay_in_the
         assert len(calls) == len(parts) and all(p.runs_on == "mugraph" for p in parts)
 
 
+def test_with_inductor_a_folded_weight_is_prepared_inside_the_partition_call(monkeypatch):
+    """A norm weight folded into the projection after it (mugraph::fold_weights) that only
+    mugraph partitions use is prepared inside the partition call (memoized) from the
+    parameters: the graph Inductor gets has no fold_weights call left, one operator call less
+    per step."""
+    import torch._inductor.compile_fx as inductor
+
+    from mugraph.integration import runtime
+    from mugraph.integration.torch_ops import fold_weights_op
+
+    handed: list = []
+
+    def spy(module, args):
+        handed.append(module)
+        return module.forward
+
+    monkeypatch.setattr(inductor, "compile_fx", spy)
+    monkeypatch.setattr(backend, "_on_the_gpu", lambda args: True)
+    monkeypatch.setattr(runtime, "cuda_milliseconds", lambda f: (f(), 1.0)[1])
+    model = NormLinear().eval()
+    x = torch.randn(2, 4, 16)
+    compiled = torch.compile(model, backend="mugraph", options={**CAPTURE_ONLY, "rest": "inductor"})
+    with torch.no_grad():
+        for _ in range(2):
+            assert_close(compiled(x), model(x))
+        model.norm.weight.mul_(2.0)  # a changed parameter: prepared again, not stale
+        assert_close(compiled(x), model(x))
+    module = handed[-1]
+    targets = [n.target for n in module.graph.nodes if n.op == "call_function"]
+    (call,) = [n for n in module.graph.nodes if n.target is torch.ops.mugraph.partition.default]
+    assert fold_weights_op not in targets
+    # the activation, the norm weight, the projection's weight and its bias: graph inputs
+    assert len(call.args[1]) == 4 and all(n.op == "placeholder" for n in call.args[1])
+    assert any(p.runs_on == "mugraph" for p in partitions())
+
+
 def test_with_inductor_partitions_of_one_function_and_layout_are_timed_once(monkeypatch):
     """Two layers computing the same function on the same shapes (with their own weights):
     the first is timed and compiled alone by Inductor, the second adopts its times."""

@@ -61,6 +61,7 @@ from mugraph.integration.lowering import target_name
 from mugraph.integration.partition import DEFAULT_MAX_INPUTS, DEFAULT_MAX_OPS, partition_graph
 from mugraph.integration.report import Fallback, GraphReport, PartitionReport, record
 from mugraph.integration.runtime import MugraphPartition, fallback_module
+from mugraph.integration.torch_ops import WEIGHT_PREPARATION
 from mugraph.ir.ops import OpKind
 
 BACKEND_NAME = "mugraph"
@@ -260,9 +261,41 @@ def _with_inductor(work: GraphModule, partitions: list[CapturedProgram], modules
     keys = {}
     for captured, name in parts:
         keys[name] = register_partition(modules[name], [meta_value(n) for n in captured.outputs])
-    module = rewrite(work, parts, modules, keys)
+    prepared = _preparations(parts)
+    for captured, name in parts:
+        modules[name].prepare_inside([
+            None if n not in prepared[name] else (prepared[name][n][0], prepared[name][n][1],
+                                                   len(prepared[name][n][2]))
+            for n in captured.raw_inputs])
+    module = rewrite(work, parts, modules, keys, prepared)
     report.rest = "inductor"
     return compile_fx(module, list(args))
+
+
+def _preparations(parts: list[tuple[CapturedProgram, str]]) -> dict[str, dict]:
+    """Per partition mugraph runs: its raw inputs that are prepared weights
+    (``mugraph::fold_weights`` / ``mugraph::concat`` of parameters) used by nothing but such
+    partitions, as {node: (kind, site, tensor nodes)}. Those are prepared inside the partition
+    call (the same memo) from the tensors, one operator call less per step."""
+    from mugraph.integration.torch_ops import fold_weights_op
+
+    owned = {n for captured, _ in parts for n in captured.nodes}
+    out: dict[str, dict] = {}
+    for captured, name in parts:
+        found = {}
+        for n in captured.raw_inputs:
+            if n.op != "call_function" or n.target not in WEIGHT_PREPARATION:
+                continue
+            if not all(u in owned for u in n.users):
+                continue
+            if n.target is fold_weights_op:
+                kind, tensors, site = "fold", [n.args[0], *n.args[1]], n.args[2]
+            else:
+                kind, tensors, site = "concat", list(n.args[0]), n.args[1]
+            if all(isinstance(t, Node) for t in tensors):
+                found[n] = (kind, site, tensors)
+        out[name] = found
+    return out
 
 
 def _choose_on_the_gpu(work: GraphModule, partitions: list[CapturedProgram], modules: dict,
@@ -666,10 +699,11 @@ def _schedule(graph: Graph, units: list, unit_of: dict[Node, int]) -> list:
 
 
 def rewrite(gm: GraphModule, parts: list[tuple[CapturedProgram, str]],
-            modules: dict[str, torch.nn.Module], keys: dict[str, int] | None = None
-            ) -> GraphModule:
+            modules: dict[str, torch.nn.Module], keys: dict[str, int] | None = None,
+            prepared: dict[str, dict] | None = None) -> GraphModule:
     """``gm`` with each partition's nodes replaced by a call of its module (or, with ``keys``,
-    of ``torch.ops.mugraph.partition`` on the registered module)."""
+    of ``torch.ops.mugraph.partition`` on the registered module; with ``prepared``, a raw
+    input the partition prepares inside is passed as the tensors it is prepared from)."""
     graph = gm.graph
     units, unit_of = _units(graph, parts)
     new = Graph()
@@ -679,7 +713,9 @@ def rewrite(gm: GraphModule, parts: list[tuple[CapturedProgram, str]],
             env[unit] = new.node_copy(unit, lambda n: env[n])
             continue
         captured, name = unit
-        inputs = tuple(env[n] for n in captured.raw_inputs)
+        inside = (prepared or {}).get(name, {})
+        inputs = tuple(env[t] for n in captured.raw_inputs
+                       for t in (inside[n][2] if n in inside else [n]))
         if keys is not None:
             call = new.call_function(torch.ops.mugraph.partition.default,
                                      (keys[name], list(inputs)))

@@ -82,6 +82,31 @@ class MugraphPartition(torch.nn.Module):
         # faster (the search's cost model is an estimate; this is a measurement)
         self.measure = True
         self.timer = cuda_milliseconds
+        self._prepared: list | None = None  # see prepare_inside
+
+    def prepare_inside(self, layout: list) -> None:
+        """The operator's inputs from now on: for raw input i, ``layout[i]`` is None (it comes
+        as it is) or ``(kind, site, count)``: it is prepared in the call from the next
+        ``count`` tensors, as ``mugraph::fold_weights`` (kind "fold") or ``mugraph::concat``
+        would (the same memo)."""
+        self._prepared = layout if any(entry is not None for entry in layout) else None
+
+    def _raw(self, given: list) -> list:
+        """The partition's raw inputs from the operator's (see :meth:`prepare_inside`)."""
+        from mugraph.integration.torch_ops import concat, fold_weights
+
+        raw, j = [], 0
+        for entry in self._prepared:
+            if entry is None:
+                raw.append(given[j])
+                j += 1
+                continue
+            kind, site, count = entry
+            tensors = list(given[j:j + count])
+            j += count
+            raw.append(fold_weights(tensors[0], tensors[1:], site) if kind == "fold"
+                       else concat(tensors, site))
+        return raw
 
     def forward(self, *raw: Any) -> tuple:
         if not self.use_mugraph or _needs_autograd(raw):
@@ -102,6 +127,8 @@ class MugraphPartition(torch.nn.Module):
         Once the partition runs on mugraph for good, straight to the compiled program (which
         checks its inputs' shapes on every call and never returns an input's memory); else
         through :meth:`forward`, whose PyTorch nodes may return views of the inputs."""
+        if self._prepared is not None:
+            raw = self._raw(raw)
         program = self._compiled
         if program is not None and self.use_mugraph and not self.measure and not (
             _needs_autograd(raw)

@@ -107,6 +107,9 @@ torch.library.register_fake("mugraph::fold_weights")(_fold_weights_fake)
 torch.library.register_fake("mugraph::concat")(_concat_fake)
 
 
+fold_weights_op = torch.ops.mugraph.fold_weights.default
+concat_op = torch.ops.mugraph.concat.default
+
 # Operators that prepare weights: they stay in PyTorch (the report says so).
 WEIGHT_PREPARATION = frozenset({torch.ops.mugraph.fold_weights.default,
                                 torch.ops.mugraph.concat.default})
