@@ -9,9 +9,14 @@ keyword argument ``options``). For each concrete input signature the backend
 2. partitions it around matmul and attention anchors (:mod:`mugraph.integration.partition`);
 3. for each partition of a known shape class (:mod:`mugraph.search.shape_class`), takes the
    search of its small representative from the result cache (:mod:`mugraph.cache`) or runs
-   it under the class preset, tiles the answer for the real sizes and verifies that tiling;
-   other partitions are looked up / superoptimized as they are;
-4. replaces each partition by a :class:`~mugraph.integration.runtime.MugraphPartition` module.
+   it under the class preset, tiles the answer for the real sizes and verifies that tiling
+   (on a GPU, the cheapest few that verify are timed and the fastest is kept); other
+   partitions are looked up / superoptimized as they are;
+4. replaces each partition by a :class:`~mugraph.integration.runtime.MugraphPartition` module;
+   with ``rest="inductor"`` on a GPU, each is first timed against its PyTorch nodes (op by op
+   and compiled by Inductor alone, once per function and layout), the ones PyTorch wins stay
+   as fx nodes, and the others become ``torch.ops.mugraph.partition`` calls in the graph
+   Inductor compiles.
 
 Shapes are static per specialization: a graph Dynamo compiled with dynamic shapes is
 specialized again for every new concrete signature (and hits the cache for programs seen

@@ -32,6 +32,9 @@ class PartitionReport:
                 f"{stats.get('verified', 0)} verified"
             )
         detail = f" — {self.detail}" if self.detail else ""
+        if self.tiling.get("timed_ms"):
+            timed = ", ".join(f"{t:.4f}" for t in self.tiling["timed_ms"])
+            detail += f" — tilings timed (ms): {timed}"
         if self.measured and self.runs_on == "mugraph":
             times = ", ".join(f"{k.removesuffix('_ms')} {v:.3f}" for k, v in self.measured.items())
             detail += f" — measured ms: {times}"
