@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import torch
+import torch.nn as nn
+
 import mugraph as mi
+import mugraph.integration as mgi
+from mugraph.cache import config_hash
+from mugraph.integration import dynamo
 from mugraph.search import shape_class as sc
+from mugraph.search.config import SearchConfig
 from mugraph.search.driver import superoptimize
 
 # A Llama-3.2-1B prefill's attention as the torch.compile capture hands it over (32 heads,
@@ -37,39 +44,39 @@ def test_many_heads_stay_small_in_the_representative_and_the_class_search_finds_
 
 
 
+class ResidualProjection(nn.Module):
+    """x + h W^T: a projection with a residual (the linear_epilogue class)."""
+
+    def __init__(self, k: int, n: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(k, n, bias=False)
+
+    def forward(self, h, x):
+        return x + self.proj(h)
+
+
+def _compiled_projection(k: int, n: int, rows: int, cache_dir) -> mgi.PartitionReport:
+    """Compile a ResidualProjection, check it against eager, return its one partition."""
+    torch._dynamo.reset()
+    mgi.clear_reports()
+    model = ResidualProjection(k, n).eval()
+    h, x = torch.randn(1, rows, k), torch.randn(1, rows, n)
+    compiled = torch.compile(model, backend="mugraph", dynamic=False,
+                             options={"time_limit": 60, "cache_dir": str(cache_dir)})
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(h, x), model(h, x), rtol=1e-4, atol=1e-4)
+    (part,) = [p for r in mgi.reports() for p in r.partitions]
+    return part
+
+
 def test_a_long_reduction_gets_a_looped_kernel_when_the_representative_has_none(tmp_path):
     """A Llama-1B MLP down projection with its residual (K = 8192): the class search on the
     representative (K = 64) prefers one block holding the whole reduction, which no tiling of
     the real sizes fits in shared memory; the backend searches again with a for-loop
     required and tiles that (before: "none of 0 tilings fits", PyTorch ran it)."""
-    import torch
-    import torch.nn as nn
-
-    import mugraph.integration as mgi
-
-    class DownProjection(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.down = nn.Linear(8192, 256, bias=False)
-
-        def forward(self, h, x):
-            return x + self.down(h)
-
-    torch._dynamo.reset()
-    mgi.clear_reports()
-    model = DownProjection().eval()
-    h, x = torch.randn(1, 1, 8192), torch.randn(1, 1, 256)
-    compiled = torch.compile(model, backend="mugraph", dynamic=False,
-                             options={"time_limit": 60, "cache_dir": str(tmp_path)})
-    with torch.no_grad():
-        got, want = compiled(h, x), model(h, x)
-    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
-    (part,) = [p for r in mgi.reports() for p in r.partitions]
+    part = _compiled_projection(8192, 256, 1, tmp_path)
     assert part.shape_class == "linear_epilogue" and part.runs_on == "mugraph", part.line()
     assert part.tiling["loop"] is not None and not part.detail
-    from mugraph.cache import config_hash
-    from mugraph.search.config import SearchConfig
-
     # the new field keys only when set: the key of a default config is the one it had before
     assert config_hash(SearchConfig()) == "f91ab7d83c351fa2115ba8f869de2c81"
     assert config_hash(SearchConfig(loop_required=True)) != config_hash(SearchConfig())
@@ -79,12 +86,6 @@ def test_on_a_gpu_the_verified_tilings_are_timed_and_the_fastest_kept(monkeypatc
     """With a GPU, the cheapest tilings that verify are all timed there and the fastest one
     runs (the cost model only orders them). A fake GPU architecture and timer stand in: the
     timer calls each later tiling faster, so the last one timed must be chosen."""
-    import torch
-    import torch.nn as nn
-
-    import mugraph.integration as mgi
-    from mugraph.integration import dynamo
-
     timed: list = []
 
     def fake_timer(program):
@@ -95,24 +96,7 @@ def test_on_a_gpu_the_verified_tilings_are_timed_and_the_fastest_kept(monkeypatc
 
     monkeypatch.setattr(dynamo, "_arch", lambda captured: "sm_90")
     monkeypatch.setattr(dynamo, "_tiling_timer", fake_timer)
-
-    class Projection(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.proj = nn.Linear(512, 256, bias=False)
-
-        def forward(self, h, x):
-            return x + self.proj(h)
-
-    torch._dynamo.reset()
-    mgi.clear_reports()
-    model = Projection().eval()
-    h, x = torch.randn(1, 16, 512), torch.randn(1, 16, 256)
-    compiled = torch.compile(model, backend="mugraph", dynamic=False,
-                             options={"time_limit": 60, "cache_dir": str(tmp_path)})
-    with torch.no_grad():
-        torch.testing.assert_close(compiled(h, x), model(h, x), rtol=1e-4, atol=1e-4)
-    (part,) = [p for r in mgi.reports() for p in r.partitions]
+    part = _compiled_projection(512, 256, 16, tmp_path)
     times = part.tiling["timed_ms"]
     assert part.runs_on == "mugraph" and len(times) == len(timed) > 1, part.line()
     assert times == sorted(times, reverse=True)  # the last timed is the fastest: chosen

@@ -325,8 +325,9 @@ def _choose_on_the_gpu(work: GraphModule, partitions: list[CapturedProgram], mod
         key = _timing_key(module, raw)
         try:
             if key in decided:
-                module._run(raw)  # compiled for this partition's own program object
                 module.adopt(decided[key])
+                if module.use_mugraph:
+                    module._run(raw)  # its program compiled now, not at the first step
                 continue
             measured = module.choose_by_measurement(
                 raw, rival=_inductor_rival(module.fallback, raw))

@@ -95,8 +95,8 @@ def _concat_fake(tensors: list[torch.Tensor], site: int) -> torch.Tensor:
 
 # Defined on a torch.library.Library rather than with torch.library.custom_op: these run on
 # every step of a compiled model and custom_op's Python wrappers cost about 20 us a call more
-# (benchmarks/probe_partition_calls.py); they are never differentiated (weights prepared for
-# inference graphs).
+# (see mugraph.integration.runtime); under autograd they compute without the memo, so the
+# operators inside record the graph.
 _LIBRARY = torch.library.Library("mugraph", "FRAGMENT")
 _LIBRARY.define("fold_weights(Tensor scale, Tensor[] weights, int site) -> Tensor")
 _LIBRARY.define("concat(Tensor[] tensors, int site) -> Tensor")
