@@ -559,3 +559,22 @@ def test_with_inductor_partitions_of_one_function_and_layout_are_timed_once(monk
     assert all(p.runs_on == "mugraph" for p in parts)
 
 
+
+
+def test_identical_layers_are_capture_checked_once(monkeypatch):
+    """The float64 capture check of a partition is made once per computation: a second
+    layer doing the same (other node names, other weights) reuses its verdict."""
+    calls: list = []
+    check = backend.check_capture
+
+    def counting(captured, fallback, seed=0):
+        calls.append(captured.kinds)
+        return check(captured, fallback, seed)
+
+    monkeypatch.setattr(backend, "check_capture", counting)
+    monkeypatch.setattr(backend, "_CHECKED", {})  # no verdicts of earlier tests
+    model = nn.Sequential(GatedMLP(), GatedMLP()).eval()
+    x = torch.randn(2, 4, 16)
+    assert_close(*run_compiled(model, x))
+    parts = partitions()
+    assert len(parts) % 2 == 0 and len(calls) == len(parts) // 2 > 0

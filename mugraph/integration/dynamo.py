@@ -432,9 +432,8 @@ def _check(captured: CapturedProgram, fallback: GraphModule) -> str | None:
     """Why the capture is not trusted (None: it matches PyTorch numerically)."""
     key = (
         captured.graph.structural_hash(), tuple(captured.graph.input_types),
-        tuple((target_name(n), repr(n.args), repr(n.kwargs)) for n in fallback.graph.nodes
-              if n.op not in ("placeholder", "output")),
-        tuple(repr(s) for s in captured.input_specs),
+        _node_structure(fallback.graph), tuple(repr(s) for s in captured.input_specs),
+        tuple(captured.output_index), repr(captured.output_shapes),
     )
     if key not in _CHECKED:
         try:
@@ -442,6 +441,26 @@ def _check(captured: CapturedProgram, fallback: GraphModule) -> str | None:
         except Exception as error:  # noqa: BLE001 - what cannot be checked is not trusted
             _CHECKED[key] = f"the capture check failed to run ({type(error).__name__}: {error})"
     return _CHECKED[key]
+
+
+def _node_structure(graph: Graph) -> tuple:
+    """The nodes' targets and arguments with every node named by its position, so that the
+    same computation in another layer of a model (other node names) has the same structure,
+    and the shapes and dtypes of the graph's inputs."""
+    position = {n: i for i, n in enumerate(graph.nodes)}
+
+    def named(value):
+        return torch.fx.node.map_arg(value, lambda n: f"%{position[n]}")
+
+    structure = []
+    for n in graph.nodes:
+        if n.op == "placeholder":
+            value = meta_value(n) if ("val" in n.meta or "example_value" in n.meta) else None
+            structure.append(("input", repr(getattr(value, "shape", None)),
+                              repr(getattr(value, "dtype", None))))
+        elif n.op != "output":
+            structure.append((target_name(n), repr(named(n.args)), repr(named(n.kwargs))))
+    return tuple(structure)
 
 
 def _arch(captured: CapturedProgram) -> str:
