@@ -330,7 +330,7 @@ def _choose_on_the_gpu(work: GraphModule, partitions: list[CapturedProgram], mod
                     module._run(raw)  # its program compiled now, not at the first step
                 continue
             measured = module.choose_by_measurement(
-                raw, rival=_inductor_rival(module.fallback, raw))
+                raw, rival=lambda m=module, r=raw: _inductor_rival(m.fallback, r))
             if key is not None:
                 decided[key] = measured
         except Exception as error:  # noqa: BLE001 - PyTorch runs the partition

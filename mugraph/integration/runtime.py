@@ -148,14 +148,16 @@ class MugraphPartition(torch.nn.Module):
 
     def choose_by_measurement(self, raw: tuple, rival=None) -> dict:
         """Time both ways of running this partition once; PyTorch keeps it when faster.
-        ``rival``: the PyTorch nodes compiled (by Inductor), timed too; PyTorch's time is
-        then the better of the two. Returns the times (milliseconds)."""
+        ``rival``: makes the PyTorch nodes compiled (by Inductor; None if it cannot), timed
+        too when mugraph beats the nodes run op by op; PyTorch's time is then the better of
+        the two. Returns the times (milliseconds)."""
         self.measure = False
         ours = self.timer(lambda: self._run(raw))
         theirs = self.timer(lambda: self.fallback(*raw))
         measured = {"mugraph_ms": ours, "pytorch_ms": theirs}
-        if rival is not None:
-            measured["inductor_ms"] = self.timer(lambda: rival(*raw))
+        compiled = rival() if rival is not None and ours <= theirs else None
+        if compiled is not None:
+            measured["inductor_ms"] = self.timer(lambda: compiled(*raw))
         self.adopt(measured)
         return measured
 
