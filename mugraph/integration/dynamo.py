@@ -66,8 +66,7 @@ from mugraph.integration.lowering import target_name
 from mugraph.integration.partition import DEFAULT_MAX_INPUTS, DEFAULT_MAX_OPS, partition_graph
 from mugraph.integration.report import Fallback, GraphReport, PartitionReport, record
 from mugraph.integration.runtime import MugraphPartition, fallback_module
-from mugraph.integration.torch_ops import WEIGHT_PREPARATION
-from mugraph.ir.ops import OpKind
+from mugraph.integration.torch_ops import WEIGHT_PREPARATION, fold_weights_op
 
 BACKEND_NAME = "mugraph"
 _GRAPH_IDS = itertools.count()
@@ -268,9 +267,9 @@ def _with_inductor(work: GraphModule, partitions: list[CapturedProgram], modules
         keys[name] = register_partition(modules[name], [meta_value(n) for n in captured.outputs])
     prepared = _preparations(parts)
     for captured, name in parts:
+        inside = prepared[name]
         modules[name].prepare_inside([
-            None if n not in prepared[name] else (prepared[name][n][0], prepared[name][n][1],
-                                                   len(prepared[name][n][2]))
+            (inside[n][0], inside[n][1], len(inside[n][2])) if n in inside else None
             for n in captured.raw_inputs])
     module = rewrite(work, parts, modules, keys, prepared)
     report.rest = "inductor"
@@ -282,8 +281,6 @@ def _preparations(parts: list[tuple[CapturedProgram, str]]) -> dict[str, dict]:
     (``mugraph::fold_weights`` / ``mugraph::concat`` of parameters) used by nothing but such
     partitions, as {node: (kind, site, tensor nodes)}. Those are prepared inside the partition
     call (the same memo) from the tensors, one operator call less per step."""
-    from mugraph.integration.torch_ops import fold_weights_op
-
     owned = {n for captured, _ in parts for n in captured.nodes}
     out: dict[str, dict] = {}
     for captured, name in parts:
@@ -514,31 +511,27 @@ def _optimize_by_class(program, cls, options: BackendOptions, arch: str, part: P
     if best_small is small:
         part.status = "unimproved" if part.status != "not searched" else part.status
         return program
-    try:
-        tiler = sc.Tiler(best_small, small, program)
-    except sc.NotInstantiable as error:
-        part.detail = f"class {cls.name}: {error}"
-        return None
-    best = _first_verified(tiler, program, config, part, arch)
-    if best is program and not _has_loop(best_small) and part.status != "not searched":
+
+    def tiled(answer, answer_config):
+        """The verified tiling of ``answer`` (None: it cannot be tiled) and whether its
+        kernel loops."""
+        try:
+            tiler = sc.Tiler(answer, small, program)
+        except sc.NotInstantiable as error:
+            part.detail = f"class {cls.name}: {error}"
+            return None, False
+        return _first_verified(tiler, program, answer_config, part, arch), tiler.looped
+
+    best, looped = tiled(best_small, config)
+    if best is program and not looped and part.status != "not searched":
         # the representative's kernel holds a whole reduction in one block, which at the real
         # sizes no tiling may fit in shared memory: search it again with a for-loop required
         looped_config = _resolve(small, {**overrides, "loop_required": True})
         looped_small = _cached_search(small, looped_config, cache, part, options)
         if looped_small is not small:
-            try:
-                tiler = sc.Tiler(looped_small, small, program)
-            except sc.NotInstantiable as error:
-                part.detail = f"class {cls.name}: {error}"
-                return None
             part.detail = ""
-            best = _first_verified(tiler, program, looped_config, part, arch)
+            best, _ = tiled(looped_small, looped_config)
     return best
-
-
-def _has_loop(graph) -> bool:
-    return any(op.kind is OpKind.CUSTOMIZED and op.attr("graph").forloop_range > 1
-               for op in graph.ops)
 
 
 # Tiled answers of this process, by program and class search: identical layers of a model

@@ -22,6 +22,7 @@ from torch.fx import Graph, GraphModule
 
 from mugraph.errors import ShapeError
 from mugraph.integration.capture import CapturedProgram, ExternalInput, apply_adapters
+from mugraph.integration.torch_ops import concat, fold_weights
 
 
 def fallback_module(captured: CapturedProgram) -> GraphModule:
@@ -93,8 +94,6 @@ class MugraphPartition(torch.nn.Module):
 
     def _raw(self, given: list) -> list:
         """The partition's raw inputs from the operator's (see :meth:`prepare_inside`)."""
-        from mugraph.integration.torch_ops import concat, fold_weights
-
         raw, j = [], 0
         for entry in self._prepared:
             if entry is None:

@@ -111,5 +111,4 @@ fold_weights_op = torch.ops.mugraph.fold_weights.default
 concat_op = torch.ops.mugraph.concat.default
 
 # Operators that prepare weights: they stay in PyTorch (the report says so).
-WEIGHT_PREPARATION = frozenset({torch.ops.mugraph.fold_weights.default,
-                                torch.ops.mugraph.concat.default})
+WEIGHT_PREPARATION = frozenset({fold_weights_op, concat_op})

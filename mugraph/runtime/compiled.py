@@ -443,9 +443,11 @@ class CompiledProgram:
             plan = self._plans.get(_input_key(inputs))
         except Exception:  # noqa: BLE001 - not tensors: the checked path says what is wrong
             return None
+        if plan is not None and not plan.matches(inputs):
+            plan = None
         if plan is None:
             plan = next((p for p in self._plans.values() if p.open and p.matches(inputs)), None)
-        if plan is None or not plan.matches(inputs):
+        if plan is None:
             return None
         if plan.open:
             self._last_open = plan

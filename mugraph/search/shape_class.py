@@ -328,6 +328,11 @@ class Tiler:
                 raise NotInstantiable("accumulators in a loop over an output index")
             self.loop_atom = None
 
+    @property
+    def looped(self) -> bool:
+        """Whether the representative's kernel has a for-loop."""
+        return self.kernel.block.forloop_range > 1
+
     def tilings(self, cost: Callable | None = None) -> list[Tiling]:
         """Every tiling that fits the GPU (at most MAX_TILINGS), cheapest first by ``cost``
         (default: the cost model)."""
