@@ -224,6 +224,38 @@ def test_silu_pattern_and_strided_weight():
     assert weights and weights[0].strides[-2:] == (1, 16)  # W.T as a strided view, no copy
 
 
+class ProjectTransposeGate(nn.Module):
+    """A projection transposed (heads first, as attention wants it), then an epilogue."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(16, 24, bias=False)
+
+    def forward(self, x, y):
+        return F.silu(self.proj(x).transpose(0, 1)) * y
+
+
+@pytest.mark.parametrize("elementwise", ["pytorch", "mugraph"])
+def test_a_transpose_of_a_computed_value_stays_in_the_partition(elementwise):
+    options = {**CAPTURE_ONLY, "elementwise": elementwise}
+    got, want = run_compiled(ProjectTransposeGate(), torch.randn(8, 16), torch.randn(24, 8),
+                             **options)
+    assert_close(got, want)
+    (part,) = partitions()
+    assert part.ops == ["matmul", "permute", "silu", "mul"] and part.runs_on == "mugraph"
+    assert not fallbacks()
+
+
+def test_a_partition_with_a_transpose_is_optimized_around_it():
+    """Searched: the projection and the epilogue are optimized apart (each its shape class),
+    the transpose between them a view the epilogue's kernel reads in place."""
+    got, want = run_compiled(ProjectTransposeGate(), torch.randn(8, 16), torch.randn(24, 8),
+                             time_limit=10, cache=False)
+    assert_close(got, want)
+    (part,) = partitions()
+    assert (part.status, part.runs_on) == ("optimized", "mugraph"), part.line()
+
+
 @pytest.mark.parametrize(
     "fn, reason",
     [

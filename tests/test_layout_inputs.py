@@ -91,3 +91,69 @@ def test_folded_gqa_heads_over_a_transposed_key_cache(monkeypatch):
     monkeypatch.undo()
     want = torch.exp(folded.float() @ keys.float().transpose(1, 2))
     torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=5e-2)
+
+
+# ---- transposes of computed values: kernel-level views ------------------------------------------
+
+
+def _exp_kernel(g, x):
+    """A custom kernel computing exp(x) of a 2-d tensor, 16 rows per block (``x`` may be a
+    view: the kernel reads it through its strides)."""
+    tb = mi.new_threadblock_graph((x.dims[0] // 16, 1, 1), (128, 1, 1), 1)
+    tile = tb.new_input(x, (0, -1, -1), forloop_dim=-1)
+    tb.new_output(tb.exp(tile), (0, -1, -1))
+    return g.customized([x], tb)[0]
+
+
+def test_a_transposed_intermediate_is_a_view_read_in_place():
+    """exp(exp(X)^T): the transpose is a kernel-level permute — no kernel and no copy, the
+    second kernel reads the first one's output through permuted strides; the view itself is
+    an output too, and later calls never write into what an earlier call returned."""
+    g = mi.new_kernel_graph()
+    x = g.new_input((32, 64), dtype=mi.float32)
+    viewed = g.transpose(_exp_kernel(g, x), 0, 1)
+    assert viewed.strides == (1, 64)
+    g.mark_output(_exp_kernel(g, viewed))
+    g.mark_output(viewed)
+    assert [op.kind.value for op in g.ops] == ["input", "customized", "permute", "customized"]
+    assert g.ops[3].attr("graph").ops[0].attr("dtensor").strides == (1, 64)
+    program = compile_graph(g, cache=False)
+    first_in = torch.randn(32, 64, device=DEVICE) / 4
+    first = program(inputs=[first_in])
+    kept = [t.clone() for t in first]
+    for _ in range(3):
+        program(inputs=[torch.randn(32, 64, device=DEVICE) / 4])
+    for got, want in zip(first, kept, strict=True):
+        assert torch.equal(got, want), "a later call wrote into an earlier call's output"
+    torch.testing.assert_close(first[1], torch.exp(first_in).t())
+    torch.testing.assert_close(first[0], torch.exp(torch.exp(first_in).t()))
+    assert first[1].stride() == (1, 64)
+    if DEVICE.type == "cuda":
+        assert program.fast_path_stats()["plans"] == 1, program.fast_path_note()
+
+
+def test_the_search_cuts_at_a_transpose_of_a_computed_value():
+    """silu(X^T @ W)^T @ V searched: each matmul becomes a kernel, the transposes stay views
+    between them (the search never holds one in a kernel), and the result is verified against
+    the program and runs."""
+    g = mi.new_kernel_graph()
+    x = g.new_input((64, 32), dtype=mi.float16)
+    w = g.new_input((64, 64), dtype=mi.float16)
+    v = g.new_input((32, 64), dtype=mi.float16)
+    h = g.silu(g.matmul(g.transpose(x, 0, 1), w))
+    g.mark_output(g.matmul(g.transpose(h, 0, 1), v))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        best = g.superoptimize(time_limit=16, workers=1)
+    kinds = [op.kind.value for op in best.ops if op.kind.value != "input"]
+    assert kinds == ["permute", "customized", "permute", "customized"], kinds
+    assert best.verification.passed
+    assert mi.verify(best, g, max_rounds=4).passed
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = compile_graph(best, cache=False)
+    xs = [(torch.randn(*t.dims, device=DEVICE) / 4).half() for t in g.input_types]
+    got = program(inputs=xs)[0]
+    a, b, c = (t.float() for t in xs)
+    want = torch.nn.functional.silu(a.t() @ b).t() @ c
+    torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=5e-2)

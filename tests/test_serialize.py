@@ -44,7 +44,8 @@ def every_kind_graph(scalar=0.1, exponent=1.5, imap_w=(-1, -1, -1), dtype=F32):
     t = g.pow(g.mul_scalar(t, scalar), exponent)
     t = g.div(g.sub(g.add(t, g.reduction(t, 1)), y), g.exp(g.reduction(y, 0)))
     t = g.mul(g.rms_norm(t, 32), g.softmax(y, -1))
-    t = g.reshape(g.concat(t, y, 0), (8, 64))
+    yy = g.transpose(g.permute(y, (1, 0)), 0, 1)  # two views: y again, no copy
+    t = g.reshape(g.concat(t, yy, 0), (8, 64))
     h = g.reshape(t, (8, 2, 32))
     h = g.reshape(g.reduction(h, 1), (8, 32))  # [8, 32]
 

@@ -78,6 +78,7 @@ TORCH_KERNELS: dict[OpKind, TorchKernel] = {
     OpKind.RMS_NORM: _rms_norm,
     OpKind.CONCAT: lambda op, a: _torch().cat([a[0], a[1]], dim=op.attr("dim")),
     OpKind.RESHAPE: _reshape,
+    OpKind.PERMUTE: lambda op, a: a[0].permute(op.attr("perm")),  # a view
 }
 
 assert set(TORCH_KERNELS) == Group.KERNEL, "every kernel-level operator needs a PyTorch entry"

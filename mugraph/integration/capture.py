@@ -96,8 +96,11 @@ class CapturedProgram:
 
     @property
     def compute_ops(self) -> int:
-        """Operators that compute (not reshapes)."""
-        return sum(1 for k in self.kinds if k != OpKind.RESHAPE.value)
+        """Operators that compute (not reshapes or permutes)."""
+        return sum(1 for k in self.kinds if k not in _MOVES_ONLY)
+
+
+_MOVES_ONLY = frozenset({OpKind.RESHAPE.value, OpKind.PERMUTE.value})
 
 
 # ---- views applied to outside tensors ------------------------------------------------------------
@@ -266,10 +269,15 @@ class LowerContext:
             return External(value.node, (*value.adapters, ("reshape", dims)))
         return self.graph.reshape(self.tensor(value), dims)
 
-    def permute_external(self, value: Any, perm: tuple[int, ...]) -> External:
-        if not isinstance(value, External):
-            raise Unsupported("a transpose of a value computed by mugraph (no transpose operator)")
-        return External(value.node, (*value.adapters, ("permute", tuple(perm))))
+    def permute(self, value: Any, perm: tuple[int, ...]) -> Any:
+        """``value`` with its dims in the order ``perm``: a view either way (an adapter of an
+        outside tensor, a kernel-level permute of an inside one), never a copy."""
+        perm = tuple(perm)
+        if perm == tuple(range(len(perm))):
+            return value
+        if isinstance(value, External):
+            return External(value.node, (*value.adapters, ("permute", perm)))
+        return self.graph.permute(self.tensor(value), perm)
 
     def with_rank(self, value: Any, rank: int) -> Any:
         """Prepend size-1 dims (PyTorch broadcasting aligns trailing dims)."""

@@ -478,10 +478,14 @@ def _search_config(program, options: BackendOptions):
 
 
 def _optimize(program, options: BackendOptions, arch: str, part: PartitionReport):
-    """The best μGraph for ``program``: by its shape class, else from the cache or a search."""
+    """The best μGraph for ``program``: by its shape class, else from the cache or a search;
+    a program with views (``permute``) piece by piece around them."""
     from mugraph.cache import ResultCache
+    from mugraph.search.partition import has_views
     from mugraph.search.shape_class import classify
 
+    if has_views(program):
+        return _optimize_around_views(program, options, arch, part)
     cache = ResultCache(options.cache_dir) if options.cache else None
     cls = classify(program) if options.shape_classes and not options.search else None
     if cls is not None:
@@ -489,6 +493,32 @@ def _optimize(program, options: BackendOptions, arch: str, part: PartitionReport
         if best is not None:
             return best
     return _optimize_as_is(program, options, arch, part, cache)
+
+
+def _optimize_around_views(program, options: BackendOptions, arch: str, part: PartitionReport):
+    """``program`` cut at its views (each view kept, no kernel holds it), every other piece
+    optimized as a partition of its own (its shape class, the cache or a search), stitched
+    back. Each piece's answer is verified against the piece, so the whole computes the
+    program (substitution of equals)."""
+    from mugraph.search.partition import moves_only, split_at_views, stitch
+
+    pieces = split_at_views(program)
+    chosen, statuses, classes = [], [], []
+    for piece in pieces:
+        if moves_only(piece.graph):
+            chosen.append(piece.graph)
+            continue
+        best = _optimize(piece.graph, options, arch, part)
+        chosen.append(best)
+        statuses.append(part.status)
+        classes.append(part.shape_class)
+    part.shape_class = "+".join(c for c in classes if c)
+    improved = any(c is not p.graph for c, p in zip(chosen, pieces, strict=True))
+    if "error" in statuses:
+        part.status = "error"
+    elif improved:
+        part.status = "optimized"
+    return stitch(program, pieces, chosen) if improved else program
 
 
 def _optimize_by_class(program, cls, options: BackendOptions, arch: str, part: PartitionReport,

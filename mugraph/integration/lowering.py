@@ -256,14 +256,14 @@ def _matmul(cx: LowerContext, node: Node, args: tuple, kwargs: dict) -> Any:
 
 
 def _linear(cx: LowerContext, node: Node, args: tuple, kwargs: dict) -> Any:
-    """x @ W.T (+ b): W.T is a strided view of the outside weight (no transpose operator)."""
+    """x @ W.T (+ b): W.T is a strided view of the outside weight."""
     x, weight, bias = args[0], _arg(args, kwargs, 1, "weight"), _arg(args, kwargs, 2, "bias")
     if not isinstance(weight, External):
         raise Unsupported(f"{node.name}: linear with a weight computed in the partition")
     if len(cx.dims(weight)) != 2 or len(cx.dims(x)) < 2:
         raise Unsupported(f"{node.name}: linear needs a 2-d weight and an input of rank >= 2")
     _same_dtype(cx, node.name, x, weight, *([bias] if bias is not None else []))
-    weight_t = cx.with_rank(cx.permute_external(weight, (1, 0)), len(cx.dims(x)))
+    weight_t = cx.with_rank(cx.permute(weight, (1, 0)), len(cx.dims(x)))
     out = cx.graph.matmul(cx.tensor(x), cx.tensor(weight_t))
     if bias is None:
         return out
@@ -393,7 +393,7 @@ def _sdpa(cx: LowerContext, node: Node, args: tuple, kwargs: dict) -> Any:
         q, scale = cx.adapted(q, ("scale", scale)), 1.0
     rank = len(batch) + 4
     perm = (*range(len(kd) - 2), len(kd) - 1, len(kd) - 2)
-    kt = cx.reshape(cx.permute_external(k, perm), (*batch, kv_heads, 1, head_dim, cols))
+    kt = cx.reshape(cx.permute(k, perm), (*batch, kv_heads, 1, head_dim, cols))
     vv = cx.reshape(v, (*batch, kv_heads, 1, cols, vd[-1]))
     scores = cx.graph.matmul(cx.tensor(q), cx.tensor(kt))
     if scale != 1.0:
@@ -475,13 +475,8 @@ def _permute_rule(name: str) -> Rule:
             args = (*args, *kwargs.values())
         dims = cx.dims(args[0])
         perm = _permutation(node, name, args, len(dims))
-        if isinstance(args[0], External):
-            return cx.permute_external(args[0], perm)
-        if not _moves_only_unit_dims(dims, perm):
-            raise Unsupported(
-                f"{node.name}: a transpose of a value computed by mugraph (mugraph has no "
-                "transpose operator; the partition ends here)"
-            )
+        if isinstance(args[0], External) or not _moves_only_unit_dims(dims, perm):
+            return cx.permute(args[0], perm)  # a view: an adapter, or a kernel-level permute
         return cx.reshape(args[0], tuple(dims[p] for p in perm))
 
     return rule

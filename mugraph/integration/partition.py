@@ -18,8 +18,9 @@ partition of one of its inputs (or the union of several), or starts a new one, w
   verifier accepts it (LAX: at most one exponential on a path).
 
 Data-movement nodes (views, transposes, no-op casts) of a tensor computed outside every
-partition stay in PyTorch: their result reaches mugraph as a strided input. Every node left to
-PyTorch gets a reason.
+partition stay in PyTorch: their result reaches mugraph as a strided input. A transpose of a
+value a partition computes stays in it (a kernel-level ``permute``: a view, the next kernel
+reads through its strides). Every node left to PyTorch gets a reason.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ ANCHORS = frozenset({"linear", "matmul", "sdpa"})
 NORMS = frozenset({"rms_norm", "rms_norm_f32"})
 EPILOGUE = frozenset({"add", "sub", "mul", "div", "neg", "exp", "silu", "sigmoid", "relu",
                       "gelu", "pow", "sqrt", "rsqrt", "square", "clamp", "reshape", "identity",
-                      "cast"})
+                      "cast", "transpose", "permute", "t"})
 LEFT_TO_PYTORCH = (
     "elementwise operators without a matmul or attention anchor run on PyTorch "
     "(elementwise='mugraph' captures them)"

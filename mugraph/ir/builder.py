@@ -244,6 +244,10 @@ class KernelGraph(GraphBuilder):
             strides = tuple(strides)
             try:
                 _check_strides("mark_output", t.dims, strides)
+                if self._ops[t.ref.op].kind in Group.VIEW and strides != t.strides:
+                    raise UnsupportedError(
+                        f"mark_output: {t.ref} is a {self._ops[t.ref.op].kind.value} (a view); "
+                        f"its strides are its input's {t.strides}, not {strides}")
             except MugraphError as error:
                 raise self._fail(error, "output") from None
             op = self._ops[t.ref.op]
@@ -277,6 +281,25 @@ class KernelGraph(GraphBuilder):
         shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
         shape = _dims("rms_norm", shape, self)
         return self._unary(OpKind.RMS_NORM, t, normalized_shape=shape, **_eps_attr(eps, self))
+
+    def permute(self, t: DTensor, perm) -> DTensor:
+        """``t`` with its dims in the order ``perm`` (``transpose`` is a permute of two dims):
+        a view of the same memory with permuted strides, no kernel and no copy."""
+        self._check_tensor("permute", t)
+        rank = t.num_dims
+        if isinstance(perm, (list, tuple)) and all(
+                isinstance(p, int) and -rank <= p < rank for p in perm):
+            perm = tuple(p % rank for p in perm)
+        return self._unary(OpKind.PERMUTE, t, perm=perm)
+
+    def transpose(self, t: DTensor, dim0: int, dim1: int) -> DTensor:
+        """``t`` with dims ``dim0`` and ``dim1`` swapped (a permute: a view)."""
+        self._check_tensor("transpose", t)
+        a = self._normalize_dim("transpose", dim0, t)
+        b = self._normalize_dim("transpose", dim1, t)
+        perm = list(range(t.num_dims))
+        perm[a], perm[b] = perm[b], perm[a]
+        return self.permute(t, tuple(perm))
 
     def softmax(self, t: DTensor, dim: int = -1) -> DTensor:
         """exp, a sum over ``dim``, and a division (no max subtraction: the naive form)."""

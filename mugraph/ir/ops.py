@@ -53,6 +53,7 @@ class OpKind(enum.Enum):
     # data movement
     CONCAT = "concat"
     RESHAPE = "reshape"
+    PERMUTE = "permute"  # a kernel-level view: dims reordered, no data moved
     # for-loop accumulators (block level)
     FORLOOP_ACCUM = "forloop_accum"
     FORLOOP_ACCUM_MAX = "forloop_accum_max"
@@ -99,6 +100,7 @@ _LEVELS: dict[OpKind, frozenset[Level]] = {
     OpKind.RMS_NORM: frozenset({K, B}),
     OpKind.CONCAT: frozenset({K, B}),
     OpKind.RESHAPE: frozenset({K, B}),
+    OpKind.PERMUTE: frozenset({K}),
     OpKind.FORLOOP_ACCUM: frozenset({B}),
     OpKind.FORLOOP_ACCUM_MAX: frozenset({B}),
     OpKind.FORLOOP_ACCUM_RESCALE: frozenset({B}),
@@ -136,6 +138,7 @@ class Group:
             OpKind.REDUCTION,
             OpKind.CONCAT,
             OpKind.RESHAPE,
+            OpKind.PERMUTE,
         }
     )
     # Contain exactly one exponential of their input (silu = x / (1 + e^-x), tanh-form gelu).
@@ -156,6 +159,10 @@ class Group:
     )
     # Sum away one dim (kept with size 1).
     REDUCING = frozenset({OpKind.REDUCTION, OpKind.REDUCTION_MAX})
+    # Kernel-level operators that only re-index a device tensor (new dims and strides over the
+    # same memory): the runtime makes a view, no kernel runs and nothing is copied; a search
+    # never puts them inside a kernel and cuts a program at them.
+    VIEW = frozenset({OpKind.PERMUTE})
     # Operators that are neither computation nor data: graph boundaries.
     BOUNDARY = frozenset({OpKind.INPUT, OpKind.BLOCK_INPUT, OpKind.BLOCK_OUTPUT})
     # Operators a user may call at the kernel level / block level through the builders.

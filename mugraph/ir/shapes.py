@@ -14,7 +14,7 @@ from typing import Any
 
 from mugraph.errors import DTypeError, GraphStructureError, ShapeError, UnsupportedError
 from mugraph.ir.ops import AccumKind, Group, Level, OpKind
-from mugraph.ir.tensor import TensorType
+from mugraph.ir.tensor import TensorType, contiguous_strides
 
 Dims = tuple[int, ...]
 
@@ -155,6 +155,23 @@ def _reshape(types: list[TensorType], attrs: dict, ctx: ShapeContext) -> list[Di
     return [new]
 
 
+def _permute(types: list[TensorType], attrs: dict, ctx: ShapeContext) -> list[Dims]:
+    dims, perm = types[0].dims, attrs.get("perm")
+    if (not isinstance(perm, tuple) or any(not isinstance(p, int) for p in perm)
+            or sorted(perm) != list(range(len(dims)))):
+        raise ShapeError(
+            f"permute: perm must order all {len(dims)} dims of {fmt(dims)} (a permutation of "
+            f"0..{len(dims) - 1}), got {perm!r}"
+        )
+    return [tuple(dims[p] for p in perm)]
+
+
+def permuted_strides(t: TensorType, perm: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides of ``t`` viewed with its dims in the order ``perm`` (a permute's output)."""
+    strides = t.strides if t.strides is not None else contiguous_strides(t.dims)
+    return tuple(strides[p] for p in perm)
+
+
 def _forloop_accum(types: list[TensorType], attrs: dict, ctx: ShapeContext) -> list[Dims]:
     dims = types[0].dims
     acc = attrs.get("acc")
@@ -216,6 +233,7 @@ SHAPE_RULES: dict[OpKind, ShapeRule] = {
     OpKind.RMS_NORM: _rms_norm,
     OpKind.CONCAT: _concat,
     OpKind.RESHAPE: _reshape,
+    OpKind.PERMUTE: _permute,
     OpKind.FORLOOP_ACCUM: _forloop_accum,
     OpKind.FORLOOP_ACCUM_MAX: _elementwise_unary,
     OpKind.FORLOOP_ACCUM_RESCALE: _forloop_accum_rescale,
@@ -227,6 +245,11 @@ SHAPE_RULES: dict[OpKind, ShapeRule] = {
 }
 
 
+# The strides of a view's output (kernel level): its input's memory seen through new dims.
+VIEW_STRIDES: dict[OpKind, Callable[[TensorType, dict], tuple[int, ...]]] = {
+    OpKind.PERMUTE: lambda t, attrs: permuted_strides(t, attrs["perm"]),
+}
+
 # How many inputs each operator takes (thread graphs take any positive number).
 ARITY: dict[OpKind, int] = {
     **{k: 1 for k in Group.ELEMENTWISE_UNARY | Group.REDUCING},
@@ -235,6 +258,7 @@ ARITY: dict[OpKind, int] = {
     OpKind.RMS_NORM: 1,
     OpKind.CONCAT: 2,
     OpKind.RESHAPE: 1,
+    OpKind.PERMUTE: 1,
     OpKind.FORLOOP_ACCUM: 1,
     OpKind.FORLOOP_ACCUM_MAX: 1,
     OpKind.FORLOOP_ACCUM_RESCALE: 2,
@@ -261,5 +285,7 @@ def infer_output_types(
     if ctx.level is Level.KERNEL:
         from mugraph.ir.tensor import contiguous_strides
 
+        if kind in Group.VIEW:
+            return [TensorType(dims_list[0], dtype, VIEW_STRIDES[kind](types[0], attrs))]
         return [TensorType(d, dtype, contiguous_strides(d)) for d in dims_list]
     return [TensorType(d, dtype) for d in dims_list]

@@ -48,7 +48,7 @@ L2_BYTES = 50 * 1024**2  # H100 L2 capacity
 SHARED_MEMORY_PER_SM = 228 * 1024
 MAX_BLOCKS_PER_SM = 8
 DOT_MIN = 16
-_TORCH_LAUNCHES = {OpKind.RMS_NORM: 4, OpKind.RESHAPE: 0}
+_TORCH_LAUNCHES = {OpKind.RMS_NORM: 4, OpKind.RESHAPE: 0, OpKind.PERMUTE: 0}
 
 
 @dataclass(frozen=True)

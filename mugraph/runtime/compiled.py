@@ -45,7 +45,7 @@ from mugraph.codegen.triton_gen import CodegenOptions, KernelSource, generate_ke
 from mugraph.dtypes import DType
 from mugraph.errors import GraphInputError, UnsupportedError
 from mugraph.ir.graph import BlockGraph, Op
-from mugraph.ir.ops import OpKind
+from mugraph.ir.ops import Group, OpKind
 from mugraph.ir.tensor import TensorType, contiguous_strides
 from mugraph.runtime.call import check_inputs
 
@@ -523,12 +523,16 @@ class CompiledProgram:
             payload = op.attr("index") if op.kind is OpKind.INPUT else self.steps.get(i)
             self._plan.append((op.kind, op, op.inputs, payload))
         self._expected = [(t.dims, t.dtype.torch_name) for t in graph.input_types]
-        self._fresh = {(r.op, r.index) for r in self._outputs}
+        # an output that is a view (permute) is a view of a fresh tensor of its base
+        self._bases = [view_base(graph, r) for r in self._outputs]
+        self._fresh = {(b.op, b.index) for b, _ in self._bases}
         self._out_specs = [graph.tensor_type(r) for r in self._outputs]
-        self._aliased = [graph.ops[r.op].kind is OpKind.INPUT for r in self._outputs]
-        # the fast path covers programs of generated kernels only, whose outputs they write
+        self._aliased = [graph.ops[b.op].kind is OpKind.INPUT for b, _ in self._bases]
+        # the fast path covers programs of generated kernels (and views), whose outputs they
+        # write
         self._plannable = all(
-            op.kind in (OpKind.INPUT, OpKind.CUSTOMIZED) for op in graph.ops
+            op.kind in (OpKind.INPUT, OpKind.CUSTOMIZED) or op.kind in Group.VIEW
+            for op in graph.ops
         ) and not any(self._aliased)
 
     def _check_inputs(self, inputs) -> None:
@@ -675,6 +679,22 @@ class CompiledProgram:
         self.plan_note = plan.note
 
 
+def view_base(graph, ref) -> tuple[Any, tuple[int, ...] | None]:
+    """The tensor ``ref`` is a view of (through permutes), and the one permutation that
+    gives ``ref`` from it (None: ``ref`` is no view)."""
+    perm = None
+    while graph.ops[ref.op].kind in Group.VIEW:
+        step = graph.ops[ref.op].attr("perm")
+        perm = step if perm is None else tuple(step[p] for p in perm)
+        ref = graph.ops[ref.op].inputs[0]
+    return ref, perm
+
+
+def _viewed(fresh: list[Any], outputs: list[tuple[int, tuple[int, ...] | None]]) -> list[Any]:
+    """A plan's outputs: fresh buffers, or views of them."""
+    return [fresh[k] if perm is None else fresh[k].permute(perm) for k, perm in outputs]
+
+
 class _NoPlan(Exception):
     """This input set gets no fast path (the general path stays correct)."""
 
@@ -697,7 +717,7 @@ class _Plan:
         self.device = None
         self.device_index = 0
         self.fresh_specs: list[tuple] = []  # (shape, strides, dtype) of each fresh buffer
-        self.outputs: list[int] = []  # graph output k -> fresh buffer index
+        self.outputs: list[tuple] = []  # graph output k -> (fresh buffer, permutation or None)
         self.launches: list[tuple] = []  # (launch, args, fills, direct)
         self.use_graph = False
         self.graphs: OrderedDict = OrderedDict()
@@ -723,8 +743,13 @@ class _Plan:
             plan.fresh_specs.append((tuple(t.shape), tuple(t.stride()), t.dtype))
             if t.data_ptr() % 16:
                 raise _NoPlan("an output is not 16-byte aligned")
-        plan.outputs = [fresh_index[id(values[r.op][r.index])] for r in program._outputs]
+        plan.outputs = [(fresh_index[id(values[b.op][b.index])], perm)
+                        for b, perm in program._bases]
+        # views (permutes) of fresh buffers and inputs start where their bases start
+        fresh_address = {values[i][j].data_ptr(): fresh_index[id(values[i][j])]
+                         for i, j in program._fresh}
         input_index = {id(x): k for k, x in enumerate(inputs)}
+        input_address = {x.data_ptr(): k for k, x in enumerate(inputs)}
         input_memory = {x.untyped_storage().data_ptr(): k for k, x in enumerate(inputs)}
         held = False  # some launch holds an input's pointer: the plan is keyed by them
         for step, ins, outs, scratch, sides, compiled in trace:
@@ -738,11 +763,12 @@ class _Plan:
             flat: list[Any] = []
             for pos, a in enumerate(args):
                 if isinstance(a, torch.Tensor):
-                    k = fresh_index.get(id(a))
+                    k = fresh_index.get(id(a), fresh_address.get(a.data_ptr()))
                     if k is not None:
                         fills.append((pos, 0, k))
-                    elif id(a) in input_index:
-                        fills.append((pos, 1, input_index[id(a)]))
+                    elif id(a) in input_index or a.data_ptr() in input_address:
+                        fills.append((pos, 1, input_index.get(id(a), input_address.get(
+                            a.data_ptr()))))
                     elif a.untyped_storage().data_ptr() in input_memory:
                         held = True  # a view of an input, passed as it was at planning
                     flat.append(a.data_ptr() if direct else a)
@@ -775,13 +801,13 @@ class _Plan:
             if graph is not None and not capturing:
                 graph.replay()
                 self.replays += 1
-                return [fresh[k] for k in self.outputs]
+                return _viewed(fresh, self.outputs)
             self.launch(fresh, inputs, _current_stream(self.device_index))
             if not capturing and _sightings(self.seen, key) >= 2:
                 self._capture(key, fresh, inputs)
-            return [fresh[k] for k in self.outputs]
+            return _viewed(fresh, self.outputs)
         self.launch(fresh, inputs, _current_stream(self.device_index))
-        return [fresh[k] for k in self.outputs]
+        return _viewed(fresh, self.outputs)
 
     def launch(self, fresh: list[Any], inputs, stream: int) -> None:
         for launch, args, fills, direct in self.launches:

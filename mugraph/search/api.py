@@ -30,7 +30,7 @@ from mugraph.search.driver import (
     verify_in_parallel,
 )
 from mugraph.search.fusion import construct_thread_graphs
-from mugraph.search.partition import superoptimize_partitioned
+from mugraph.search.partition import has_views, moves_only, superoptimize_partitioned
 from mugraph.search.verify import (
     NotVerifiableError,
     VerificationResult,
@@ -88,7 +88,7 @@ def superoptimize_graph(
         raise SearchOptionError("superoptimize: cache_only=True needs a cache (cache=DIR or True)")
     try:
         check_verifiable(program)
-        whole = n_ops <= max_ops_per_search
+        whole = n_ops <= max_ops_per_search and not has_views(program)
     except NotVerifiableError:
         whole = False
     if whole:
@@ -115,6 +115,11 @@ def _optimize_split(program, config, time_limit, max_ops_per_search, how: _How):
     chosen = []  # what replaced each part
 
     def optimize_part(part):
+        if moves_only(part):  # a permute: kept, the next part reads through its strides
+            results.append(_kept_result(part, "moves data only: kept as it is (no search)"))
+            checks.append(_identical(part))
+            chosen.append(part)
+            return part
         share = budget / max(1, n_ops) * sum(1 for op in part.ops if op.kind is not OpKind.INPUT)
         best = _optimize_one(part, config, share, how, quiet=True)
         results.append(getattr(best, "search_result", None) or _cached_result(part, best))
@@ -271,6 +276,15 @@ def search_config(program, config=None, time_limit=None, **options) -> SearchCon
     if time_limit is not None:
         overrides["time_limit"] = time_limit
     return cfg.with_overrides(**overrides) if overrides else cfg
+
+
+def _kept_result(program, why: str) -> SearchResult:
+    """A search result standing for a subprogram kept without a search."""
+    from mugraph.search.generator import Stats
+
+    result = SearchResult(program, [], Stats(), SearchConfig())
+    result.log.append(why)
+    return result
 
 
 def _cached_result(program, hit) -> SearchResult:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from mugraph.errors import MugraphError
 from mugraph.ir.builder import KernelGraph
 from mugraph.ir.graph import Op
-from mugraph.ir.ops import OpKind
+from mugraph.ir.ops import Group, OpKind
 from mugraph.ir.rebuild import rebuild_block_graph
 from mugraph.ir.tensor import TensorRef
 from mugraph.search.verify import NotVerifiableError, check_verifiable
@@ -72,13 +72,18 @@ def partition_program(program: KernelGraph, max_ops: int = 6) -> list[Subprogram
     """Greedy cut in program order: grow a subprogram while it stays small and verifiable —
     and cut at the boundaries of every attention core (:func:`attention_cores`) that fits
     in one subprogram, so that the core is searched whole (its own shape class) instead of
-    being cut between its matmuls."""
+    being cut between its matmuls. A view (``permute``) is a subprogram of its own, kept as
+    it is (:func:`moves_only`): no kernel holds it, the next subprogram reads its input
+    through the view's strides."""
     compute = [p for p, op in enumerate(program.ops) if op.kind is not OpKind.INPUT]
     boundaries = set()
     for first, last in attention_cores(program):
         span = [p for p in compute if first <= p <= last]
         if len(span) <= max_ops:
             boundaries |= {first, last + 1}
+    for pos in compute:
+        if program.ops[pos].kind in Group.VIEW:
+            boundaries |= {pos, pos + 1}
     parts: list[Subprogram] = []
     current: list[int] = []
     for pos in compute:
@@ -96,6 +101,33 @@ def partition_program(program: KernelGraph, max_ops: int = 6) -> list[Subprogram
     if current:
         parts.append(_build(program, current))
     return [piece for part in parts for piece in _independent(program, part)]
+
+
+def split_at_views(program: KernelGraph) -> list[Subprogram]:
+    """``program`` as its maximal runs of operators between views, and each view alone, in
+    program order (what :func:`stitch` puts back together)."""
+    compute = [p for p, op in enumerate(program.ops) if op.kind is not OpKind.INPUT]
+    runs: list[list[int]] = []
+    for pos in compute:
+        view = program.ops[pos].kind in Group.VIEW
+        if view or not runs or program.ops[runs[-1][-1]].kind in Group.VIEW:
+            runs.append([pos])
+        else:
+            runs[-1].append(pos)
+    return [_build(program, run) for run in runs]
+
+
+_MOVES_ONLY = Group.VIEW | {OpKind.RESHAPE, OpKind.INPUT}
+
+
+def moves_only(graph: KernelGraph) -> bool:
+    """Whether every operator of ``graph`` only moves data (views, reshapes): nothing to
+    search, it is kept as it is."""
+    return all(op.kind in _MOVES_ONLY for op in graph.ops)
+
+
+def has_views(graph: KernelGraph) -> bool:
+    return any(op.kind in Group.VIEW for op in graph.ops)
 
 
 def _independent(program: KernelGraph, part: Subprogram) -> list[Subprogram]:

@@ -315,6 +315,14 @@ def _reshape_rule(op, ins, shapes, out, site) -> Form:
     return replace(ins[0], axes=_varying(out)).normal()
 
 
+def _permute_rule(op, ins, shapes, out, site) -> Form:
+    """The denominator varies along the same dims, now at their new places."""
+    perm = op.attr("perm")
+    rank = len(perm)
+    moved = {perm.index(rank + axis) - rank for axis in ins[0].axes if -rank <= axis}
+    return replace(ins[0], axes=frozenset(moved | {a for a in ins[0].axes if a < -rank}))
+
+
 def _loop_axis(shape: Shape) -> int:
     return -len(shape)  # the for-loop axis F leads every block value
 
@@ -402,6 +410,7 @@ RULES: dict[OpKind, _Rule] = {
     OpKind.RMS_NORM: _rms_norm_rule,
     OpKind.CONCAT: _concat_rule,
     OpKind.RESHAPE: _reshape_rule,
+    OpKind.PERMUTE: _permute_rule,
     OpKind.FORLOOP_ACCUM: _accum_rule,
     OpKind.FORLOOP_ACCUM_MAX: _accum_max_rule,
     OpKind.FORLOOP_ACCUM_RESCALE: _accum_rescale_rule,

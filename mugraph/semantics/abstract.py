@@ -865,6 +865,7 @@ ABSTRACT_SEMANTICS: dict[OpKind, Semantics] = {
     OpKind.RMS_NORM: _rms_norm,
     OpKind.CONCAT: _concat,
     OpKind.RESHAPE: _identity,
+    OpKind.PERMUTE: _identity,  # which elements combine is unchanged by their order
     OpKind.FORLOOP_ACCUM: _forloop_accum,
     OpKind.FORLOOP_ACCUM_MAX: _forloop_accum_max,
     OpKind.FORLOOP_ACCUM_RESCALE: _forloop_accum_rescale,

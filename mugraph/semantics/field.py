@@ -31,6 +31,7 @@ from mugraph.semantics.interpret import (
     EvalContext,
     Interpretation,
     Rule,
+    lead_permutation,
     run_thread_graph,
 )
 from mugraph.semantics.partition import broadcast_iterations
@@ -138,6 +139,10 @@ def _reshape(interp, op, args, ctx):
     return [x.reshape(x.shape[: ctx.lead] + tuple(op.attr("dims")))]
 
 
+def _permute(interp, op, args, ctx):
+    return [args[0].transpose(*lead_permutation(ctx.lead, op.attr("perm")))]
+
+
 def _reduce_last(f: FieldContext, x: FieldArray, acc: AccumKind, dimx: int) -> FieldArray:
     if acc is AccumKind.NONE:
         return x
@@ -190,6 +195,7 @@ TABLE: dict[OpKind, Rule] = {
     OpKind.RMS_NORM: _rms_norm,
     OpKind.CONCAT: _concat,
     OpKind.RESHAPE: _reshape,
+    OpKind.PERMUTE: _permute,
     OpKind.FORLOOP_ACCUM: _forloop_accum,
     OpKind.FORLOOP_ACCUM_MAX: _forloop_accum_max,
     OpKind.FORLOOP_ACCUM_RESCALE: _forloop_accum_rescale,

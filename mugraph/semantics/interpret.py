@@ -40,6 +40,12 @@ from mugraph.semantics.partition import (  # noqa: F401 - the layout helpers are
 )
 
 
+def lead_permutation(lead: int, perm: tuple[int, ...]) -> tuple[int, ...]:
+    """``perm`` of a value's own dims as a permutation of its array, whose ``lead`` leading
+    axes (rounds, blocks) stay in place."""
+    return tuple(range(lead)) + tuple(lead + p for p in perm)
+
+
 @dataclass(frozen=True)
 class EvalContext:
     """Where an operator is evaluated: ``lead`` axes precede the tensor's own dims."""

@@ -169,6 +169,10 @@ def _rule_reshape(labs, dims, attrs):
     return True, [regroup(labs[0], attrs["dims"])]
 
 
+def _rule_permute(labs, dims, attrs):
+    return True, [tuple(labs[0][p] for p in attrs["perm"])]
+
+
 def _rule_accum(labs, dims, attrs):
     acc = attrs.get("acc", AccumKind.NONE)
     out = list(labs[0])
@@ -204,6 +208,7 @@ LABEL_RULES = {
     OpKind.RMS_NORM: _rule_unary,
     OpKind.CONCAT: _rule_concat,
     OpKind.RESHAPE: _rule_reshape,
+    OpKind.PERMUTE: _rule_permute,
     OpKind.FORLOOP_ACCUM: _rule_accum,
     OpKind.FORLOOP_ACCUM_MAX: _rule_unary,
     OpKind.FORLOOP_ACCUM_RESCALE: _rule_rescale,

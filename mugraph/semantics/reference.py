@@ -20,6 +20,7 @@ from mugraph.semantics.interpret import (
     DRIVER_OWN_KINDS,
     Interpretation,
     Rule,
+    lead_permutation,
     run_kernel_graph,
     run_thread_graph,
 )
@@ -107,6 +108,11 @@ def _reshape(interp, op, args, ctx):
     return [np.reshape(x, x.shape[: ctx.lead] + tuple(op.attr("dims")))]
 
 
+def _permute(interp, op, args, ctx):
+    x = args[0]
+    return [np.transpose(x, lead_permutation(ctx.lead, op.attr("perm")))]
+
+
 def _reduce_last(x: np.ndarray, acc: AccumKind, dimx: int) -> np.ndarray:
     """The per-iteration part of an accumulator: what is summed over iterations."""
     if acc is AccumKind.NONE:
@@ -153,6 +159,7 @@ TABLE: dict[OpKind, Rule] = {
     OpKind.RMS_NORM: _rms_norm,
     OpKind.CONCAT: _concat,
     OpKind.RESHAPE: _reshape,
+    OpKind.PERMUTE: _permute,
     OpKind.FORLOOP_ACCUM: _forloop_accum,
     OpKind.FORLOOP_ACCUM_MAX: _forloop_accum_max,
     OpKind.FORLOOP_ACCUM_RESCALE: _forloop_accum_rescale,
