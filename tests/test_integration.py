@@ -254,6 +254,7 @@ def test_a_partition_with_a_transpose_is_optimized_around_it():
     assert_close(got, want)
     (part,) = partitions()
     assert (part.status, part.runs_on) == ("optimized", "mugraph"), part.line()
+    assert part.shape_class == "linear_epilogue"  # the projection; the epilogue has no class
 
 
 @pytest.mark.parametrize(

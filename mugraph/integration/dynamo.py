@@ -508,6 +508,7 @@ def _optimize_around_views(program, options: BackendOptions, arch: str, part: Pa
         if moves_only(piece.graph):
             chosen.append(piece.graph)
             continue
+        part.shape_class = ""
         best = _optimize(piece.graph, options, arch, part)
         chosen.append(best)
         statuses.append(part.status)
