@@ -257,6 +257,30 @@ def test_a_partition_with_a_transpose_is_optimized_around_it():
     assert part.shape_class == "linear_epilogue"  # the projection; the epilogue has no class
 
 
+def test_slices_of_outside_tensors_reach_mugraph_as_views():
+    """x[..., :32], x[..., 32:] and narrow: the partition reads the caller's memory through
+    the slices' offsets and strides (no copy); a slice of a value mugraph computes ends the
+    partition with that reason."""
+
+    class SplitGate(nn.Module):
+        def forward(self, x, y):
+            return F.silu(x[..., :32]) * x[..., 32:] + y.narrow(0, 1, 4)
+
+    got, want = run_compiled(SplitGate(), torch.randn(4, 64), torch.randn(6, 32))
+    assert_close(got, want)
+    (part,) = partitions()
+    assert part.ops == ["silu", "mul", "add"] and part.runs_on == "mugraph"
+
+    class SliceOfComputed(nn.Module):
+        def forward(self, x, y):
+            return F.silu(x * 2.0)[..., :32] * y
+
+    mgi.clear_reports()
+    got, want = run_compiled(SliceOfComputed(), torch.randn(4, 64), torch.randn(4, 32))
+    assert_close(got, want)
+    assert any("a slice of a value computed by mugraph" in why for why in fallbacks().values())
+
+
 @pytest.mark.parametrize(
     "fn, reason",
     [

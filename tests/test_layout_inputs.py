@@ -157,3 +157,17 @@ def test_the_search_cuts_at_a_transpose_of_a_computed_value():
     a, b, c = (t.float() for t in xs)
     want = torch.nn.functional.silu(a.t() @ b).t() @ c
     torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=5e-2)
+
+
+def test_a_sliced_input_is_read_where_it_lies(monkeypatch):
+    """The right half of a (32, 128) tensor, x[:, 64:]: strides (128, 1) and an offset of 64
+    elements; the kernel reads it in place."""
+    g = mi.new_kernel_graph()
+    half = g.new_input((32, 64), strides=(128, 1), dtype=mi.float32)
+    g.mark_output(_exp_kernel(g, half))
+    program = compile_graph(g, cache=False)
+    whole = torch.randn(32, 128, device=DEVICE) / 4
+    NoCopies(monkeypatch, whole[:, 64:])
+    got = program(inputs=[whole[:, 64:]])[0]
+    monkeypatch.undo()
+    torch.testing.assert_close(got, torch.exp(whole[:, 64:]))

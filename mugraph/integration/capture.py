@@ -108,15 +108,18 @@ _MOVES_ONLY = frozenset({OpKind.RESHAPE.value, OpKind.PERMUTE.value})
 
 def apply_adapters(tensor: torch.Tensor, adapters: tuple,
                    compute_dtype: torch.dtype | None = None) -> torch.Tensor:
-    """Apply adapter steps to a tensor: ``("permute", perm)`` and ``("reshape", dims)`` are
-    views; ``("scale", c)`` multiplies by a power of two (exact) and ``("cast", dtype)``
-    converts (a boolean mask to 0/1), both giving a new contiguous tensor. ``compute_dtype``
-    replaces the dtype of casts (the capture check computes in float64)."""
+    """Apply adapter steps to a tensor: ``("permute", perm)``, ``("reshape", dims)`` and
+    ``("slice", (dim, start, length))`` are views; ``("scale", c)`` multiplies by a power of
+    two (exact) and ``("cast", dtype)`` converts (a boolean mask to 0/1), both giving a new
+    contiguous tensor. ``compute_dtype`` replaces the dtype of casts (the capture check
+    computes in float64)."""
     for kind, arg in adapters:
         if kind == "permute":
             tensor = tensor.permute(arg)
         elif kind == "reshape":
             tensor = tensor.reshape(arg)
+        elif kind == "slice":
+            tensor = tensor.narrow(*arg)
         elif kind == "scale":
             tensor = (tensor * arg).contiguous()
         elif kind == "cast":

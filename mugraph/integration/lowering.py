@@ -52,6 +52,7 @@ _FUNCTIONS: dict[Any, str] = {
     torch.transpose: "transpose", torch.permute: "permute", torch.t: "t",
     F.dropout: "dropout",
     F.scaled_dot_product_attention: "sdpa",
+    operator.getitem: "slice", torch.narrow: "slice",
 }
 
 _METHODS: dict[str, str] = {
@@ -67,19 +68,23 @@ _METHODS: dict[str, str] = {
     "softmax": "softmax", "sum": "sum", "mean": "mean", "clamp": "clamp", "clip": "clamp",
     "view": "reshape", "reshape": "reshape", "flatten": "reshape", "unsqueeze": "reshape",
     "squeeze": "reshape",
-    "transpose": "transpose", "permute": "permute", "t": "t",
+    "transpose": "transpose", "permute": "permute", "t": "t", "narrow": "slice",
+    "__getitem__": "slice",
     "contiguous": "identity", "float": "cast", "half": "cast", "bfloat16": "cast",
     "to": "cast", "type_as": "cast",
 }
 
 # Operators that only move data: left to PyTorch when they read an outside tensor (the view
 # then reaches mugraph as a strided input), lowered when they read a mugraph value.
-VIEW_OPS = frozenset({"reshape", "transpose", "permute", "t", "identity", "cast", "dropout"})
+VIEW_OPS = frozenset({"reshape", "transpose", "permute", "t", "slice", "identity", "cast",
+                      "dropout"})
 
 
 def op_name(node: Node) -> str | None:
     """The mugraph-known name of the operator ``node`` calls, or None."""
     if node.op == "call_function":
+        if node.target is operator.getitem and not _indexes_a_tensor(node):
+            return None  # an element of a tuple (an operator's several results)
         try:
             return _FUNCTIONS.get(node.target)
         except TypeError:  # an unhashable target
@@ -87,6 +92,14 @@ def op_name(node: Node) -> str | None:
     if node.op == "call_method":
         return _METHODS.get(node.target)
     return None
+
+
+def _indexes_a_tensor(node: Node) -> bool:
+    source = node.args[0] if node.args else None
+    if not isinstance(source, Node):
+        return False
+    value = source.meta.get("val", source.meta.get("example_value"))
+    return isinstance(value, torch.Tensor)
 
 
 def target_name(node: Node) -> str:
@@ -482,6 +495,54 @@ def _permute_rule(name: str) -> Rule:
     return rule
 
 
+def _slice(cx: LowerContext, node: Node, args: tuple, kwargs: dict) -> Any:
+    """``x[..., a:b]`` (basic slicing with step 1) and ``narrow`` of an outside tensor: a view
+    (the program's input starts inside the caller's tensor, with its strides), no copy."""
+    x = args[0]
+    if not cx.is_tensor(x):
+        raise Unsupported(f"{node.name}: indexing a {type(x).__name__}, not a tensor")
+    dims = cx.dims(x)
+    if node.target in (torch.narrow, "narrow"):
+        dim = _arg(args, kwargs, 1, "dim") % len(dims)
+        start = _arg(args, kwargs, 2, "start") % dims[dim]
+        steps = [(dim, start, _arg(args, kwargs, 3, "length"))]
+    else:
+        steps = _slice_steps(node, args[1], dims)
+    steps = [s for s in steps if (s[1], s[2]) != (0, dims[s[0]])]  # whole dims: nothing to do
+    if not steps:
+        return x
+    if not isinstance(x, External):
+        raise Unsupported(f"{node.name}: a slice of a value computed by mugraph (no slice view "
+                          "at the kernel level; the partition ends here)")
+    for step in steps:
+        x = cx.adapted(x, ("slice", step))
+    return x
+
+
+def _slice_steps(node: Node, index: Any, dims: tuple[int, ...]) -> list[tuple[int, int, int]]:
+    """(dim, start, length) of each sliced dim of ``x[index]``; Unsupported for anything but
+    slices of step 1 and an ellipsis."""
+    index = index if isinstance(index, tuple) else (index,)
+    if sum(1 for i in index if i is Ellipsis) > 1 or any(
+            not (isinstance(i, slice) or i is Ellipsis) for i in index):
+        raise Unsupported(f"{node.name}: indexing with {index!r} (only slices and ...)")
+    if Ellipsis in index:
+        at = index.index(Ellipsis)
+        index = index[:at] + (slice(None),) * (len(dims) - len(index) + 1) + index[at + 1:]
+    if len(index) > len(dims):
+        raise Unsupported(f"{node.name}: {len(index)} indices for {len(dims)} dims")
+    steps = []
+    for dim, (part, size) in enumerate(zip(index, dims, strict=False)):
+        if not all(v is None or isinstance(v, int) for v in (part.start, part.stop, part.step)):
+            raise Unsupported(f"{node.name}: a slice with non-constant bounds {part!r}")
+        start, stop, step = part.indices(size)
+        if step != 1 or stop <= start:
+            raise Unsupported(f"{node.name}: slice {part!r} of a dim of {size} (step 1, "
+                              "non-empty only)")
+        steps.append((dim, start, stop - start))
+    return steps
+
+
 def _identity(cx: LowerContext, node: Node, args: tuple, kwargs: dict) -> Any:
     return args[0]
 
@@ -536,6 +597,7 @@ RULES: dict[str, Rule] = {
     "transpose": _permute_rule("transpose"),
     "permute": _permute_rule("permute"),
     "t": _permute_rule("t"),
+    "slice": _slice,
     "identity": _identity,
     "cast": _cast,
     "dropout": _dropout,
