@@ -257,6 +257,31 @@ def test_a_partition_with_a_transpose_is_optimized_around_it():
     assert part.shape_class == "linear_epilogue"  # the projection; the epilogue has no class
 
 
+def test_a_weights_view_is_made_once_and_follows_a_new_weight():
+    """W.T of a linear's weight (here the weight with the norm's folded in) is a view made on
+    the first call and reused; an in-place update or new memory for the weight is followed."""
+    model = NormLinear().eval()
+    x = torch.randn(2, 4, 16)
+    fn = mgi.optimize_fx(torch.fx.symbolic_trace(model), [x], **CAPTURE_ONLY)
+    (module,) = fn.specialized.values()
+    (part,) = [m for m in module.modules() if isinstance(m, MugraphPartition)]
+    with torch.no_grad():
+        for _ in range(2):
+            assert_close(fn(x), model(x))
+        kept = {i: v[2] for i, v in part._views.items()}
+        assert kept and all(v.dim() == 3 for v in kept.values())  # W.T and the bias, rank 3
+        fn(x)
+        assert all(part._views[i][2] is v for i, v in kept.items())  # the same view objects
+        model.proj.weight.mul_(2.0)
+        assert_close(fn(x), model(x))
+        model.proj.weight.data = torch.randn(24, 16)
+        model.proj.bias.data = torch.randn(24)
+        assert_close(fn(x), model(x))
+        model.norm.weight.data = torch.rand(16) + 0.5  # folded into W: folded again
+        assert_close(fn(x), model(x))
+        assert all(part._views[i][2] is not v for i, v in kept.items())
+
+
 def test_slices_of_outside_tensors_reach_mugraph_as_views():
     """x[..., :32], x[..., 32:] and narrow: the partition reads the caller's memory through
     the slices' offsets and strides (no copy); a slice of a value mugraph computes ends the

@@ -15,6 +15,7 @@ receives their outside inputs and returns their outside outputs (a tuple). It ru
 from __future__ import annotations
 
 import warnings
+import weakref
 from typing import Any
 
 import torch
@@ -78,6 +79,9 @@ class MugraphPartition(torch.nn.Module):
         self.use_mugraph = use_mugraph
         self.report = report
         self._consts: dict[tuple, torch.Tensor] = {}
+        # per kernel-graph input: the view made of a raw tensor last time (a weight's W.T):
+        # (weak reference to the raw tensor, its address, the view), reused while both hold
+        self._views: dict[int, tuple] = {}
         self._compiled = None
         # on a GPU, time the μGraph against the PyTorch nodes on the first call and keep the
         # faster (the search's cost model is an estimate; this is a measurement)
@@ -194,14 +198,25 @@ class MugraphPartition(torch.nn.Module):
 
     def _inputs(self, raw: tuple) -> list[torch.Tensor]:
         inputs = []
-        for spec in self.specs:
+        for i, spec in enumerate(self.specs):
             if isinstance(spec, ExternalInput):
                 value = raw[spec.source]
-                inputs.append(apply_adapters(value, spec.adapters) if spec.adapters else value)
+                inputs.append(self._view(i, value, spec.adapters) if spec.adapters else value)
             else:
                 device = next(v.device for v in raw if isinstance(v, torch.Tensor))
                 inputs.append(self._const(spec, device))
         return inputs
+
+    def _view(self, i: int, value: torch.Tensor, adapters: tuple) -> torch.Tensor:
+        """``value`` through ``adapters``; a pure view of the same tensor at the same address
+        (a model's weights, call after call) is made once and reused."""
+        kept = self._views.get(i)
+        if kept is not None and kept[0]() is value and kept[1] == value.data_ptr():
+            return kept[2]
+        view = apply_adapters(value, adapters)
+        if _pure_view(adapters) and _same_memory(view, value):
+            self._views[i] = (weakref.ref(value), value.data_ptr(), view)
+        return view
 
     def _const(self, spec, device: torch.device) -> torch.Tensor:
         """A constant input (a scalar, a causal mask), made once per device."""
@@ -243,6 +258,18 @@ def register_partition(module: MugraphPartition, outputs: list) -> int:
     module.fake_outputs = [(tuple(v.shape), v.dtype) for v in outputs]
     _PARTITIONS[key] = module
     return key
+
+
+_VIEW_ADAPTERS = frozenset({"permute", "reshape", "slice"})
+
+
+def _pure_view(adapters: tuple) -> bool:
+    return all(kind in _VIEW_ADAPTERS for kind, _ in adapters)
+
+
+def _same_memory(view: torch.Tensor, value: torch.Tensor) -> bool:
+    """Whether ``view`` reads ``value``'s memory (a reshape that copied does not)."""
+    return view.untyped_storage().data_ptr() == value.untyped_storage().data_ptr()
 
 
 def _aliases(value: torch.Tensor, inputs: list[torch.Tensor]) -> bool:

@@ -7,8 +7,9 @@
   weight folded into the projections that follow it (``(n * s) @ W.T == n @ (W * s).T``),
   with sibling projections of one input stacked into one. ``mugraph::concat(tensors)`` stacks
   their biases. Both are computed once and kept while their inputs are the same tensors at the
-  same version (an in-place update of a parameter computes them again), and both are custom
-  operators, so Inductor treats them as opaque calls instead of recomputing them each step.
+  same version and address (an in-place update of a parameter, or new memory given to it with
+  ``.data =``, computes them again), and both are custom operators, so Inductor treats them
+  as opaque calls instead of recomputing them each step.
 """
 
 from __future__ import annotations
@@ -42,11 +43,13 @@ class _Memo:
     def get(self, key: tuple, tensors: list[torch.Tensor], compute) -> torch.Tensor:
         if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
             return compute()  # differentiable: the operators record the graph, nothing kept
-        stamp = tuple((t, _version(t)) for t in tensors)
+        # the address too: ``param.data = other`` keeps the tensor and its version counter
+        stamp = tuple((t, _version(t), t.data_ptr()) for t in tensors)
         with self._lock:
             hit = self._entries.get(key)
         if hit is not None and len(hit[0]) == len(stamp) and all(
-            a is b and va == vb for (a, va), (b, vb) in zip(hit[0], stamp, strict=True)
+            a is b and va == vb and pa == pb
+            for (a, va, pa), (b, vb, pb) in zip(hit[0], stamp, strict=True)
         ):
             return hit[1]
         value = compute()
