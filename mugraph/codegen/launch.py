@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from mugraph.codegen.decisions import GEMV_FORMS, auto_unroll, wide_chained_dots
 from mugraph.codegen.padding import next_pow2
-from mugraph.codegen.triton_gen import GEMV_FORMS, auto_unroll, wide_chained_dots
 from mugraph.ir.graph import BlockGraph
 from mugraph.ir.ops import OpKind
 

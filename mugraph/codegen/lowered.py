@@ -7,7 +7,7 @@ Graphene (``shared/seeds/001``) and the Mirage transpiler's plan (``shared/seeds
 - **tensors** ``name:[dims].dtype.memory``: the kernel's device tensors (``GL``), the loop
   loads Triton stages through shared memory (``SH``), every other block value a register tile
   (``RF``) of the padded shape of :mod:`mugraph.codegen.padding`, leading size-1 dims left out
-  as :func:`~mugraph.codegen.triton_gen.squeezed_lead` says;
+  as :func:`~mugraph.codegen.decisions.squeezed_lead` says;
 - **layouts** (:mod:`mugraph.ir.layout`): each device tensor's ``shape:stride``, and each
   block's tile of it as a division of that layout: its tile, one mode per for-loop iteration
   (``forloop_dim``) and one per grid axis (``imap`` / ``omap``; stride 0 where the tile is
@@ -43,15 +43,15 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from mugraph.codegen.launch import default_launch
-from mugraph.codegen.padding import padded_shapes, split_matmul_parts
-from mugraph.codegen.triton_gen import (
+from mugraph.codegen.decisions import (
     CodegenOptions,
     lowers_to_dot,
     reshape_is_reinterpretation,
     squeezed_lead,
 )
-from mugraph.codegen.triton_gen import unrolled as loop_unrolled
+from mugraph.codegen.decisions import unrolled as loop_unrolled
+from mugraph.codegen.launch import default_launch
+from mugraph.codegen.padding import padded_shapes, split_matmul_parts
 from mugraph.dtypes import DType
 from mugraph.errors import MapError, UnsupportedError
 from mugraph.ir import maps

@@ -100,7 +100,7 @@ class _Analysis:
         """Where a group of merged or split dims holds a single dim above 1 on each side (a
         reshape that only adds or drops size-1 dims there), the two dims get one padded size,
         so the reshape is a register reinterpretation rather than a scratch round trip."""
-        from mugraph.codegen.triton_gen import reshape_groups
+        from mugraph.codegen.decisions import reshape_groups
 
         din, dout = self.dims(src), self.dims(out)
         groups = reshape_groups(din, dout)

@@ -44,8 +44,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from mugraph.codegen import tiles
+from mugraph.codegen.decisions import (  # noqa: F401 - re-exported for existing importers
+    AUTO_UNROLL_MAX,
+    CHAINED_DOT_NARROW_K,
+    DEFER_MAX_ELEMENTS,
+    GEMV_FORMS,
+    CodegenOptions,
+    auto_unroll,
+    derived_from_dot,
+    gemv_accumulators,
+    lowers_to_dot,
+    reshape_groups,
+    reshape_is_reinterpretation,
+    squeezed_lead,
+    streamed_input,
+    unrolled,
+    wide_chained_dots,
+)
 from mugraph.codegen.elementwise import formula, zero_preserving
-from mugraph.codegen.padding import next_pow2, padded_shapes, split_matmul_parts
+from mugraph.codegen.padding import padded_shapes, split_matmul_parts
 from mugraph.codegen.stable_exp import KernelCarry, scaled_input_plan, stable_exp_plan
 from mugraph.dtypes import DType
 from mugraph.errors import UnsupportedError
@@ -66,98 +83,8 @@ TRITON_MAX_GRID_YZ = 65535
 PRE, LOOP, POST = Phase.INVARIANT, Phase.LOOP, Phase.POST
 
 TL_DTYPE = {DType.float16: "tl.float16", DType.bfloat16: "tl.bfloat16", DType.float32: "tl.float32"}
-
-
-@dataclass(frozen=True)
-class CodegenOptions:
-    """Choices that change the generated source but never what it computes.
-
-    max_tile_elements: the largest padded register tile accepted (UnsupportedError beyond).
-    dot_min_dim: the smallest padded M, K, N of a ``tl.dot`` (16 on NVIDIA GPUs).
-    hoist_invariants: compute for-loop-invariant values once before the loop (True) or
-        recompute them in every iteration (False: less register pressure).
-    unroll: unroll the for-loop completely (``tl.static_range``): every iteration's loads
-        can be issued before the first is used. For short loops over small tiles (the
-        combination of partial sums), where one memory latency per iteration would dominate;
-        long loops over large tiles are better pipelined by Triton (``num_stages``). None:
-        :func:`auto_unroll` decides.
-    interpret: emit for Triton's CPU interpreter (no bf16 ``tl.dot``).
-    index64: 64-bit address arithmetic (tensors spanning 2**31 elements or more).
-    stable_exp: subtract the running row maximum inside a softmax-shaped for-loop's exp
-        (:mod:`mugraph.codegen.stable_exp`): the same real function, without overflow.
-    defer_reductions: an accumulator that reduces its tile's last dim (sum, mean, rms) adds
-        whole tiles in the loop and reduces once after it, when the tile has at most
-        ``DEFER_MAX_ELEMENTS`` elements: no cross-thread reduction (and its barrier) per
-        iteration. (On an H100, RMSNorm+Linear at suite sizes: 35.8 µs with the reduction in
-        the loop, 28.1 µs without any; benchmarks/probe_variants.py.)
-    gemv_form: how a for-loop accumulates a matrix-vector product (a matmul with one row,
-        M = 1, computed in the loop and used only by an accumulator): ``"broadcast"`` sums
-        each iteration's product over K in the loop (a cross-thread reduction per
-        iteration); ``"defer"`` adds the unreduced [K, N] products and reduces over K once
-        after the loop; ``"dot"`` pads the row to ``dot_min_dim`` zero rows and accumulates
-        ``tl.dot`` results (tensor cores), reducing the rows after the loop. All three
-        compute the same sums (in float32, in different orders).
-    stream_loads: an input tile that no other block reads (:func:`streamed_input`) is
-        loaded with the evict-first L2 policy: a tensor streamed through once (weights,
-        the KV cache, partial sums) does not push out of L2 what is there, and lines other
-        kernels left dirty are not written back to make room for it.
-    chain_launches: a kernel whose outputs only the next kernel reads (partial sums and the
-        kernel combining them) runs with it in one launch (:mod:`mugraph.codegen.chained`).
-        Read by the compiled program, not by a kernel's code generation. Off by default: on
-        the H100 it was more than 1% slower on 18 of the 28 suite rows and more than 1%
-        faster on none (falcon b8 14.9 -> 22.0 us; benchmarks/RESULTS.md, sixth session).
-    """
-
-    max_tile_elements: int = 1 << 17
-    dot_min_dim: int = 16
-    hoist_invariants: bool = True
-    unroll: bool | None = None
-    interpret: bool = False
-    index64: bool = False
-    stable_exp: bool = True
-    defer_reductions: bool = True
-    gemv_form: str = "broadcast"
-    stream_loads: bool = True
-    chain_launches: bool = False
-
-    def __post_init__(self) -> None:
-        if self.gemv_form not in GEMV_FORMS:
-            raise UnsupportedError(
-                f"CodegenOptions: gemv_form {self.gemv_form!r} is not one of {GEMV_FORMS}")
-
-
-GEMV_FORMS = ("broadcast", "defer", "dot")
 LOG2E = math.log2(math.e)
-DEFER_MAX_ELEMENTS = 4096  # largest per-iteration tile an accumulator keeps whole
 
-
-AUTO_UNROLL_MAX = 32  # longest for-loop unrolled by default
-
-
-def auto_unroll(block: BlockGraph) -> bool:
-    """Whether a for-loop is unrolled by default: short loops without a matmul inside (the
-    combination of partial sums), whose iterations are one small load each."""
-    if not 1 < block.forloop_range <= AUTO_UNROLL_MAX:
-        return False
-    phases = block_phases(block)
-    return not any(
-        op.kind is OpKind.MATMUL and phase is LOOP
-        for op, phase in zip(block.ops, phases, strict=True)
-    )
-
-
-def unrolled(block: BlockGraph, options: CodegenOptions) -> bool:
-    """Whether the kernel of ``block`` gets an unrolled for-loop with these options."""
-    return auto_unroll(block) if options.unroll is None else options.unroll
-
-
-def streamed_input(block: BlockGraph, op: Op) -> bool:
-    """Whether each element of input ``op`` is read by one block, once: every grid axis of
-    more than one block maps to a dim of the tensor (none replicates it), and a for-loop
-    either walks along the tensor or is absent."""
-    imap = op.attr("imap")
-    partitioned = all(d >= 0 or g == 1 for g, d in zip(block.grid_dim, imap, strict=True))
-    return partitioned and (op.attr("forloop_dim") >= 0 or block.forloop_range == 1)
 
 
 @dataclass(frozen=True)
@@ -210,23 +137,6 @@ def {NAN_MAX}(a, b):
     return tl.maximum(a, b, {NAN_MAXIMUM})
 """
 
-
-AXIS_OPS = frozenset({OpKind.REDUCTION, OpKind.REDUCTION_MAX, OpKind.CONCAT})  # a "dim" attr
-
-
-def squeezed_lead(block: BlockGraph) -> int:
-    """How many leading dims the kernel's register tiles leave out: 1 when every tensor of the
-    block graph has rank 3 or more and a leading dim of size 1 (and no operator works along
-    that dim or changes ranks), else 0. Its offsets then enter addresses as scalars."""
-    types = [t for op in block.ops for t in op.outputs]
-    if not types or any(len(t.dims) < 3 or t.dims[0] != 1 for t in types):
-        return 0
-    for op in block.ops:
-        if op.kind is OpKind.RESHAPE:
-            return 0
-        if op.kind in AXIS_OPS and op.attr("dim") % len(op.outputs[0].dims) == 0:
-            return 0
-    return 1
 
 
 class KernelEmitter:
@@ -538,13 +448,13 @@ def _emit_matmul(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
 
 def _matmul_pair(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase, ra, rb) -> Val:
     pad, dims = em.pad(ref), em.dims(ref)
-    if lowers_to_dot(em.block, ra, rb) and _derived_from_dot(em.block, rb):
+    if lowers_to_dot(em.block, ra, rb) and derived_from_dot(em.block, rb):
         # Triton 3.6 computed such dots wrongly on an H100 (4+ warps, inside a for-loop)
         # when the B operand was computed from another tl.dot's result; with that value as
         # the A operand (the flash-attention pattern), or in float32, they were right
         # (benchmarks/RESULTS.md, "A Triton 3.6 miscompilation")
         # (A^T becomes the B operand: only when A is not computed from a dot either)
-        transposable = len(pad) == 2 and not _derived_from_dot(em.block, ra)
+        transposable = len(pad) == 2 and not derived_from_dot(em.block, ra)
         inner = _transposed(em, rb, sec) if transposable else None
         if inner is not None:
             return _matmul_transposed(em, ref, sec, ra, inner)
@@ -557,57 +467,6 @@ def _matmul_pair(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase, ra, rb) 
         return _matmul_dot(em, op, ref, sec, a, b, pad, dims)
     return _matmul_broadcast(em, op, ref, sec, a, b, pad, dims)
 
-
-def lowers_to_dot(block: BlockGraph, ra: TensorRef, rb: TensorRef) -> bool:
-    """Whether the product of ``ra`` and ``rb`` is a ``tl.dot`` (M, K and N all exceed 1)."""
-    a, b = block.tensor_type(ra).dims, block.tensor_type(rb).dims
-    return min(a[-2], a[-1], b[-1]) > 1
-
-
-def _derived_from_dot(block: BlockGraph, ref: TensorRef) -> bool:
-    """Whether ``ref``'s register tile is computed, in this kernel, from a ``tl.dot`` result."""
-    seen, todo = set(), [ref]
-    while todo:
-        r = todo.pop()
-        if r.op in seen:
-            continue
-        seen.add(r.op)
-        op = block.ops[r.op]
-        if op.kind is OpKind.MATMUL and lowers_to_dot(block, *op.inputs[:2]):
-            return True
-        todo.extend(op.inputs)
-    return False
-
-
-CHAINED_DOT_NARROW_K = 16  # padded inner dim of a chained tl.dot that needs two warps
-
-
-def wide_chained_dots(block: BlockGraph) -> list[int]:
-    """Matmuls emitted as a ``tl.dot`` of at least 64 rows and an inner dim of at most 16
-    whose operand is computed from another ``tl.dot``'s result (see
-    :func:`mugraph.runtime.compiled.default_launch`). On an H100 with Triton 3.6 such a dot
-    (LoRA's (X @ A) @ B with rank 16, 64 rows) faulted with 4 warps, while attention's
-    exp(Q K) @ V with inner dims 32 and 64 and 32, 64 or 128 rows was right with 2, 4 and 8
-    (benchmarks/probe_variants.py, part ``chain``)."""
-    found = []
-    for i, op in enumerate(block.ops):
-        if op.kind is not OpKind.MATMUL:
-            continue
-        pairs = split_matmul_parts(block, op.inputs[0], op.inputs[1]) or [op.inputs[:2]]
-        if any(_narrow_chained_dot(block, ra, rb) for ra, rb in pairs):
-            found.append(i)
-    return found
-
-
-def _narrow_chained_dot(block: BlockGraph, ra: TensorRef, rb: TensorRef) -> bool:
-    if not lowers_to_dot(block, ra, rb):
-        return False
-    transposed = _derived_from_dot(block, rb)  # emitted as (B^T A^T)^T: N rows
-    if not (transposed or _derived_from_dot(block, ra)):
-        return False
-    a, b = block.tensor_type(ra).dims, block.tensor_type(rb).dims
-    rows = b[-1] if transposed else a[-2]
-    return rows >= 64 and next_pow2(a[-1]) <= CHAINED_DOT_NARROW_K
 
 
 def _matmul_transposed(em: KernelEmitter, ref: TensorRef, sec: Phase, ra, inner: Val) -> Val:
@@ -633,7 +492,7 @@ def _transposed(em: KernelEmitter, ref: TensorRef, sec: Phase) -> Val | None:
     dims, pad = em.dims(ref)[::-1], em.pad(ref)[::-1]
     if len(pad) != 2:
         val = None
-    elif not _derived_from_dot(em.block, ref):
+    elif not derived_from_dot(em.block, ref):
         x = em.get(ref, psec)
         val = em.assign(x.sec, f"{x.name}T", f"tl.trans({x.name})", dims, pad,
                         native=x.native, zero_pad=x.zero_pad)
@@ -652,7 +511,7 @@ def _transposed_product(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -
     c_ref, d_ref = op.inputs
     if split_matmul_parts(em.block, c_ref, d_ref) is not None:
         return None
-    if _derived_from_dot(em.block, c_ref) or _derived_from_dot(em.block, d_ref):
+    if derived_from_dot(em.block, c_ref) or derived_from_dot(em.block, d_ref):
         return None
     graph_dtype = em.dtype(ref)
     c, precision = _dot_operand(em, em.zero_pads(em.get(c_ref, sec), sec), graph_dtype, sec)
@@ -807,42 +666,6 @@ def _scratch_load(em: KernelEmitter, ref: TensorRef, sec: Phase, base: str, dims
     return em.assign(sec, f"b{ref.op}", expr, dims, pad, zero_pad=True)
 
 
-def reshape_groups(src: tuple[int, ...], dst: tuple[int, ...]) -> list[tuple[range, range]] | None:
-    """Split a reshape into groups of dims with equal products (None if sizes disagree)."""
-    groups = []
-    i = j = 0
-    while i < len(src) or j < len(dst):
-        i0, j0 = i, j
-        ps = pd = 1
-        if i < len(src):
-            ps, i = src[i], i + 1
-        if j < len(dst):
-            pd, j = dst[j], j + 1
-        while ps != pd:
-            if ps < pd and i < len(src):
-                ps, i = ps * src[i], i + 1
-            elif pd < ps and j < len(dst):
-                pd, j = pd * dst[j], j + 1
-            else:
-                return None
-        groups.append((range(i0, i), range(j0, j)))
-    return groups
-
-
-def reshape_is_reinterpretation(dims_in, pad_in, dims_out, pad_out) -> bool:
-    """Whether ``tl.reshape`` of the padded tile puts every valid element where it belongs."""
-    groups = reshape_groups(tuple(dims_in), tuple(dims_out))
-    if groups is None:
-        return False
-    for gin, gout in groups:
-        for group, dims, pad in ((gin, dims_in, pad_in), (gout, dims_out, pad_out)):
-            if any(dims[k] != pad[k] for k in list(group)[1:]):
-                return False
-        if math.prod(pad_in[k] for k in gin) != math.prod(pad_out[k] for k in gout):
-            return False
-    return True
-
-
 def _emit_reshape(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
     x = em.get(op.inputs[0], sec)
     dims, pad = em.dims(ref), em.pad(ref)
@@ -923,28 +746,6 @@ def _emit_forloop_accum(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -
         return em.assign(POST, f"b{ref.op}", expr, dims, pad, zero_pad=zp)
     return Val(total, dims, pad, zero_pad=zp, sec=POST)
 
-
-def gemv_accumulators(block: BlockGraph) -> list[int]:
-    """Positions of the accumulators (no reduction of their own) that add up a
-    matrix-vector product over the for-loop — a matmul of one row (M = 1), K and N above 1,
-    computed in the loop and used by nothing else: where ``gemv_form`` changes the code."""
-    if block.forloop_range <= 1:
-        return []
-    phases, uses = block_phases(block), block.uses()
-    found = []
-    for i, op in enumerate(block.ops):
-        if op.kind is not OpKind.FORLOOP_ACCUM or op.attr("acc") is not AccumKind.NONE:
-            continue
-        src = op.inputs[0]
-        product = block.ops[src.op]
-        if (product.kind is not OpKind.MATMUL or phases[src.op] is not LOOP
-                or len(uses.get(src.op, ())) != 1
-                or split_matmul_parts(block, *product.inputs) is not None):
-            continue
-        a, b = (block.tensor_type(r).dims for r in product.inputs)
-        if a[-2] == 1 and a[-1] > 1 and b[-1] > 1:
-            found.append(i)
-    return found
 
 
 def _gemv_product(em: KernelEmitter, op: Op, ref: TensorRef) -> Op | None:

@@ -227,7 +227,7 @@ def _customized(op: Op, ins, label: str, gpu: GPUSpec, params: CostParams) -> Ke
 def kernel_features(block: BlockGraph, ins: tuple, outs: tuple) -> KernelFeatures:
     """The features of the kernel made from ``block`` reading device tensors ``ins`` and
     writing ``outs`` (TensorTypes)."""
-    from mugraph.codegen.triton_gen import auto_unroll
+    from mugraph.codegen.decisions import auto_unroll
     from mugraph.runtime.compiled import default_launch
 
     blocks = block.num_blocks
@@ -377,7 +377,7 @@ def _dot_only_inputs(block: BlockGraph) -> set[int]:
 
 
 def _is_dot(block: BlockGraph, op: Op) -> bool:
-    from mugraph.codegen.triton_gen import lowers_to_dot
+    from mugraph.codegen.decisions import lowers_to_dot
 
     return op.kind is OpKind.MATMUL and lowers_to_dot(block, *op.inputs[:2])
 
