@@ -84,6 +84,8 @@ class CodegenOptions:
 
 GEMV_FORMS = ("broadcast", "defer", "dot")
 DEFER_MAX_ELEMENTS = 4096  # largest per-iteration tile an accumulator keeps whole
+# accumulators that reduce their tile's last dim (a deferred reduction keeps whole tiles)
+REDUCING_ACCUMULATORS = frozenset({AccumKind.SUM, AccumKind.MEAN, AccumKind.RMS})
 
 
 AUTO_UNROLL_MAX = 32  # longest for-loop unrolled by default

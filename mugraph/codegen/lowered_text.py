@@ -103,11 +103,12 @@ def _registers(k: LoweredKernel) -> list[str]:
 
 
 def spec_text(spec: Spec) -> str:
-    """``outputs <- Kind<variant>(inputs)  # detail`` (a Move's variant: its route)."""
+    """``outputs <- Kind<variant>(inputs)  # detail; flags`` (a Move's variant: its route)."""
     variant = "->".join(m.value for m in spec.route) if spec.route else spec.variant
     kind = spec.kind.value + (f"<{variant}>" if variant else "")
     text = f"{', '.join(spec.outputs)} <- {kind}({', '.join(spec.inputs)})"
-    return text + (f"  # {spec.detail}" if spec.detail else "")
+    notes = "; ".join([*filter(None, [spec.detail]), *sorted(f.value for f in spec.flags)])
+    return text + (f"  # {notes}" if notes else "")
 
 
 def _specs(k: LoweredKernel) -> list[str]:

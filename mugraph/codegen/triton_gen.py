@@ -49,6 +49,7 @@ from mugraph.codegen.decisions import (  # noqa: F401 - re-exported for existing
     CHAINED_DOT_NARROW_K,
     DEFER_MAX_ELEMENTS,
     GEMV_FORMS,
+    REDUCING_ACCUMULATORS,
     CodegenOptions,
     auto_unroll,
     derived_from_dot,
@@ -830,9 +831,6 @@ def _accumulate(em: KernelEmitter, ref: TensorRef, name: str, term: str) -> None
         em.emit(LOOP, f"{name} = {name} * {em.row_max[1]} + {term}")
     else:
         em.emit(LOOP, f"{name} += {term}")
-
-
-REDUCING_ACCUMULATORS = frozenset({AccumKind.SUM, AccumKind.MEAN, AccumKind.RMS})
 
 
 def _defers_reduction(em: KernelEmitter, acc: AccumKind, x: Val) -> bool:
