@@ -35,6 +35,16 @@ rank > 3 fold their batch dims into one. A matmul with M, K or N equal to 1 is a
 multiply and ``tl.sum`` on CUDA cores.
 
 The emission of each block operator is :data:`TRITON_EMITTERS`, a table keyed by OpKind.
+
+Every decision above is read from the kernel's lowered IR (:func:`mugraph.codegen.lowered.
+lower_block`, under the same options and softmax carry): each value's padded tile and phase,
+the stores and their sections, the steps that place each tile, the evict-first hint, each
+product's form, the transposes, each accumulator's form, reshapes that reinterpret, concats
+that are loads, and the carry's flags; the functions behind them are in
+:mod:`mugraph.codegen.decisions`. What stays here is Triton text: names, addresses, masks,
+casts, which padded lanes are known zero, and the statements' order (on demand, from the
+stores backwards, so that the source of every known graph is what it was before the lowered
+IR existed: tests/test_codegen_lowered.py).
 """
 
 from __future__ import annotations
@@ -63,14 +73,24 @@ from mugraph.codegen.decisions import (  # noqa: F401 - re-exported for existing
     wide_chained_dots,
 )
 from mugraph.codegen.elementwise import formula, zero_preserving
-from mugraph.codegen.padding import padded_shapes, split_matmul_parts
-from mugraph.codegen.stable_exp import KernelCarry, scaled_input_plan, stable_exp_plan
+from mugraph.codegen.lowered import (
+    AccumForm,
+    Memory,
+    Product,
+    ProductForm,
+    Spec,
+    SpecFlag,
+    SpecKind,
+    TransposeForm,
+    lower_block,
+)
+from mugraph.codegen.stable_exp import KernelCarry
 from mugraph.dtypes import DType
 from mugraph.errors import UnsupportedError
-from mugraph.ir import maps, tiling
+from mugraph.ir import tiling
 from mugraph.ir.graph import BlockGraph, Op
 from mugraph.ir.ops import AccumKind, Group, OpKind
-from mugraph.ir.phase import Phase, block_phases
+from mugraph.ir.phase import Phase
 from mugraph.ir.tensor import TensorRef, TensorType
 
 # Raised when the emitted kernels change in speed: a result-cache entry whose GPU ranking
@@ -141,7 +161,9 @@ def {NAN_MAX}(a, b):
 
 
 class KernelEmitter:
-    """Builds the source of one kernel from a block graph, operator by operator.
+    """Builds the source of one kernel from its lowered IR (:mod:`mugraph.codegen.lowered`),
+    from the stores backwards: each value's code is emitted, once per section, when a
+    statement first needs it, as the value's spec says.
 
     ``lead`` leading dims (:func:`squeezed_lead`) are left out of every register tile:
     :meth:`dims` and :meth:`pad` give a tile's shape without them, :meth:`axis` maps an
@@ -154,30 +176,19 @@ class KernelEmitter:
         self.name = name
         self.label = label
         self.options = options
-        self.lead = squeezed_lead(block)
-        self.pads = padded_shapes(block, options.dot_min_dim)
-        self.phases = block_phases(block)
+        self.kernel = lower_block(block, label, options=options, carry=carry)
+        self.lead = self.kernel.lead
         self.lines: dict[Phase, list[str]] = {PRE: [], LOOP: [], POST: []}
         self.memo: dict[tuple[TensorRef, Phase], Val] = {}
         self.derived_memo: dict[str, Val] = {}
         self.transposed: dict[tuple[TensorRef, Phase], Val | None] = {}  # see _transposed
         self.carry = carry
-        self.stable = (stable_exp_plan(block, carry=bool(carry.carried_outputs))
-                       if options.stable_exp else None)
-        if carry.carried_outputs and (self.stable is None
-                                      or self.stable.carried_outputs != carry.carried_outputs):
-            raise UnsupportedError(f"{label}: the softmax carry plan does not fit this kernel")
-        self.scaled = (scaled_input_plan(block, carry.input_widths) if carry.scaled_inputs
-                       else None)
-        if carry.scaled_inputs and self.scaled is None:
-            raise UnsupportedError(f"{label}: the softmax carry plan does not fit this kernel")
         self.scales: dict[int, Val] = {}  # op position -> the log-scale tile of its value
         self.row_max: tuple[str, str] | None = None  # (running max, this iteration's rescale)
         self.loop_tail: list[str] = []  # the last statements of every iteration
         self.names: set[str] = set()
         self.scratch_used = 0
-        self.loop = block.forloop_range > 1
-        self.gemv_accumulators = frozenset(gemv_accumulators(block))
+        self.loop = self.kernel.forloop_range > 1
         self.helpers: dict[str, str] = {}  # @triton.jit helpers the kernel calls, by name
 
     def nan_max(self) -> str:
@@ -216,16 +227,21 @@ class KernelEmitter:
             self.derived_memo[key] = self.assign(val.sec, name, expr, val.dims, val.pad, **kw)
         return self.derived_memo[key]
 
+    def spec_of(self, ref: TensorRef) -> Spec:
+        """The lowered spec computing ``ref``."""
+        return self.kernel.spec_of(ref.op)
+
     def dims(self, ref: TensorRef) -> tuple[int, ...]:
         """The dims of ``ref``'s register tile (the tensor's, less the left-out lead)."""
-        return self.block.tensor_type(ref).dims[self.lead:]
+        return self.kernel.tile(ref).tensor.dims
 
     def full_dims(self, ref: TensorRef) -> tuple[int, ...]:
         """The dims of the block tensor ``ref`` (what addresses are computed from)."""
         return self.block.tensor_type(ref).dims
 
     def pad(self, ref: TensorRef) -> tuple[int, ...]:
-        return self.pads[ref][self.lead:]
+        """The padded shape of ``ref``'s tile (its lowered tile's)."""
+        return self.kernel.tile(ref).padded
 
     def axis(self, dim: int) -> int:
         """The tile axis of an operator's ``dim`` (negative dims count from the end)."""
@@ -252,8 +268,8 @@ class KernelEmitter:
 
     def section_for(self, ref: TensorRef, wanted: Phase) -> Phase:
         """Where ``ref`` is computed when section ``wanted`` needs it."""
-        phase = self.phases[ref.op]
-        if phase is PRE and not self.options.hoist_invariants:
+        phase = self.kernel.tile(ref).phase
+        if phase is PRE and not self.kernel.hoisted:
             return wanted
         return phase
 
@@ -294,10 +310,15 @@ class KernelEmitter:
         return "it_" if self.options.index64 else "it"
 
     def base_terms(self, dims, tile, grid_map, fdim) -> list[list[str]]:
-        """Per dim, the scalar offset terms of this block (and iteration) along it."""
+        """Per dim, the scalar offset terms of this block (and iteration) along it, for a
+        tensor of ``dims`` no global tile of the kernel describes (scales, prefetches)."""
         block = self.block
         steps = tiling.block_steps(tuple(dims), tuple(tile), block.grid_dim, grid_map,
                                    block.forloop_range, fdim)
+        return self.placement(steps, fdim)
+
+    def placement(self, steps: tiling.BlockSteps, fdim: int) -> list[list[str]]:
+        """Per dim, the scalar offset terms ``steps`` give this block (and iteration)."""
         terms = [[f"{self.pid(axis)} * {step}" for axis, step in axes] for axes in steps.grid]
         if fdim >= 0 and self.loop:
             terms[fdim].append(f"{self.it()} * {steps.iteration[fdim]}")
@@ -310,16 +331,16 @@ class KernelEmitter:
         by default, the valid lanes of the tile) are read, the rest are zero.
         """
         i = op.attr("index")
-        dtensor: TensorType = op.attr("dtensor")
         tile = op.outputs[0].dims
-        base = self.base_terms(dtensor.dims, tile, op.attr("imap"), op.attr("forloop_dim"))
+        source = self.kernel.input_tile(i)
+        base = self.placement(source.steps, op.attr("forloop_dim"))
         strides = [f"in{i}_s{d}" for d in range(len(tile))]
         offs = tiles.offsets(pad, strides, base, shift, self.options.index64)
         mask = region if region is not None else tiles.valid_mask(tile[self.lead:], pad)
         args = [f"in{i}_ptr + {offs}"]
         if mask is not None:
             args += [f"mask={mask}", "other=0.0"]
-        if self.options.stream_loads and streamed_input(self.block, op):
+        if source.evict_first:
             args.append('eviction_policy="evict_first"')
         return f"tl.load({', '.join(args)})"
 
@@ -332,7 +353,7 @@ Emitter = Callable[[KernelEmitter, Op, TensorRef, Phase], Val]
 def _emit_input(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
     pad = em.pad(ref)
     expr = em.load_input(op, pad)
-    if em.scaled is not None and op.attr("index") in em.scaled.inputs:
+    if SpecFlag.SCALED_INPUT in em.spec_of(ref).flags:
         # a rescaled partial (stored in float32) and the log-scales of its rows
         em.scales[ref.op] = _load_scales(em, op, ref, sec)
         return em.assign(sec, f"b{ref.op}", expr, em.dims(ref), pad, native="tl.float32",
@@ -346,7 +367,7 @@ def _load_scales(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
     partial has scale ``[..., i // w]`` (``w``: the producer's block width), and the tile
     lies within one producer block (its width divides ``w``)."""
     i = op.attr("index")
-    width = em.scaled.widths[i]
+    width = em.kernel.scaled_inputs[i]
     dtensor: TensorType = op.attr("dtensor")
     dims, pad, full = em.dims(ref), em.pad(ref), em.full_dims(ref)
     imap, fdim = op.attr("imap"), op.attr("forloop_dim")
@@ -367,10 +388,11 @@ def _load_scales(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
 
 
 def _emit_elementwise(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
-    if em.stable is not None and ref.op == em.stable.exp_op:
+    flags = em.spec_of(ref).flags
+    if SpecFlag.STABLE_EXP in flags:
         return _emit_stable_exp(em, op, ref, sec)
     args = [em.get(r, sec) for r in op.inputs]
-    if op.kind is OpKind.DIV and all(r.op in em.scales for r in op.inputs):
+    if SpecFlag.SCALED_RATIO in flags:
         # a / b of merged partial sums: each is its true value times exp(-R), so the ratio
         # is corrected by exp(R_a - R_b) (1 where both carry the same scales)
         (a, b), (ra, rb) = args, (em.scales[r.op] for r in op.inputs)
@@ -441,30 +463,29 @@ def _dot_operand(em: KernelEmitter, val: Val, graph_dtype: DType, sec: Phase) ->
 
 
 def _emit_matmul(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
-    parts = split_matmul_parts(em.block, op.inputs[0], op.inputs[1])
-    if parts is not None:
-        return _matmul_split(em, op, ref, sec, parts)
-    return _matmul_pair(em, op, ref, sec, op.inputs[0], op.inputs[1])
+    products = em.spec_of(ref).products
+    if len(products) > 1:
+        return _matmul_split(em, op, ref, sec, products)
+    return _matmul_pair(em, op, ref, sec, products[0])
 
 
-def _matmul_pair(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase, ra, rb) -> Val:
+def _matmul_pair(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase, product: Product) -> Val:
+    """One product in the form the lowering chose (:class:`ProductForm`): Triton 3.6
+    computed a tl.dot wrongly on an H100 (4+ warps, inside a for-loop) when its B operand
+    was computed from another tl.dot's result; with that value as the A operand (the
+    flash-attention pattern, ``TRANSPOSED``), or in float32 (``DOT_FLOAT32``), it was right
+    (benchmarks/RESULTS.md, "A Triton 3.6 miscompilation")."""
     pad, dims = em.pad(ref), em.dims(ref)
-    if lowers_to_dot(em.block, ra, rb) and derived_from_dot(em.block, rb):
-        # Triton 3.6 computed such dots wrongly on an H100 (4+ warps, inside a for-loop)
-        # when the B operand was computed from another tl.dot's result; with that value as
-        # the A operand (the flash-attention pattern), or in float32, they were right
-        # (benchmarks/RESULTS.md, "A Triton 3.6 miscompilation")
-        # (A^T becomes the B operand: only when A is not computed from a dot either)
-        transposable = len(pad) == 2 and not derived_from_dot(em.block, ra)
-        inner = _transposed(em, rb, sec) if transposable else None
-        if inner is not None:
-            return _matmul_transposed(em, ref, sec, ra, inner)
+    ra, rb, form = product.a, product.b, product.form
+    if form is ProductForm.TRANSPOSED:
+        return _matmul_transposed(em, ref, sec, ra, _transposed(em, rb, sec))
+    if form is ProductForm.DOT_FLOAT32:
         a = em.f32(em.zero_pads(em.get(ra, sec), sec), sec)
         b = em.zero_pads(em.get(rb, sec), sec)
         return _matmul_dot(em, op, ref, sec, a, b, pad, dims, operand_dtype=DType.float32)
     a = em.zero_pads(em.get(ra, sec), sec)
     b = em.zero_pads(em.get(rb, sec), sec)
-    if min(a.dims[-2], a.dims[-1], b.dims[-1]) > 1:
+    if form is ProductForm.DOT:
         return _matmul_dot(em, op, ref, sec, a, b, pad, dims)
     return _matmul_broadcast(em, op, ref, sec, a, b, pad, dims)
 
@@ -491,15 +512,15 @@ def _transposed(em: KernelEmitter, ref: TensorRef, sec: Phase) -> Val | None:
         return em.transposed[key]
     op = em.block.ops[ref.op]
     dims, pad = em.dims(ref)[::-1], em.pad(ref)[::-1]
-    if len(pad) != 2:
-        val = None
-    elif not derived_from_dot(em.block, ref):
+    spec = em.kernel.transpose_of(ref.op)
+    form = spec.transpose if spec is not None else None
+    if form is TransposeForm.TRANS:
         x = em.get(ref, psec)
         val = em.assign(x.sec, f"{x.name}T", f"tl.trans({x.name})", dims, pad,
                         native=x.native, zero_pad=x.zero_pad)
-    elif op.kind is OpKind.MATMUL:
+    elif form is TransposeForm.PRODUCT:
         val = _transposed_product(em, op, ref, psec)
-    elif op.kind in Group.ELEMENTWISE and all(len(em.pad(r)) == 2 for r in op.inputs):
+    elif form is TransposeForm.ELEMENTWISE:
         args = [_transposed(em, r, psec) for r in op.inputs]
         val = None if None in args else _elementwise(em, op, psec, f"b{ref.op}T", args, dims, pad)
     else:
@@ -508,12 +529,8 @@ def _transposed(em: KernelEmitter, ref: TensorRef, sec: Phase) -> Val | None:
     return val
 
 
-def _transposed_product(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val | None:
+def _transposed_product(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
     c_ref, d_ref = op.inputs
-    if split_matmul_parts(em.block, c_ref, d_ref) is not None:
-        return None
-    if derived_from_dot(em.block, c_ref) or derived_from_dot(em.block, d_ref):
-        return None
     graph_dtype = em.dtype(ref)
     c, precision = _dot_operand(em, em.zero_pads(em.get(c_ref, sec), sec), graph_dtype, sec)
     d, _ = _dot_operand(em, em.zero_pads(em.get(d_ref, sec), sec), graph_dtype, sec)
@@ -522,18 +539,10 @@ def _transposed_product(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -
     return em.assign(sec, f"b{ref.op}T", expr, em.dims(ref)[::-1], em.pad(ref)[::-1], zero_pad=True)
 
 
-def _transposed_elementwise(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase, args) -> Val:
-    args = [em.f32(a, sec) for a in args]
-    pad = em.pad(ref)[::-1]
-    zp = zero_preserving(op.kind, op.attr_dict) and all(a.zero_pad and a.pad == pad for a in args)
-    expr = formula(op.kind, [a.name for a in args], op.attr_dict)
-    return em.assign(sec, f"b{ref.op}T", expr, em.dims(ref)[::-1], pad, zero_pad=zp)
-
-
 def _matmul_split(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase, parts) -> Val:
     """A product over concatenated inner dims as the sum of the parts' products: no
     concatenated tile, no scratch round trip, no padding of the joint inner dim."""
-    vals = [_matmul_pair(em, op, ref, sec, ra, rb) for ra, rb in parts]
+    vals = [_matmul_pair(em, op, ref, sec, product) for product in parts]
     expr = " + ".join(v.name for v in vals)
     return em.assign(sec, f"b{ref.op}", expr, em.dims(ref), em.pad(ref), zero_pad=True)
 
@@ -614,9 +623,8 @@ def _emit_rms_norm(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val
 
 
 def _emit_concat(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
-    ops = [em.block.ops[r.op] for r in op.inputs]
-    if all(o.kind is OpKind.BLOCK_INPUT for o in ops):
-        return _concat_loads(em, op, ref, sec, ops)
+    if em.spec_of(ref).route[0] is Memory.GLOBAL:  # one tile from two address ranges
+        return _concat_loads(em, op, ref, sec, [em.block.ops[r.op] for r in op.inputs])
     return _concat_scratch(em, op, ref, sec)
 
 
@@ -670,7 +678,7 @@ def _scratch_load(em: KernelEmitter, ref: TensorRef, sec: Phase, base: str, dims
 def _emit_reshape(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
     x = em.get(op.inputs[0], sec)
     dims, pad = em.dims(ref), em.pad(ref)
-    if reshape_is_reinterpretation(x.dims, x.pad, dims, pad):
+    if em.spec_of(ref).kind is SpecKind.VIEW:
         expr = f"tl.reshape({x.name}, {list(pad)})"
         return em.assign(sec, f"b{ref.op}", expr, dims, pad, native=x.native, zero_pad=x.zero_pad)
     x = em.f32(x, sec)
@@ -723,15 +731,14 @@ def _acc_init(em: KernelEmitter, ref: TensorRef, fill: str) -> str:
 
 def _emit_forloop_accum(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
     acc = op.attr("acc")
-    gemv = _gemv_product(em, op, ref)
-    if gemv is not None and em.options.gemv_form != "broadcast":
-        total = _gemv_accum(em, gemv, ref)
-        if total is not None:
-            return Val(total, em.dims(ref), em.pad(ref), zero_pad=True, sec=POST)
+    form = em.spec_of(ref).accumulation
+    if form in GEMV_ACCUMULATIONS:
+        total = _gemv_accum(em, em.block.ops[op.inputs[0].op], ref, form)
+        return Val(total, em.dims(ref), em.pad(ref), zero_pad=True, sec=POST)
     x = em.get(op.inputs[0], LOOP)
-    if em.scaled is not None and ref.op in em.scaled.accumulators:
+    if form is AccumForm.MERGED:
         return _merged_accum(em, op, ref, acc, x)
-    if _defers_reduction(em, acc, x) and not _rescaled(em, ref):
+    if form is AccumForm.DEFERRED:
         name, total = _deferred_accum(em, op, ref, acc, x)
     else:
         name = total = _acc_init(em, ref, "0.0")
@@ -749,28 +756,19 @@ def _emit_forloop_accum(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -
 
 
 
-def _gemv_product(em: KernelEmitter, op: Op, ref: TensorRef) -> Op | None:
-    """The matrix-vector product the accumulator ``op`` adds up (:func:`gemv_accumulators`),
-    unless the stable exp rescales the accumulator or it merges carried partials; else None."""
-    if (ref.op not in em.gemv_accumulators or _rescaled(em, ref)
-            or (em.scaled is not None and ref.op in em.scaled.accumulators)):
-        return None
-    return em.block.ops[op.inputs[0].op]
+GEMV_ACCUMULATIONS = frozenset({AccumForm.GEMV_DEFER, AccumForm.GEMV_DOT})
 
 
-def _gemv_accum(em: KernelEmitter, product: Op, ref: TensorRef) -> str | None:
-    """A matrix-vector product accumulated over the loop in the form ``gemv_form`` names,
-    reduced after it: the name of the reduced [.., 1, N] total, or None where the form does
-    not fit (the product is then emitted as a broadcast sum per iteration)."""
+def _gemv_accum(em: KernelEmitter, product: Op, ref: TensorRef, form: AccumForm) -> str:
+    """A matrix-vector product accumulated over the loop in ``form`` (the lowering's reading
+    of ``gemv_form``), reduced after it: the name of the reduced [.., 1, N] total."""
     a = em.zero_pads(em.get(product.inputs[0], LOOP), LOOP)
     b = em.zero_pads(em.get(product.inputs[1], LOOP), LOOP)
     rank = len(em.pad(ref))
-    if em.options.gemv_form == "dot" and rank == 2 and em.dtype(ref) is not DType.float32:
+    if form is AccumForm.GEMV_DOT:
         return _gemv_dot(em, ref, a, b)
     k, n = a.pad[-1], b.pad[-1]
     shape = [*em.pad(ref)[:-1], k, n]
-    if math.prod(shape) > DEFER_MAX_ELEMENTS:
-        return None
     a, b = em.f32(a, LOOP), em.f32(b, LOOP)
     left = f"{a.name}[{', '.join([':'] * rank)}, None]"
     right = f"{b.name}[{', '.join([':'] * (rank - 2) + ['None', ':', ':'])}]"
@@ -821,7 +819,7 @@ def _zero_rows_below(em: KernelEmitter, row: Val, m: int) -> Val:
 def _rescaled(em: KernelEmitter, ref: TensorRef) -> bool:
     """Whether an accumulator is rescaled by the stable exp every iteration (its reduction
     then stays in the loop: on an H100 a whole-tile accumulator made attention slower)."""
-    return em.stable is not None and ref.op in em.stable.accumulators
+    return em.spec_of(ref).accumulation is AccumForm.RESCALED
 
 
 def _accumulate(em: KernelEmitter, ref: TensorRef, name: str, term: str) -> None:
@@ -831,11 +829,6 @@ def _accumulate(em: KernelEmitter, ref: TensorRef, name: str, term: str) -> None
         em.emit(LOOP, f"{name} = {name} * {em.row_max[1]} + {term}")
     else:
         em.emit(LOOP, f"{name} += {term}")
-
-
-def _defers_reduction(em: KernelEmitter, acc: AccumKind, x: Val) -> bool:
-    return (em.options.defer_reductions and acc in REDUCING_ACCUMULATORS and em.loop
-            and math.prod(x.pad) <= DEFER_MAX_ELEMENTS)
 
 
 def _deferred_accum(em: KernelEmitter, op: Op, ref: TensorRef, acc: AccumKind, x: Val):
@@ -914,23 +907,24 @@ assert set(TRITON_EMITTERS) == Group.BLOCK | Group.BOUNDARY - {OpKind.INPUT}
 # ---- the kernel ------------------------------------------------------------------------
 
 
-def _emit_store(em: KernelEmitter, op: Op, j: int) -> None:
-    """Store output ``j``'s tile where omap (and forloop_dim) say."""
+def _emit_store(em: KernelEmitter, spec: Spec, j: int) -> None:
+    """Output ``j``'s store (``spec``), in its spec's section, where its global tile's
+    steps place the block's (and iteration's) tile."""
+    op = em.block.ops[spec.op]
     ref = op.inputs[0]
-    fdim, omap = op.attr("forloop_dim"), op.attr("omap")
-    sec = LOOP if fdim >= 0 else em.phases[ref.op]
+    fdim = op.attr("forloop_dim")
+    sec = spec.phase
     val = em.get(ref, sec)
-    block = em.block
     full = em.full_dims(ref)
-    out_dims = maps.output_dims("new_output", full, block.grid_dim, omap, block.forloop_range,
-                                fdim)
-    base = em.base_terms(out_dims, full, omap, fdim)
+    target = em.kernel.output_tile(j)
+    out_dims = target.tensor.dims
+    base = em.placement(target.steps, fdim)
     strides = [f"out{j}_s{d}" for d in range(len(full))]
     offs = tiles.offsets(val.pad, strides, base, None, em.options.index64)
     value = f"{val.name}.to(out{j}_ptr.dtype.element_ty)"
     mask = tiles.valid_mask(val.dims, val.pad)
     em.emit(sec, _store_text(f"out{j}_ptr + {offs}", value, mask))
-    if j in em.carry.carried_outputs:
+    if SpecFlag.CARRIED in spec.flags:
         _store_scales(em, op, j, ref, sec, out_dims, val)
 
 
@@ -958,13 +952,13 @@ def _store_scales(em: KernelEmitter, op: Op, j: int, ref: TensorRef, sec: Phase,
 
 def emit_outputs(em: KernelEmitter) -> None:
     """Emit the stores of every output (and, on demand, everything they need)."""
-    for j, op in enumerate(em.block.output_ops):
-        _emit_store(em, op, j)
+    for j, spec in enumerate(em.kernel.stores):
+        _emit_store(em, spec, j)
 
 
 def loop_header(em: KernelEmitter) -> list[str]:
     """The for-loop statement(s) of a kernel with a for-loop, before its indented body."""
-    loop = "tl.static_range" if unrolled(em.block, em.options) else "range"
+    loop = "tl.static_range" if em.kernel.unrolled else "range"
     lines = [f"for it in {loop}(0, {em.block.forloop_range}):"]
     if em.options.index64:
         lines.append("    it_ = tl.full([], 0, tl.int64) + it")
