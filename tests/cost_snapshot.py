@@ -3,7 +3,12 @@
 model reads its quantities from (the lowered IR, say) shows here as changed numbers.
 
 ``python tests/cost_snapshot.py --write`` rewrites the snapshot; ``--time`` also prints the
-cost model's time per kernel (features computed afresh, caches cleared)."""
+cost model's time per kernel (features computed afresh, caches cleared) and the lowering's;
+``--lowered`` prints where the lowered IR's footprints (largest register tile, shared memory)
+differ from the model's own and what the estimate would become with them, and, over the
+H100-timed candidates of benchmarks/ (ranking records and the searches' rankings), how
+ranking quality would change (the reason the model keeps its own quantities: see
+:mod:`mugraph.optimize.cost_model`)."""
 
 from __future__ import annotations
 
@@ -62,10 +67,100 @@ def time_per_kernel(repeats: int = 3) -> float:
     return best
 
 
+def lowering_time_per_kernel(repeats: int = 3) -> float:
+    """Seconds of one kernel's lowering (the best of ``repeats``)."""
+    from mugraph.codegen.lowered import lower_block
+
+    work = list(kernels())
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _, block, _, outs in work:
+            lower_block(block, outputs=outs)
+        best = min(best, (time.perf_counter() - start) / len(work))
+    return best
+
+
+def with_lowered(block, ins, outs, what: str) -> cost_model.KernelFeatures:
+    """The model's features with ``what`` ("tile", "smem" or "both") read from the lowered
+    IR instead: the largest register tile's padded elements, the pipelined shared bytes."""
+    from mugraph.codegen.lowered import lower_block
+
+    f = cost_model.kernel_features(block, ins, outs)
+    kernel = lower_block(block, outputs=outs)
+    if what in ("tile", "both"):
+        largest = max((t.padded_elements for t in kernel.registers), default=1)
+        f = dataclasses.replace(f, largest_tile=largest)
+    if what in ("smem", "both"):
+        f = dataclasses.replace(f, smem=max(1, kernel.shared_bytes))
+    return f
+
+
+def _seconds(f) -> float:
+    return cost_model.kernel_seconds(f, cost_model.DEFAULT_GPU, cost_model.DEFAULT_PARAMS)[0]
+
+
+def compare_lowered() -> None:
+    for key, block, ins, outs in kernels():
+        f = cost_model.kernel_features(block, ins, outs)
+        tile, smem = (with_lowered(block, ins, outs, w) for w in ("tile", "smem"))
+        if tile.largest_tile != f.largest_tile or smem.smem != f.smem:
+            print(f"{key:32s} largest tile {f.largest_tile} -> {tile.largest_tile}, "
+                  f"smem {f.smem} -> {smem.smem}; estimate {_seconds(f) * 1e6:.2f} us -> "
+                  f"{_seconds(tile) * 1e6:.2f} (tile), {_seconds(smem) * 1e6:.2f} (smem)")
+    _compare_rankings()
+
+
+def _compare_rankings() -> None:
+    root = HERE.parent
+    sys.path.insert(0, str(root / "benchmarks"))
+    import ranking_fit
+
+    lines = ranking_fit.read_lines(root / "benchmarks" / "ranking_h100_run1.jsonl.gz")
+    lines += ranking_fit.searched_lines(root / "benchmarks" / "searched")
+    memo: dict = {}
+    cache: dict = {}
+
+    def graph_seconds(graph, what: str) -> float:
+        total = 0.0
+        for op in graph.ops:
+            if op.kind is OpKind.INPUT:
+                continue
+            if op.kind is not OpKind.CUSTOMIZED:
+                total += cost_model._torch_op(graph, op, "", cost_model.DEFAULT_GPU,
+                                              cost_model.DEFAULT_PARAMS).seconds
+                continue
+            ins = tuple(graph.tensor_type(r) for r in op.inputs)
+            block, outs = op.attr("graph"), tuple(op.outputs)
+            f = (cost_model.kernel_features(block, ins, outs) if what == "model"
+                 else with_lowered(block, ins, outs, what))
+            total += _seconds(f)
+        return total * 1e6
+
+    def estimator(what: str):
+        def estimate(line: dict) -> float:
+            key = (what, line["row"], line["graph_hash"])
+            if key not in cache:
+                cache[key] = graph_seconds(ranking_fit.graph_of(line, memo), what)
+            return cache[key]
+        return estimate
+
+    for what in ("model", "smem", "tile", "both"):
+        scores = ranking_fit.summary_scores(lines, estimator(what))
+        changed = sum(1 for line in lines if line.get("graph")
+                      and estimator(what)(line) != estimator("model")(line))
+        print(f"{what:6s} mean rho {scores['mean_rho']:.4f}  pooled rho "
+              f"{scores['pooled_rho']:.4f}  pick/best {scores['geo_regret']:.4f}  "
+              f"estimates changed {changed} of {len(lines)}")
+
+
 def main() -> int:
     now = estimates()
     if "--time" in sys.argv:
-        print(f"{len(now)} kernels, {time_per_kernel() * 1e6:.0f} us per kernel")
+        print(f"{len(now)} kernels, cost model {time_per_kernel() * 1e6:.0f} us per kernel, "
+              f"lowering {lowering_time_per_kernel() * 1e6:.0f} us per kernel")
+    if "--lowered" in sys.argv:
+        compare_lowered()
     if "--write" in sys.argv:
         SNAPSHOT.write_text(json.dumps(now, indent=0, sort_keys=True) + "\n")
         print(f"wrote {len(now)} estimates to {SNAPSHOT}")
