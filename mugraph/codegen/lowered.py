@@ -17,10 +17,11 @@ Graphene (``shared/seeds/001``) and the Mirage transpiler's plan (``shared/seeds
   ``padded elements / threads`` values; Triton picks its own layouts, the count is what
   register pressure depends on);
 - **specs**: Move (global → register or shared, register → global), View (a reshape that only
-  reinterprets), MatMul, Elementwise, Reduce, Init and Accumulate, each placed before the
-  for-loop, in it or after it by :func:`mugraph.ir.phase.block_phases` (the classification
-  the code generator uses): an accumulator is initialised before the loop, accumulated in
-  it and finished after it; an output with a ``forloop_dim`` is stored in every iteration;
+  reinterprets), MatMul (with its products' forms), Elementwise, Reduce, Init, Accumulate
+  (with its form) and Transpose, each placed before the for-loop, in it or after it by
+  :func:`mugraph.ir.phase.block_phases` (the classification the code generator uses): an
+  accumulator is initialised before the loop, accumulated in it and finished after it; an
+  output with a ``forloop_dim`` is stored in every iteration;
 - **footprints**: shared memory (per pipeline stage: the padded loop loads that only feed
   ``tl.dot``, times ``num_stages``) and the largest register tile per thread.
 
