@@ -5,6 +5,7 @@ here (``pip install mugraph[cluster]``; the dev extras install it, so CI runs th
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import threading
 import time
@@ -66,7 +67,8 @@ def test_ray_with_two_workers_finds_what_the_local_pool_finds(local_ray, pool_re
 
 
 def _ray_task_pids() -> list[int]:
-    """Ray worker processes running a search task (Ray names them after the task)."""
+    """Ray worker processes running a batch of the search (Ray names an actor's process after
+    its class and the method it runs)."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -75,7 +77,7 @@ def _ray_task_pids() -> list[int]:
             command = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if b"ray::_ray_run_batch" in command:
+        if command.startswith(b"ray::SearchWorker.run"):
             pids.append(int(entry.name))
     return pids
 
@@ -139,3 +141,98 @@ def test_a_search_stopped_on_ray_resumes_on_the_local_pool(local_ray, pool_resul
     assert second.resumed_units == first.units_done
     assert second.units_done == second.units_total
     assert hashes(second) == hashes(pool_result)
+
+
+def _loaded_workers(setup) -> list[tuple[int, int]]:
+    """(pid, rounds held) of each worker of a Ray engine of 2 workers once all have loaded
+    ``setup``; the engine is closed (its workers stay for the next one)."""
+    from mugraph.search.cluster import RayEngine
+
+    engine = RayEngine(workers=2)
+    engine.start()
+    engine.launch(setup)
+    try:
+        engine.ready()
+        deadline = time.monotonic() + 60
+        while engine.free() < 2 and time.monotonic() < deadline:
+            assert engine.wait(0.5) == []  # answers to the setup: no outcome
+        return sorted((slot.pid, slot.rounds) for slot in engine._crew.slots)
+    finally:
+        engine.close()
+        shutil.rmtree(setup.memo_dir, ignore_errors=True)
+
+
+def test_ray_workers_load_the_setup_with_its_rounds_and_stay_for_the_next_search(local_ray):
+    """The worker actors are asked for when the search joins Ray; each draws the program's
+    verification rounds when it loads the setup (before it takes work), and the next search of
+    this process finds the same worker processes."""
+    from mugraph.search.config import default_config
+    from mugraph.search.driver import _search_setup, default_cost
+
+    program = tiny_rmsnorm_linear()
+    config = default_config(program).with_overrides(workers=2, **SMALL)
+
+    class TwoWorkers:
+        slots = 2
+
+        @staticmethod
+        def threads():
+            return 1
+
+    first = _loaded_workers(_search_setup(program, config, None, TwoWorkers, default_cost))
+    assert len({pid for pid, _ in first}) == 2
+    assert all(rounds == config.verify_rounds > 0 for _, rounds in first)
+    second = _loaded_workers(_search_setup(program, config, None, TwoWorkers, default_cost))
+    assert second == first
+    result = superoptimize(program, time_limit=120, workers=2, engine="ray", **SMALL)
+    assert any("2 workers loaded the search" in line for line in result.log)
+
+
+def test_a_search_that_finds_the_ray_workers_in_use_gets_its_own(local_ray):
+    from mugraph.search import cluster
+
+    kept = cluster._Crew.acquire(ray, 1)
+    try:
+        private = cluster._Crew.acquire(ray, 1)
+        assert private is not kept and not private.shared
+        private.release()
+        assert private.slots == []  # its actors were ended
+    finally:
+        kept.release()
+    assert cluster._Crew.acquire(ray, 1) is kept
+    kept.release()
+
+
+def test_workers_on_the_drivers_machine_read_the_hunger_flag_in_shared_memory(local_ray):
+    from mugraph.search.cluster import _HungerFlag
+
+    flag = _HungerFlag(ray)
+    try:
+        assert flag.actor is None  # one node: no actor to ask
+        hungry = flag.link.reader()
+        assert hungry() is False
+        flag.set(True)
+        assert hungry() is True
+        flag.set(False)
+        assert hungry() is False
+    finally:
+        flag.close()
+    assert not os.path.exists(flag.path)
+
+
+def test_a_local_ray_is_started_with_mugraph_on_pythonpath_then_it_is_restored(monkeypatch):
+    """A local Ray's processes inherit PYTHONPATH from this one while it starts (so Ray can use
+    the workers it starts in advance: no job-level runtime_env); the variable is restored."""
+    from mugraph.search.cluster import _mugraph_on_path
+
+    root = str(Path(__file__).resolve().parents[1])
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    with _mugraph_on_path(True):
+        assert os.environ["PYTHONPATH"].split(os.pathsep) == [root, "/elsewhere"]
+    assert os.environ["PYTHONPATH"] == "/elsewhere"
+    monkeypatch.delenv("PYTHONPATH")
+    with _mugraph_on_path(True):
+        assert os.environ["PYTHONPATH"] == root
+    assert "PYTHONPATH" not in os.environ
+    with _mugraph_on_path(False):
+        assert "PYTHONPATH" not in os.environ

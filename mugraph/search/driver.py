@@ -105,8 +105,8 @@ class SearchResult:
     handed_back: int = 0  # regions of units handed back by busy workers to idle ones
     parts: list[SearchResult] = field(default_factory=list)
     cache: str = ""  # "hit": answered by the result cache; "miss": not there (cache_only)
-    # seconds spent in each phase: plan (units, oracle), start workers (until the first can
-    # take work), search, finish
+    # seconds spent in each phase: engine (joining Ray, asking for the workers), plan (units,
+    # oracle), start workers (until the first can take work), search, finish
     phases: dict[str, float] = field(default_factory=dict)
     # how busy the workers were: seconds spent on work items, summed over them; seconds from
     # the first moment the queue was empty while a worker was idle to the end of the search
@@ -284,6 +284,7 @@ def superoptimize(
         # the workers start (import mugraph) while this process builds the oracle and plans
         # the units; each takes work as soon as it has loaded the setup
         runner.start()
+        joined = time.monotonic() - started
         oracle = _OracleAdapter(program_terms(program)) if cfg.abstract_pruning else None
         setup = _search_setup(program, cfg, oracle, runner, cost)
         runner.launch(setup)
@@ -296,7 +297,7 @@ def superoptimize(
             )
         planned = time.monotonic() - started
         search = _Search(program, cfg, units, runner, cost, started, deadline, report, target_cost)
-        search.result.phases["plan"] = planned
+        search.result.phases.update({"engine": joined, "plan": planned - joined})
         search.resume(checkpoint)
         search.run(setup)
     finally:
