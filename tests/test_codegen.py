@@ -18,6 +18,8 @@ import torch
 if not torch.cuda.is_available():  # no GPU: generated kernels run on Triton's interpreter
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+from known_graphs import one_kernel  # noqa: E402 - tests/known_graphs.py
+
 import mugraph  # noqa: E402
 from mugraph.codegen.check import (  # noqa: E402
     CodegenMismatchError,
@@ -54,21 +56,6 @@ def run_check(g, scale: float = 1.0, **options):
         warnings.simplefilter("ignore")
         check_against_reference(g, program, scale=scale, device=DEVICE)
     return program
-
-
-def one_kernel(inputs, build, grid=(2, 1, 1), loops=1, dimx=4, dtype=F16):
-    """A graph with one customized op: ``inputs`` are (dims, imap, fdim) or
-    (dims, imap, fdim, strides); ``build(tb, tiles)`` returns [(value, omap, fdim), ...]."""
-    g = mugraph.new_kernel_graph()
-    ds = [g.new_input(spec[0], strides=spec[3] if len(spec) > 3 else None, dtype=dtype)
-          for spec in inputs]
-    tb = mugraph.new_threadblock_graph(grid, (128, 1, 1), loops, dimx)
-    ts = [tb.new_input(d, spec[1], spec[2]) for d, spec in zip(ds, inputs, strict=True)]
-    for value, omap, fdim in build(tb, ts):
-        tb.new_output(value, omap, fdim)
-    for out in g.customized(ds, tb):
-        g.mark_output(out)
-    return g
 
 
 # ---- tables -------------------------------------------------------------------------------

@@ -18,11 +18,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from codegen_snapshot import (  # noqa: E402
     BASE,
     SNAPSHOT,
-    _one_kernel,
     all_sources,
     workaround_graphs,
 )
-from known_graphs import library_graphs  # noqa: E402
+from known_graphs import library_graphs, one_kernel  # noqa: E402
 
 from mugraph.codegen import triton_gen  # noqa: E402
 from mugraph.codegen.lowered import (  # noqa: E402
@@ -94,7 +93,7 @@ def test_an_abandoned_transpose_leaves_no_dead_statement():
     ins = [((16, 64), (-1, -1, -1), -1), ((64, 64), (1, -1, -1), -1),
            ((64, 64), (-1, -1, -1), -1), ((64, 16), (-1, -1, -1), -1),
            ((16, 64), (1, -1, -1), -1)]
-    graph = _one_kernel(ins, lambda tb, t: [(tb.matmul(t[0], tb.add(
+    graph = one_kernel(ins, lambda tb, t: [(tb.matmul(t[0], tb.add(
         t[1], tb.matmul(t[2], tb.matmul(t[3], t[4])))), (1, -1, -1), -1)])
     (kernel,) = lower_graph(graph)
     outer = max((s for s in kernel.specs if s.products), key=lambda s: s.op)
