@@ -503,21 +503,17 @@ def _optimize_around_views(program, options: BackendOptions, arch: str, part: Pa
     from mugraph.search.partition import moves_only, split_at_views, stitch
 
     pieces = split_at_views(program)
-    chosen, statuses, classes = [], [], []
+    chosen, classes = [], []
     for piece in pieces:
         if moves_only(piece.graph):
             chosen.append(piece.graph)
             continue
         part.shape_class = ""
-        best = _optimize(piece.graph, options, arch, part)
-        chosen.append(best)
-        statuses.append(part.status)
+        chosen.append(_optimize(piece.graph, options, arch, part))
         classes.append(part.shape_class)
     part.shape_class = "+".join(c for c in classes if c)
     improved = any(c is not p.graph for c, p in zip(chosen, pieces, strict=True))
-    if "error" in statuses:
-        part.status = "error"
-    elif improved:
+    if improved:
         part.status = "optimized"
     return stitch(program, pieces, chosen) if improved else program
 

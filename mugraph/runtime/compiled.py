@@ -764,11 +764,11 @@ class _Plan:
             for pos, a in enumerate(args):
                 if isinstance(a, torch.Tensor):
                     k = fresh_index.get(id(a), fresh_address.get(a.data_ptr()))
+                    given = input_index.get(id(a), input_address.get(a.data_ptr()))
                     if k is not None:
                         fills.append((pos, 0, k))
-                    elif id(a) in input_index or a.data_ptr() in input_address:
-                        fills.append((pos, 1, input_index.get(id(a), input_address.get(
-                            a.data_ptr()))))
+                    elif given is not None:
+                        fills.append((pos, 1, given))
                     elif a.untyped_storage().data_ptr() in input_memory:
                         held = True  # a view of an input, passed as it was at planning
                     flat.append(a.data_ptr() if direct else a)
