@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import operator
 import warnings
 
 import pytest
@@ -57,6 +58,44 @@ def run_compiled(module: nn.Module, *inputs, **options):
     compiled = torch.compile(module, backend="mugraph", options=options or CAPTURE_ONLY)
     with torch.no_grad():
         return compiled(*inputs), module(*inputs)
+
+
+def spy_on_inductor(monkeypatch, timer=lambda f: (f(), 1.0)[1]) -> list:
+    """Inductor replaced by a spy (it keeps every module it is handed and runs it as it is),
+    a GPU pretended, and partitions timed by ``timer``; returns the modules handed."""
+    import torch._inductor.compile_fx as inductor
+
+    from mugraph.integration import runtime
+
+    handed: list = []
+
+    def spy(module, args):
+        handed.append(module)
+        return module.forward
+
+    monkeypatch.setattr(inductor, "compile_fx", spy)
+    monkeypatch.setattr(backend, "_on_the_gpu", lambda args: True)
+    monkeypatch.setattr(runtime, "cuda_milliseconds", timer)
+    return handed
+
+
+def with_inductor(model: nn.Module):
+    """``model`` compiled by the backend with ``rest="inductor"`` (capture only)."""
+    return torch.compile(model, backend="mugraph", options={**CAPTURE_ONLY, "rest": "inductor"})
+
+
+def partitions_called(module) -> list[int]:
+    """The registered partitions a rewritten graph calls, in order: one per
+    ``mugraph::partition`` call, each member of a ``mugraph::partitions`` chain."""
+    from mugraph.integration import runtime
+
+    keys = []
+    for node in module.graph.nodes:
+        if node.target is torch.ops.mugraph.partition.default:
+            keys.append(node.args[0])
+        elif node.target is torch.ops.mugraph.partitions.default:
+            keys.extend(runtime.chain_members(node.args[0]))
+    return keys
 
 
 def assert_close(got, want, tol=1e-5):
@@ -543,28 +582,16 @@ def test_with_inductor_partitions_are_timed_when_compiled_and_losers_stay_in_the
     Inductor instead of an opaque mugraph.partition call. Here a fake GPU check and timer
     stand in, and a spy stands in for Inductor (the last module it gets is the graph; the
     ones before, partitions' nodes)."""
-    import torch._inductor.compile_fx as inductor
-
-    from mugraph.integration import runtime
-
-    handed: list = []
-
-    def spy(module, args):
-        handed.append(module)
-        return module.forward
-
     # per partition: mugraph, PyTorch op by op, (PyTorch compiled by Inductor)
     times = iter({"inductor": [2.0, 3.0, 1.0], "eager": [2.0, 1.0],
                   "mugraph": [1.0, 2.0, 3.0]}[faster] * 8)
-    monkeypatch.setattr(inductor, "compile_fx", spy)
-    monkeypatch.setattr(backend, "_on_the_gpu", lambda args: True)
-    monkeypatch.setattr(runtime, "cuda_milliseconds", lambda f: (f(), next(times))[1])
+    handed = spy_on_inductor(monkeypatch, lambda f: (f(), next(times))[1])
     model = GatedMLP().eval()
     x = torch.randn(2, 4, 16)
     got, want = run_compiled(model, x, **CAPTURE_ONLY, rest="inductor")
     assert_close(got, want)
     module = handed[-1]
-    calls = [n for n in module.graph.nodes if n.target is torch.ops.mugraph.partition.default]
+    calls = partitions_called(module)
     parts = partitions()
     timed = {"mugraph_ms", "pytorch_ms"} | ({"inductor_ms"} if faster != "eager" else set())
     assert parts and all(set(p.measured) == timed for p in parts)
@@ -582,23 +609,12 @@ def test_with_inductor_a_folded_weight_is_prepared_inside_the_partition_call(mon
     mugraph partitions use is prepared inside the partition call (memoized) from the
     parameters: the graph Inductor gets has no fold_weights call left, one operator call less
     per step."""
-    import torch._inductor.compile_fx as inductor
-
-    from mugraph.integration import runtime
     from mugraph.integration.torch_ops import fold_weights_op
 
-    handed: list = []
-
-    def spy(module, args):
-        handed.append(module)
-        return module.forward
-
-    monkeypatch.setattr(inductor, "compile_fx", spy)
-    monkeypatch.setattr(backend, "_on_the_gpu", lambda args: True)
-    monkeypatch.setattr(runtime, "cuda_milliseconds", lambda f: (f(), 1.0)[1])
+    handed = spy_on_inductor(monkeypatch)
     model = NormLinear().eval()
     x = torch.randn(2, 4, 16)
-    compiled = torch.compile(model, backend="mugraph", options={**CAPTURE_ONLY, "rest": "inductor"})
+    compiled = with_inductor(model)
     with torch.no_grad():
         for _ in range(2):
             assert_close(compiled(x), model(x))
@@ -613,24 +629,104 @@ def test_with_inductor_a_folded_weight_is_prepared_inside_the_partition_call(mon
     assert any(p.runs_on == "mugraph" for p in partitions())
 
 
-def test_with_inductor_partitions_of_one_function_and_layout_are_timed_once(monkeypatch):
-    """Two layers computing the same function on the same shapes (with their own weights):
-    the first is timed and compiled alone by Inductor, the second adopts its times."""
-    import torch._inductor.compile_fx as inductor
+class _Residual(nn.Module):
+    """Two gated MLPs with a residual sum: consecutive mugraph partitions."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = GatedMLP(), GatedMLP()
+
+    def forward(self, x):
+        h = x + self.a(x)
+        return h + self.b(h)
+
+
+def test_with_inductor_consecutive_partitions_run_in_one_operator_call(monkeypatch):
+    """Partitions mugraph runs one right after the other are one mugraph::partitions call
+    (the dispatch into Python paid once), running the same partitions in the same order,
+    with the same results."""
+    handed = spy_on_inductor(monkeypatch)  # equal times: mugraph keeps every partition
+    model = _Residual().eval()
+    x = torch.randn(2, 4, 16)
+    compiled = with_inductor(model)
+    with torch.no_grad():
+        for _ in range(2):
+            assert_close(compiled(x), model(x))
+    module = handed[-1]
+    parts = [p for p in partitions() if p.runs_on == "mugraph"]
+    targets = [n.target for n in module.graph.nodes if n.op == "call_function"]
+    assert len(parts) >= 2
+    assert torch.ops.mugraph.partition.default not in targets
+    assert targets.count(torch.ops.mugraph.partitions.default) == 1
+    assert len(partitions_called(module)) == len(parts)
+
+
+def test_a_chained_partition_that_fails_runs_on_pytorch_and_the_chain_goes_on(monkeypatch):
+    """A member of a mugraph::partitions chain whose μGraph fails at run time gives up (a
+    warning, PyTorch runs it from then on) inside the same call; the other members run, and
+    the results are eager's."""
+    from mugraph.integration import runtime
+
+    handed = spy_on_inductor(monkeypatch)
+    model = _Residual().eval()
+    x = torch.randn(2, 4, 16)
+    compiled = with_inductor(model)
+    with torch.no_grad():
+        assert_close(compiled(x), model(x))
+        keys = partitions_called(handed[-1])
+        failing = runtime._PARTITIONS[keys[-1]]
+
+        def broken(raw):
+            raise RuntimeError("a kernel fault")
+
+        monkeypatch.setattr(failing, "_run", broken)
+        with pytest.warns(UserWarning, match="a kernel fault"):
+            assert_close(compiled(x), model(x))
+        assert_close(compiled(x), model(x))
+    assert not failing.use_mugraph and failing.report.runs_on == "pytorch"
+    assert all(runtime._PARTITIONS[k].use_mugraph for k in keys[:-1])
+
+
+def test_chained_calls_stop_at_a_pytorch_node_between_them(monkeypatch):
+    """Only calls with nothing but their getitems between them are merged: a PyTorch node
+    using one call's output before the next call ends the run."""
+    from torch.fx import Graph, GraphModule
 
     from mugraph.integration import runtime
 
-    handed: list = []
+    class AddOne:
+        fake_outputs = [((3,), torch.float32)]
 
-    def spy(module, args):
-        handed.append(module)
-        return module.forward
+        def run_op(self, inputs):
+            return [inputs[0] + 1]
 
+    monkeypatch.setattr(runtime, "_PARTITIONS", {0: AddOne(), 1: AddOne(), 2: AddOne()})
+    monkeypatch.setattr(runtime, "_CHAINS", {})
+    graph = Graph()
+    x = graph.placeholder("x")
+    first = graph.call_function(torch.ops.mugraph.partition.default, (0, [x]))
+    y = graph.call_function(torch.sin, (graph.call_function(operator.getitem, (first, 0)),))
+    second = graph.call_function(torch.ops.mugraph.partition.default, (1, [y]))
+    z = graph.call_function(operator.getitem, (second, 0))
+    third = graph.call_function(torch.ops.mugraph.partition.default, (2, [z, y]))
+    graph.output(graph.call_function(operator.getitem, (third, 0)))
+    module = GraphModule(torch.nn.Module(), graph)
+    value = torch.randn(3)
+    want = module(value)
+    assert backend.chain_partition_calls(module.graph) == 1
+    module.recompile()
+    assert_close(module(value), want)
+    assert partitions_called(module) == [0, 1, 2]
+    targets = [n.target for n in module.graph.nodes if n.op == "call_function"]
+    assert targets.count(torch.ops.mugraph.partition.default) == 1
+    assert targets.count(torch.ops.mugraph.partitions.default) == 1
+
+
+def test_with_inductor_partitions_of_one_function_and_layout_are_timed_once(monkeypatch):
+    """Two layers computing the same function on the same shapes (with their own weights):
+    the first is timed and compiled alone by Inductor, the second adopts its times."""
     drawn: list = []
-    monkeypatch.setattr(inductor, "compile_fx", spy)
-    monkeypatch.setattr(backend, "_on_the_gpu", lambda args: True)
-    monkeypatch.setattr(runtime, "cuda_milliseconds",
-                        lambda f: (f(), drawn.append(1), float(len(drawn)))[2])
+    handed = spy_on_inductor(monkeypatch, lambda f: (f(), drawn.append(1), float(len(drawn)))[2])
     model = nn.Sequential(GatedMLP(), GatedMLP()).eval()
     x = torch.randn(2, 4, 16)
     got, want = run_compiled(model, x, **CAPTURE_ONLY, rest="inductor")

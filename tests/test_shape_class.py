@@ -82,23 +82,46 @@ def test_a_long_reduction_gets_a_looped_kernel_when_the_representative_has_none(
     assert config_hash(SearchConfig(loop_required=True)) != config_hash(SearchConfig())
 
 
-def test_on_a_gpu_the_verified_tilings_are_timed_and_the_fastest_kept(monkeypatch, tmp_path):
-    """With a GPU, the cheapest tilings that verify are all timed there and the fastest one
-    runs (the cost model only orders them). A fake GPU architecture and timer stand in: the
-    timer calls each later tiling faster, so the last one timed must be chosen."""
+def _fake_gpu(monkeypatch, time_of) -> list:
+    """A GPU architecture pretended and tilings timed by ``time_of(n)`` for the n-th graph
+    timed (fresh tiling and answer records); returns the graphs timed, in order."""
     timed: list = []
 
     def fake_timer(program):
         def timer(graph):
             timed.append(graph)
-            return 10.0 - len(timed)
+            return time_of(len(timed))
         return timer
 
     monkeypatch.setattr(dynamo, "_arch", lambda captured: "sm_90")
     monkeypatch.setattr(dynamo, "_tiling_timer", fake_timer)
+    monkeypatch.setattr(dynamo, "_FASTER", {})
+    monkeypatch.setattr(dynamo, "_TILED", {})
+    return timed
+
+
+def test_on_a_gpu_the_verified_tilings_are_timed_and_the_fastest_kept(monkeypatch, tmp_path):
+    """With a GPU, the cheapest tilings that verify are all timed there and the fastest one
+    runs (the cost model only orders them). A fake GPU architecture and timer stand in: the
+    timer calls each later tiling faster, so the last one timed must be chosen."""
+    timed = _fake_gpu(monkeypatch, lambda count: 10.0 - count)
     part = _compiled_projection(512, 256, 16, tmp_path)
     times = part.tiling["timed_ms"]
-    assert part.runs_on == "mugraph" and len(times) == len(timed) > 1, part.line()
+    assert part.runs_on == "mugraph" and len(times) > 1, part.line()
     assert times == sorted(times, reverse=True)  # the last timed is the fastest: chosen
-    best = dynamo._TILED[next(k for k in dynamo._TILED if k[-1])][0]
-    assert best is timed[-1]
+    # the representative's answer reduces in one block: on a GPU the looped answer is tiled
+    # too, and the two answers' choices are timed against each other (the looped one, timed
+    # last, is faster here)
+    block, looped = part.tiling["answers_ms"]
+    assert looped < block and part.tiling["loop"] is not None
+    chosen = [entry[0] for key, entry in dynamo._TILED.items() if key[-1]]
+    assert len(chosen) == 2 and chosen[1] is timed[-1] and chosen[0] is timed[-2]
+
+
+def test_on_a_gpu_the_faster_of_the_two_answers_is_kept(monkeypatch, tmp_path):
+    """When the one-block answer times faster than the looped one, it stays (with its
+    tiling record), and the looped answer's tiling record does not leak into the report."""
+    _fake_gpu(monkeypatch, float)  # each later graph slower
+    part = _compiled_projection(512, 256, 16, tmp_path)
+    block, looped = part.tiling["answers_ms"]
+    assert block < looped and part.tiling["loop"] is None, part.line()

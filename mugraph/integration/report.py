@@ -35,6 +35,10 @@ class PartitionReport:
         if self.tiling.get("timed_ms"):
             timed = ", ".join(f"{t:.4f}" for t in self.tiling["timed_ms"])
             detail += f" — tilings timed (ms): {timed}"
+        if self.tiling.get("answers_ms"):
+            block, looped = self.tiling["answers_ms"]
+            detail += (f" — answers timed (ms): reduction in one block {block:.4f}, "
+                       f"looped {looped:.4f}")
         if self.measured and self.runs_on == "mugraph":
             times = ", ".join(f"{k.removesuffix('_ms')} {v:.3f}" for k, v in self.measured.items())
             detail += f" — measured ms: {times}"

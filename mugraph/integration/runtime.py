@@ -181,7 +181,8 @@ class MugraphPartition(torch.nn.Module):
 
     def _shaped(self, value, k: int):
         shape = self.output_shapes[k] if self.output_shapes else None
-        value = torch.as_tensor(value)
+        if not isinstance(value, torch.Tensor):
+            value = torch.as_tensor(value)
         return value if shape is None or value.shape == shape else value.reshape(shape)
 
     def give_up(self, error: Exception) -> None:
@@ -289,6 +290,48 @@ def _run_partition_fake(key: int, inputs: list[torch.Tensor]) -> list[torch.Tens
             for shape, dtype in _PARTITIONS[key].fake_outputs]
 
 
+# ---- consecutive partitions as one operator call -------------------------------------------------
+
+# chain key -> its members: (partition key, where each of its inputs comes from: (0, i) the
+# chain's input i, (1, j) output j of the members before it, their outputs concatenated)
+_CHAINS: dict[int, tuple[tuple[int, tuple[tuple[int, int], ...]], ...]] = {}
+
+
+def register_chain(members: list[tuple[int, list[tuple[int, int]]]]) -> int:
+    """Make registered partitions that run one after the other callable as one
+    ``torch.ops.mugraph.partitions(key, inputs)``, which returns every member's outputs, in
+    order (see ``_CHAINS``)."""
+    key = len(_CHAINS)
+    _CHAINS[key] = tuple((member, tuple(refs)) for member, refs in members)
+    return key
+
+
+def output_count(key: int) -> int:
+    """How many outputs registered partition ``key`` returns."""
+    return len(_PARTITIONS[key].fake_outputs)
+
+
+def chain_members(key: int) -> list[int]:
+    """The partition keys a registered chain runs, in order."""
+    return [member for member, _ in _CHAINS[key]]
+
+
+def run_chain(key: int, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """``torch.ops.mugraph.partitions(key, inputs)``: each member's ``run_op`` in turn (one
+    operator call instead of one per partition: the dispatch into Python is paid once)."""
+    outs: list[torch.Tensor] = []
+    for member, refs in _CHAINS[key]:
+        outs.extend(_PARTITIONS[member].run_op(
+            [inputs[i] if kind == 0 else outs[i] for kind, i in refs]))
+    return outs
+
+
+def _run_chain_fake(key: int, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    device = inputs[0].device
+    return [torch.empty(shape, dtype=dtype, device=device)
+            for member, _ in _CHAINS[key] for shape, dtype in _PARTITIONS[member].fake_outputs]
+
+
 # Defined on a torch.library.Library rather than with torch.library.custom_op: the call is on
 # every step of a compiled model, and custom_op's Python wrappers (autograd, aliasing checks)
 # cost about 20 us a call more (an empty operator: 26 against 7 us on the 2-core development
@@ -296,6 +339,9 @@ def _run_partition_fake(key: int, inputs: list[torch.Tensor]) -> list[torch.Tens
 # Inductor no graph that needs it).
 _LIBRARY = torch.library.Library("mugraph", "FRAGMENT")
 _LIBRARY.define("partition(int key, Tensor[] inputs) -> Tensor[]")
+_LIBRARY.define("partitions(int key, Tensor[] inputs) -> Tensor[]")
 for _dispatch in ("CPU", "CUDA"):
     _LIBRARY.impl("partition", run_partition, _dispatch)
+    _LIBRARY.impl("partitions", run_chain, _dispatch)
 torch.library.register_fake("mugraph::partition")(_run_partition_fake)
+torch.library.register_fake("mugraph::partitions")(_run_chain_fake)

@@ -43,15 +43,14 @@ class _Memo:
     def get(self, key: tuple, tensors: list[torch.Tensor], compute) -> torch.Tensor:
         if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
             return compute()  # differentiable: the operators record the graph, nothing kept
+        hit = self._entries.get(key)  # (a dict read needs no lock)
         # the address too: ``param.data = other`` keeps the tensor and its version counter
-        stamp = tuple((t, _version(t), t.data_ptr()) for t in tensors)
-        with self._lock:
-            hit = self._entries.get(key)
-        if hit is not None and len(hit[0]) == len(stamp) and all(
-            a is b and va == vb and pa == pb
-            for (a, va, pa), (b, vb, pb) in zip(hit[0], stamp, strict=True)
+        if hit is not None and len(hit[0]) == len(tensors) and all(
+            a is t and v == _version(t) and p == t.data_ptr()
+            for (a, v, p), t in zip(hit[0], tensors, strict=True)
         ):
             return hit[1]
+        stamp = tuple((t, _version(t), t.data_ptr()) for t in tensors)
         value = compute()
         with self._lock:
             self._entries[key] = (stamp, value)
