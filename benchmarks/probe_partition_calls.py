@@ -37,24 +37,43 @@ def per_call_us(fn, n: int) -> float:
 
 
 def _time_partition(key: int, part, raw: tuple, args) -> dict:
-    """Microseconds per call of each layer of one partition's call path."""
+    """Microseconds per call of each layer of one partition's call path (``raw``: the
+    operator's inputs; the partition's own raw inputs are made from them when it prepares
+    weights inside the call)."""
     import torch
 
     from mugraph.runtime import compiled as rc
 
+    given = list(raw)
+    raw = tuple(part._raw(given)) if part._prepared is not None else tuple(given)
     inputs = part._inputs(raw)
     program = part._compiled
     plans = list(program._plans.values()) if program is not None else []
     row = {"plans": len(plans), "note": program.plan_note if program is not None else ""}
-    row["op"] = per_call_us(lambda: torch.ops.mugraph.partition(key, list(raw)), args.n)
+    row["op"] = per_call_us(lambda: torch.ops.mugraph.partition(key, given), args.n)
+    row["run_op"] = per_call_us(lambda: part.run_op(given), args.n)
+    if part._prepared is not None:
+        row["_raw"] = per_call_us(lambda: part._raw(given), args.n)
     row["module"] = per_call_us(lambda: part(*raw), args.n)
     row["_run"] = per_call_us(lambda: part._run(raw), args.n)
     row["_inputs"] = per_call_us(lambda: part._inputs(raw), args.n)
     row["program"] = per_call_us(lambda: program(inputs=inputs), args.n)
-    plan = program._plans.get(rc._input_key(inputs)) if program is not None else None
-    if plan is not None:
+    outs = program(inputs=inputs)
+    row["outputs"] = per_call_us(lambda: [part._shaped(outs[i], k).contiguous()
+                                          for k, i in enumerate(part.output_index)], args.n)
+    plan = program._plan_for(inputs) if program is not None else None
+    if isinstance(plan, rc._Plan):
         row["plan.call"] = per_call_us(lambda: plan.call(inputs), args.n)
-        row["launches"] = len(getattr(plan, "launches", ()))
+        row["launches"] = len(plan.launches)
+        row["matches"] = per_call_us(lambda: plan.matches(inputs), args.n)
+        row["stream"] = per_call_us(lambda: rc._current_stream(plan.device_index), args.n)
+        row["empty"] = per_call_us(lambda: [
+            torch.empty_strided(shape, strides, dtype=dtype, device=plan.device)
+            for shape, strides, dtype in plan.fresh_specs], args.n)
+        fresh = [torch.empty_strided(shape, strides, dtype=dtype, device=plan.device)
+                 for shape, strides, dtype in plan.fresh_specs]
+        stream = rc._current_stream(plan.device_index)
+        row["launch"] = per_call_us(lambda: plan.launch(fresh, inputs, stream), args.n)
     row["eager"] = per_call_us(lambda: part.fallback(*raw), args.n)
     if args.inductor:
         try:
@@ -151,8 +170,8 @@ def main() -> None:
             row = {"partition": f"{name} [{klass}]", **_time_partition(key, part, raw, args)}
             rows.append(row)
             print(row, flush=True)
-    cols = ["op", "module", "_run", "_inputs", "program", "plan.call", "launches", "eager",
-            "inductor"]
+    cols = ["op", "run_op", "_raw", "_inputs", "program", "outputs", "plan.call", "matches",
+            "stream", "empty", "launch", "launches", "eager", "inductor"]
     print("\n| partition | " + " | ".join(cols) + " |\n|" + " --- |" * (len(cols) + 1))
     for r in rows:
         cells = [f"{r[c]:.1f}" if isinstance(r.get(c), float) else str(r.get(c, "-"))
