@@ -226,9 +226,15 @@ def table(rows: list[dict]) -> str:
 
 
 def warm_cache(directory: str, time_limit: float) -> None:
-    """Fill ``directory`` with the class searches of the 1B run (CPU, float16)."""
+    """Fill ``directory`` with the class searches of the 1B run (CPU, float16): also the
+    answers with a for-loop required that a GPU tiles next to a one-block answer (the CPU
+    searches them only when the one-block answer has no tiling), by taking the backend's GPU
+    branch here with no timer (the first answer is kept; only the cache matters)."""
     import mugraph.integration as mgi
+    from mugraph.integration import dynamo
 
+    dynamo._arch = lambda captured: "sm_90"
+    dynamo._tiling_timer = lambda program: None
     model = build(MINI, torch.float16, "cpu")
     options = {"time_limit": time_limit, "cache_dir": directory}
     ids = torch.randint(0, MINI["vocab_size"], (1, 32))
