@@ -659,6 +659,8 @@ def test_with_inductor_consecutive_partitions_run_in_one_operator_call(monkeypat
     assert torch.ops.mugraph.partition.default not in targets
     assert targets.count(torch.ops.mugraph.partitions.default) == 1
     assert len(partitions_called(module)) == len(parts)
+    (call,) = [n for n in module.graph.nodes if n.target is torch.ops.mugraph.partitions.default]
+    assert call.users and all(item.users for item in call.users)  # no getitem left unread
 
 
 def test_a_chained_partition_that_fails_runs_on_pytorch_and_the_chain_goes_on(monkeypatch):

@@ -805,8 +805,8 @@ def rewrite(gm: GraphModule, parts: list[tuple[CapturedProgram, str]],
     new.node_copy(output, lambda n: env[n])
     module = GraphModule(_root(gm, new, modules), new)
     module.graph.eliminate_dead_code()
-    if keys is not None:
-        chain_partition_calls(module.graph)
+    if keys is not None and chain_partition_calls(module.graph):
+        module.graph.eliminate_dead_code()  # getitems only the chain's own members read
     module.recompile()
     return module
 
