@@ -568,8 +568,8 @@ def _optimize_by_class(program, cls, options: BackendOptions, arch: str, part: P
     return best
 
 
-# Which of two tiled answers was faster, by the pair: a model's layers decide once.
-_FASTER: dict[tuple, tuple[bool, list[float]]] = {}
+# The two tiled answers' times (ms) by the pair (None: no GPU): a model's layers decide once.
+_FASTER: dict[tuple, list[float] | None] = {}
 
 
 def _faster_answer(program, first: tuple, other, part: PartitionReport):
@@ -579,18 +579,14 @@ def _faster_answer(program, first: tuple, other, part: PartitionReport):
     key = (first[0].structural_hash(), other.structural_hash(), tuple(program.input_types))
     if key not in _FASTER:
         timer = _tiling_timer(program)
-        if timer is None:
-            best, part.tiling, part.detail, part.status = first
-            return best
-        times = [round(timer(first[0]), 4), round(timer(other), 4)]
-        _FASTER[key] = (times[1] < times[0], times)
-    other_wins, times = _FASTER[key]
-    if other_wins:
+        _FASTER[key] = None if timer is None else [round(timer(g), 4) for g in (first[0], other)]
+    times = _FASTER[key]
+    chosen = other
+    if times is None or times[1] >= times[0]:
+        chosen, part.tiling, part.detail, part.status = first
+    if times is not None:
         part.tiling = {**part.tiling, "answers_ms": times}
-        return other
-    best, part.tiling, part.detail, part.status = first
-    part.tiling = {**part.tiling, "answers_ms": times}
-    return best
+    return chosen
 
 
 # Tiled answers of this process, by program and class search: identical layers of a model

@@ -815,7 +815,7 @@ class _Plan:
 
         fast = _fast_empty_cuda()
         if fast is not None and self.device.type == "cuda" and (
-            _raw_current_device() == self.device_index
+            _current_device() == self.device_index
         ):
             return [fast(shape, strides, dtype) for shape, strides, dtype in self.fresh_specs]
         device = self.device
@@ -953,9 +953,12 @@ def _capture_into(plan: _Plan | _CapturedPlan, key: tuple, run) -> Any:
 
 
 def _current_device() -> int:
+    """The current CUDA device's index, without ``torch.cuda``'s Python layers where the
+    binding is there."""
     import torch
 
-    return torch.cuda.current_device()
+    getter = getattr(torch._C, "_cuda_getDevice", None)
+    return getter() if getter is not None else torch.cuda.current_device()
 
 
 @cache
@@ -968,14 +971,6 @@ def _fast_empty_cuda():
         return getattr(torch._C._dynamo.guards, "_empty_strided_cuda", None)
     except (ImportError, AttributeError):
         return None
-
-
-def _raw_current_device() -> int:
-    """The current CUDA device's index, without ``torch.cuda``'s Python layers."""
-    import torch
-
-    getter = getattr(torch._C, "_cuda_getDevice", None)
-    return getter() if getter is not None else torch.cuda.current_device()
 
 
 def _current_stream(device_index: int) -> int:
