@@ -724,6 +724,115 @@ def test_chained_calls_stop_at_a_pytorch_node_between_them(monkeypatch):
     assert targets.count(torch.ops.mugraph.partitions.default) == 1
 
 
+class MaskedGroupedAttention(nn.Module):
+    """transformers' attention: key/value heads repeated for grouped queries (repeat_kv), a
+    boolean mask, head dim 4 (scale 1/2, a power of two)."""
+
+    def forward(self, q, k, v, mask):
+        def repeat(x, g=2):
+            b, hk, s, d = x.shape
+            return x[:, :, None, :, :].expand(b, hk, g, s, d).reshape(b, hk * g, s, d)
+
+        return F.scaled_dot_product_attention(q, repeat(k), repeat(v), attn_mask=mask)
+
+
+def _grouped_inputs():
+    q, k, v = torch.randn(1, 4, 8, 4), torch.randn(1, 2, 8, 4), torch.randn(1, 2, 8, 4)
+    return q, k, v, torch.rand(1, 1, 8, 8) > 0.3
+
+
+def test_repeated_key_value_heads_are_read_in_place_with_enable_gqa():
+    """Rule grouped_kv_heads: attention on repeat_kv'd keys and values reads the heads
+    themselves (enable_gqa=True): no copy g times the cache, the same result."""
+    from torch.fx.passes.shape_prop import ShapeProp
+
+    from mugraph.integration import canonicalize as canon
+
+    gm = torch.fx.symbolic_trace(MaskedGroupedAttention())
+    inputs = _grouped_inputs()
+    ShapeProp(gm).propagate(*inputs)
+    for node in gm.graph.nodes:  # the propagated shapes as the canonicalization reads them
+        meta = node.meta.get("tensor_meta")
+        node.meta["val"] = torch.empty(meta.shape, dtype=meta.dtype) if meta else None
+    want = gm(*inputs)
+    assert canon.ungroup_kv_heads(gm) == 1
+    (sdpa,) = [n for n in gm.graph.nodes if n.target is F.scaled_dot_product_attention]
+    assert sdpa.kwargs["enable_gqa"] and [a.name for a in sdpa.args[1:3]] == ["k", "v"]
+    assert not [n for n in gm.graph.nodes if n.op == "call_method" and n.target == "expand"]
+    assert_close(gm(*inputs), want)
+    assert {r.name for r in canon.RULES} >= {"grouped_kv_heads"}
+
+
+def test_with_inductor_inputs_copied_by_their_adapters_are_computed_by_the_graph(monkeypatch):
+    """The query scaled by a power of two and the boolean mask cast to 0/1 are computed by
+    the graph around the partition (Inductor fuses them into the kernels producing their
+    sources), not copied inside every call; the raw inputs still reach the partition for
+    its PyTorch fallback. Results are eager's, and so after a give-up."""
+    from mugraph.integration import runtime
+    from mugraph.integration.capture import apply_adapters
+
+    handed = spy_on_inductor(monkeypatch)
+    model = MaskedGroupedAttention().eval()
+    inputs = _grouped_inputs()
+    compiled = with_inductor(model)
+    with torch.no_grad():
+        assert_close(compiled(*inputs), model(*inputs))
+        module = handed[-1]
+        adapted = [n for n in module.graph.nodes if n.target is apply_adapters]
+        kinds = sorted(kind for n in adapted for kind, _ in n.args[1] if kind != "reshape")
+        assert kinds == ["cast", "scale"], kinds
+        (key,) = partitions_called(module)
+        part = runtime._PARTITIONS[key]
+        assert len(part._outside) == 2
+        monkeypatch.setattr(part, "_compiled", None)  # the next call goes through forward
+        monkeypatch.setattr(part, "_run", lambda raw: (_ for _ in ()).throw(RuntimeError("x")))
+        with pytest.warns(UserWarning, match="runs on PyTorch"):
+            assert_close(compiled(*inputs), model(*inputs))
+
+
+def test_chained_calls_pass_views_that_keep_the_elements_order(monkeypatch):
+    """A decode step's attention output reaches the output projection through reshapes and a
+    transpose of a size-1 dim: views that keep the elements' order, so the two calls merge
+    (the member reads the output viewed inside the chain). A transpose that reorders the
+    elements (a copy by contiguous) ends the run."""
+    from torch.fx import Graph, GraphModule
+
+    from mugraph.integration import runtime
+
+    class Scale:
+        def __init__(self, shape):
+            self.fake_outputs = [(shape, torch.float32)]
+
+        def run_op(self, inputs):
+            return [(inputs[0] * 2).contiguous()]
+
+    def build(dims):
+        graph = Graph()
+        x = graph.placeholder("x")
+        first = graph.call_function(torch.ops.mugraph.partition.default, (0, [x]))
+        out = graph.call_function(operator.getitem, (first, 0))
+        out.meta["val"] = torch.empty(2, 1, 3)
+        viewed = graph.call_method("transpose", (out, *dims))
+        viewed = graph.call_method("contiguous", (viewed,))
+        viewed = graph.call_method("reshape", (viewed, 6))
+        second = graph.call_function(torch.ops.mugraph.partition.default, (1, [viewed]))
+        graph.output(graph.call_function(operator.getitem, (second, 0)))
+        return GraphModule(torch.nn.Module(), graph)
+
+    monkeypatch.setattr(runtime, "_PARTITIONS", {0: Scale((2, 1, 3)), 1: Scale((6,))})
+    monkeypatch.setattr(runtime, "_CHAINS", {})
+    value = torch.randn(2, 1, 3)
+    for dims, merged in (((0, 1), True), ((1, 2), True), ((0, 2), False)):
+        module = build(dims)
+        want = module(value)
+        assert backend.chain_partition_calls(module.graph) == int(merged), dims
+        module.graph.eliminate_dead_code()
+        module.recompile()
+        assert_close(module(value), want)
+        methods = [n.target for n in module.graph.nodes if n.op == "call_method"]
+        assert methods == ([] if merged else ["transpose", "contiguous", "reshape"])
+
+
 def test_with_inductor_partitions_of_one_function_and_layout_are_timed_once(monkeypatch):
     """Two layers computing the same function on the same shapes (with their own weights):
     the first is timed and compiled alone by Inductor, the second adopts its times."""

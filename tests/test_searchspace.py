@@ -66,6 +66,35 @@ def test_presets_follow_shapes_and_yield_to_the_user():
     assert set(PRESET_NAMES) == set(PRESETS)  # the CLI's --config offers every preset
 
 
+def test_a_masked_attention_gets_room_for_its_mask_in_the_split_kv_form():
+    """The attention preset's budget is softmax(Q K) V's split-KV form (8 block operators
+    over two kernels); a 0/1 mask's multiply needs one more (a decode step's attention as
+    torch.compile hands it over on PyTorch 2.11 has one; before, the complete search found
+    none of its 246 candidates verified)."""
+    from tests.test_shape_class import DECODE_ATTENTION
+
+    plain = default_config(mi.from_text(DECODE_ATTENTION))
+    masked = default_config(mi.from_text(MASKED_DECODE_ATTENTION))
+    assert plain.preset == masked.preset == "attention"
+    assert (plain.max_total_block_ops, masked.max_total_block_ops) == (8, 9)
+    assert plain.max_block_ops == masked.max_block_ops == 6
+
+
+MASKED_DECODE_ATTENTION = """mugraph 1
+%0 = input() [index=0] -> float16[2,4,1,64]/[256,64,64,1]
+%1 = input() [index=1] -> float16[2,1,64,256]/[16384,64,1,64]
+%2 = matmul(%0, %1) -> float16[2,4,1,256]/[1024,256,256,1]
+%3 = input() [index=2] -> float16[1,1,1,256]/[256,256,256,1]
+%4 = exp(%2) -> float16[2,4,1,256]/[1024,256,256,1]
+%5 = mul(%4, %3) -> float16[2,4,1,256]/[1024,256,256,1]
+%6 = reduction(%5) [dim=3] -> float16[2,4,1,1]/[4,1,1,1]
+%7 = div(%5, %6) -> float16[2,4,1,256]/[1024,256,256,1]
+%8 = input() [index=3] -> float16[2,1,256,64]/[16384,16384,64,1]
+%9 = matmul(%7, %8) -> float16[2,4,1,64]/[256,64,64,1]
+outputs %9
+"""
+
+
 def test_attention_space_finds_one_kernel_and_split_kv_forms():
     program = attention_program(SMALL_ATTENTION, mi.float32)
     result = superoptimize(program, time_limit=120, workers=2)

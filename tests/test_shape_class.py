@@ -125,3 +125,45 @@ def test_on_a_gpu_the_faster_of_the_two_answers_is_kept(monkeypatch, tmp_path):
     part = _compiled_projection(512, 256, 16, tmp_path)
     block, looped = part.tiling["answers_ms"]
     assert block < looped and part.tiling["loop"] is None, part.line()
+
+
+# A decode step's attention as the capture hands it over: 2 KV groups of 4 query heads, one
+# query token, 256 keys (K transposed in the KV cache's memory).
+DECODE_ATTENTION = """mugraph 1
+%0 = input() [index=0] -> float16[2,4,1,64]/[256,64,64,1]
+%1 = input() [index=1] -> float16[2,1,64,256]/[16384,64,1,64]
+%2 = matmul(%0, %1) -> float16[2,4,1,256]/[1024,256,256,1]
+%3 = exp(%2) -> float16[2,4,1,256]/[1024,256,256,1]
+%4 = reduction(%3) [dim=3] -> float16[2,4,1,1]/[4,1,1,1]
+%5 = div(%3, %4) -> float16[2,4,1,256]/[1024,256,256,1]
+%6 = input() [index=2] -> float16[2,1,256,64]/[16384,16384,64,1]
+%7 = matmul(%5, %6) -> float16[2,4,1,64]/[256,64,64,1]
+outputs %7
+"""
+
+
+def test_decode_attention_on_a_gpu_is_also_searched_at_its_real_sizes(monkeypatch, tmp_path):
+    """One query row per head against a long KV sequence: the class answer's tilings split
+    only output indices (few blocks, each walking every key), so on a GPU the program is
+    also searched as it is, where the split-KV form lives, and the faster answer is kept
+    (here the real-size one, timed last and faster). Without a GPU nothing changes."""
+    from mugraph.integration.report import PartitionReport
+    from mugraph.search.verify import verify
+
+    program = mi.from_text(DECODE_ATTENTION)
+    cls = sc.classify(program)
+    assert cls.name == "attention" and sc.splits_reduction(cls, program)
+    assert not sc.splits_reduction(cls, mi.from_text(EXPANDED_HEADS_ATTENTION))
+    options = dynamo.BackendOptions.parse({"time_limit": 60, "cache_dir": str(tmp_path)})
+
+    timed = _fake_gpu(monkeypatch, lambda count: 10.0 - count)
+    part = PartitionReport("p", [], [], [], "")
+    best = dynamo._optimize(program, options, "sm_90", part)
+    tiled, real = part.tiling["real_size_ms"]
+    assert real < tiled and part.tiling.get("real_size") and best is timed[-1], part.line()
+    assert "searched at the real sizes" in part.line()
+    assert verify(best, program).passed
+
+    part = PartitionReport("p", [], [], [], "")
+    best = dynamo._optimize(program, options, "cpu", part)
+    assert "real_size_ms" not in part.tiling and "real_size" not in part.tiling

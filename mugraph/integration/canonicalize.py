@@ -12,6 +12,11 @@ nodes carry propagated shapes.
   norm becomes ``linear(rms_norm(x), W_i * w, b_i)`` (``(n * w) @ W.T == n @ (W * w).T``); the
   folded weight is computed once (``mugraph::fold_weights``). Only when every use of the
   weighted norm is such a projection.
+* ``grouped_kv_heads``: ``scaled_dot_product_attention`` on keys and values whose heads were
+  repeated for grouped-query attention (transformers' ``repeat_kv``: a new dim, ``expand``,
+  ``reshape``, a copy g times the cache's size) reads the un-repeated heads with
+  ``enable_gqa=True``: the lowering then maps query heads onto key heads by views, and no
+  copy is made.
 * ``stack_projections``: sibling projections of one input whose results never meet in one
   elementwise operator (Q, K and V) become one projection over the stacked weights, its result
   sliced (views): one matmul instead of three, one partition instead of three.
@@ -43,6 +48,9 @@ RULES: tuple[Rule, ...] = (
     Rule("fold_norm_weight", "(n * w) @ W.T == n @ (W * w).T for a weight w over n's last dim"),
     Rule("stack_projections", "[x @ A.T, x @ B.T] == x @ cat([A, B]).T, sliced"),
     Rule("noop_index", "x[:, 0:, :] (full slices) is x"),
+    Rule("grouped_kv_heads", "attention over key/value heads each repeated g times "
+         "(x[:, :, None].expand(b, hk, g, s, d).reshape(b, hk * g, s, d)) is attention with "
+         "enable_gqa over the hk heads themselves: query head h reads key head h // g"),
 )
 
 ELEMENTWISE = frozenset({"add", "sub", "mul", "div", "neg", "exp", "silu", "sigmoid", "relu",
@@ -355,12 +363,79 @@ def drop_noop_indexing(gm: GraphModule) -> int:
     return count
 
 
+# ---- grouped-query attention: repeated key/value heads -------------------------------------------
+
+
+def _repeated_heads(node: Any) -> tuple[Node, int] | None:
+    """(x, g) when ``node`` is ``x [b, hk, s, d]`` with every head repeated g times in place:
+    ``x[:, :, None]`` (or ``x.unsqueeze(2)``), ``expand(b, hk, g, s, d)``, ``reshape(b, hk *
+    g, s, d)`` (shapes checked on the propagated values); None otherwise."""
+    if _name(node) not in ("reshape", "view") or not node.args:
+        return None
+    expanded = node.args[0]
+    if not isinstance(expanded, Node) or expanded.op != "call_method" or (
+        expanded.target != "expand"
+    ):
+        return None
+    inserted = expanded.args[0]
+    if not isinstance(inserted, Node) or not inserted.args:
+        return None
+    x = inserted.args[0]
+    if not _inserts_dim_2(inserted) or not isinstance(x, Node):
+        return None
+    values = [_val(n) for n in (x, inserted, expanded, node)]
+    if not all(isinstance(v, torch.Tensor) for v in values):
+        return None
+    base, one, wide, out = (tuple(v.shape) for v in values)
+    if len(base) != 4:
+        return None
+    b, hk, length, d = base
+    g = wide[2]
+    if one != (b, hk, 1, length, d) or wide != (b, hk, g, length, d):
+        return None
+    return (x, g) if out == (b, hk * g, length, d) else None
+
+
+def _inserts_dim_2(node: Node) -> bool:
+    """``node`` is ``x[:, :, None]`` (full slices around the new dim) or ``x.unsqueeze(2)``."""
+    if node.op == "call_method" and node.target == "unsqueeze":
+        return node.args[1:] == (2,) and not node.kwargs
+    if node.op != "call_function" or node.target is not operator.getitem:
+        return False
+    index = node.args[1]
+    if not isinstance(index, tuple) or len(index) < 3 or index[2] is not None:
+        return False
+    rest = [i for k, i in enumerate(index) if k != 2]
+    return all(i is Ellipsis or i == slice(None) for i in rest) and rest.count(Ellipsis) <= 1 and (
+        Ellipsis not in index[:2])
+
+
+def ungroup_kv_heads(gm: GraphModule) -> int:
+    """Attention on repeated key/value heads reads the heads themselves with
+    ``enable_gqa=True`` (rule ``grouped_kv_heads``); returns how many attentions."""
+    count = 0
+    for node in list(gm.graph.nodes):
+        if _name(node) != "sdpa" or len(node.args) < 3:
+            continue
+        k, v = _repeated_heads(node.args[1]), _repeated_heads(node.args[2])
+        if k is None or v is None or k[1] != v[1]:
+            continue
+        node.args = (node.args[0], k[0], v[0], *node.args[3:])
+        node.kwargs = {**node.kwargs, "enable_gqa": True}
+        count += 1
+    if count:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+    return count
+
+
 def canonicalize(gm: GraphModule, propagate=None) -> dict[str, int]:
     """Apply every rule (the graph's nodes must carry propagated shapes; ``propagate()``
     propagates them again after a rule changed the graph); counts per rule."""
     counts = {}
     for name, rule in (("noop_index", drop_noop_indexing), ("rms_norm", canonicalize_rms_norm),
-                       ("fold_norm_weight", fold_norm_weights)):
+                       ("fold_norm_weight", fold_norm_weights),
+                       ("grouped_kv_heads", ungroup_kv_heads)):
         counts[name] = rule(gm)
         if counts[name] and propagate is not None:
             propagate()

@@ -60,7 +60,12 @@ from torch.fx import Graph, GraphModule, Node
 
 from mugraph.integration import passes
 from mugraph.integration.canonicalize import canonicalize
-from mugraph.integration.capture import CapturedProgram, ExternalInput, meta_value
+from mugraph.integration.capture import (
+    CapturedProgram,
+    ExternalInput,
+    apply_adapters,
+    meta_value,
+)
 from mugraph.integration.check import check_capture
 from mugraph.integration.lowering import target_name
 from mugraph.integration.partition import DEFAULT_MAX_INPUTS, DEFAULT_MAX_OPS, partition_graph
@@ -271,6 +276,7 @@ def _with_inductor(work: GraphModule, partitions: list[CapturedProgram], modules
         modules[name].prepare_inside([
             (inside[n][0], inside[n][1], len(inside[n][2])) if n in inside else None
             for n in captured.raw_inputs])
+        modules[name].adapt_outside([i for i, _, _ in modules[name].copies_outside()])
     module = rewrite(work, parts, modules, keys, prepared)
     report.rest = "inductor"
     return compile_fx(module, list(args))
@@ -327,7 +333,8 @@ def _choose_on_the_gpu(work: GraphModule, partitions: list[CapturedProgram], mod
                     module._run(raw)  # its program compiled now, not at the first step
                 continue
             measured = module.choose_by_measurement(
-                raw, rival=lambda m=module, r=raw: _inductor_rival(m.fallback, r))
+                raw, rival=lambda m=module, r=raw: _inductor_rival(m.fallback, r),
+                copies_outside=True)
             if key is not None:
                 decided[key] = measured
         except Exception as error:  # noqa: BLE001 - PyTorch runs the partition
@@ -565,17 +572,38 @@ def _optimize_by_class(program, cls, options: BackendOptions, arch: str, part: P
                 best = other
             elif other is not program:
                 best = _faster_answer(program, first, other, part)
+    if arch != "cpu" and part.status != "not searched" and sc.splits_reduction(cls, program):
+        best = _with_real_size_answer(program, best, options, arch, part, cache)
     return best
+
+
+def _with_real_size_answer(program, best, options: BackendOptions, arch: str,
+                           part: PartitionReport, cache):
+    """On a GPU, ``program`` (of a class whose tiled answers cannot split its reduction
+    over the grid, which its sizes need: decode attention's few query rows against a long
+    KV sequence) also searched as it is, at its real sizes (cached; the split-KV form is in
+    that search space), and the faster of that answer and the tiled ``best`` kept."""
+    first = (best, dict(part.tiling), part.detail, part.status)
+    other = _cached_search(program, _search_config(program, options), cache, part, options,
+                           arch)
+    if other is program:
+        part.tiling, part.detail, part.status = first[1], first[2], first[3]
+        return best
+    part.tiling, part.detail, part.status = {"real_size": True}, "", "optimized"
+    if best is program:
+        return other
+    return _faster_answer(program, first, other, part, "real_size_ms")
 
 
 # The two tiled answers' times (ms) by the pair (None: no GPU): a model's layers decide once.
 _FASTER: dict[tuple, list[float] | None] = {}
 
 
-def _faster_answer(program, first: tuple, other, part: PartitionReport):
+def _faster_answer(program, first: tuple, other, part: PartitionReport,
+                   label: str = "answers_ms"):
     """Of the tiled answer ``first`` (graph, and its tiling, detail and status as recorded)
     and ``other`` (whose record ``part`` holds), the one faster on the GPU; ``first`` without
-    a GPU."""
+    a GPU. Both times go to ``part.tiling[label]``."""
     key = (first[0].structural_hash(), other.structural_hash(), tuple(program.input_types))
     if key not in _FASTER:
         timer = _tiling_timer(program)
@@ -585,7 +613,7 @@ def _faster_answer(program, first: tuple, other, part: PartitionReport):
     if times is None or times[1] >= times[0]:
         chosen, part.tiling, part.detail, part.status = first
     if times is not None:
-        part.tiling = {**part.tiling, "answers_ms": times}
+        part.tiling = {**part.tiling, label: times}
     return chosen
 
 
@@ -790,6 +818,7 @@ def rewrite(gm: GraphModule, parts: list[tuple[CapturedProgram, str]],
         inputs = tuple(env[t] for n in captured.raw_inputs
                        for t in (inside[n][2] if n in inside else [n]))
         if keys is not None:
+            inputs += tuple(_copies_outside(new, modules[name], captured, env))
             call = new.call_function(torch.ops.mugraph.partition.default,
                                      (keys[name], list(inputs)))
         else:
@@ -807,13 +836,24 @@ def rewrite(gm: GraphModule, parts: list[tuple[CapturedProgram, str]],
     return module
 
 
+def _copies_outside(graph: Graph, module, captured: CapturedProgram, env: dict) -> list[Node]:
+    """Nodes computing the partition's inputs whose adapters copy (a query scaled by a power
+    of two, a boolean mask cast to 0/1: :meth:`MugraphPartition.copies_outside`), for the
+    partition to read instead of copying on every call; Inductor fuses them into the kernels
+    producing their sources."""
+    return [graph.call_function(apply_adapters, (env[captured.raw_inputs[source]], done))
+            for i, source, done in module.copies_outside() if i in module._outside]
+
+
 def chain_partition_calls(graph: Graph) -> int:
-    """Every run of ``mugraph::partition`` calls with nothing but their outputs' ``getitem``
-    nodes between them (a layer's output projection, MLP and the next layer's QKV
-    projection) becomes one ``mugraph::partitions`` call: the same partitions run in the same
-    order, and the dispatch into Python is paid once per run instead of once per partition.
-    Returns how many calls were merged away."""
+    """Every run of ``mugraph::partition`` calls with nothing between them but their outputs'
+    ``getitem`` nodes and views of those that keep the elements' order (a decode step's
+    attention output reshaped for the output projection) becomes one ``mugraph::partitions``
+    call: the same partitions run in the same order, and the dispatch into Python is paid
+    once per run instead of once per partition (a layer's attention, output projection,
+    MLP and the next layer's QKV projection). Returns how many calls were merged away."""
     runs, run = [], []
+    views: dict[Node, tuple[Node, tuple[int, ...]]] = {}  # view -> (getitem, its shape)
     for node in graph.nodes:
         if node.op == "call_function" and node.target is torch.ops.mugraph.partition.default:
             run.append(node)
@@ -822,18 +862,83 @@ def chain_partition_calls(graph: Graph) -> int:
             node.args[0] in run
         ):
             continue
+        if run and _order_keeping_view(node, run, views):
+            continue
         if len(run) > 1:
             runs.append(run)
         run = []
     if len(run) > 1:
         runs.append(run)
     for calls in runs:
-        _merge_calls(graph, calls)
+        _merge_calls(graph, calls, views)
     return sum(len(calls) - 1 for calls in runs)
 
 
-def _merge_calls(graph: Graph, calls: list[Node]) -> None:
-    """One ``mugraph::partitions`` call in place of consecutive partition ``calls``."""
+# views a chain may pass through: methods and functions whose result is a view (or, for
+# contiguous, a copy) of their first argument, the other arguments constants
+_VIEW_METHODS = frozenset({"view", "reshape", "transpose", "permute", "contiguous", "unsqueeze",
+                           "squeeze", "flatten"})
+_VIEW_FUNCTIONS = frozenset({torch.reshape, torch.transpose, torch.permute, torch.unsqueeze,
+                             torch.squeeze, torch.flatten})
+
+
+def _order_keeping_view(node: Node, run: list[Node], views: dict) -> bool:
+    """Whether ``node`` is a view of a ``run`` member's output (or of such a view) whose
+    elements, read in order, are that output's in order: then, the outputs being fresh
+    contiguous tensors, it is that output ``.view(shape)`` (recorded in ``views``). Checked
+    by applying the node to the positions of the output's elements."""
+    if node.op == "call_method":
+        if node.target not in _VIEW_METHODS:
+            return False
+    elif node.op != "call_function" or node.target not in _VIEW_FUNCTIONS:
+        return False
+    if not node.args or not isinstance(node.args[0], Node):
+        return False
+    source = node.args[0]
+    if source in views:
+        item, shape = views[source]
+    elif source.op == "call_function" and source.target is operator.getitem and (
+        source.args[0] in run
+    ):
+        value = source.meta.get("val")
+        if not isinstance(value, torch.Tensor):
+            return False
+        item, shape = source, tuple(value.shape)
+    else:
+        return False
+    if _reads_nodes((node.args[1:], node.kwargs)):
+        return False
+    positions = torch.arange(max(1, _numel(shape)), dtype=torch.int32)[:_numel(shape)]
+    try:
+        before = positions.reshape(shape)
+        if node.op == "call_method":
+            after = getattr(before, node.target)(*node.args[1:], **node.kwargs)
+        else:
+            after = node.target(before, *node.args[1:], **node.kwargs)
+    except Exception:  # noqa: BLE001 - not a view this check understands
+        return False
+    if not isinstance(after, torch.Tensor) or not torch.equal(after.reshape(-1), positions):
+        return False
+    views[node] = (item, tuple(after.shape))
+    return True
+
+
+def _reads_nodes(args: Any) -> bool:
+    found = []
+    torch.fx.node.map_arg(args, found.append)
+    return bool(found)
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    count = 1
+    for d in shape:
+        count *= d
+    return count
+
+
+def _merge_calls(graph: Graph, calls: list[Node], views: dict) -> None:
+    """One ``mugraph::partitions`` call in place of consecutive partition ``calls`` (a
+    member reading a ``views`` node reads the viewed output, reshaped inside the call)."""
     from mugraph.integration.runtime import output_count, register_chain
 
     inputs: list[Node] = []
@@ -847,6 +952,10 @@ def _merge_calls(graph: Graph, calls: list[Node]) -> None:
         for a in args:
             if a in produced:
                 refs.append((1, produced[a]))
+                continue
+            if a in views and views[a][0] in produced:
+                item, shape = views[a]
+                refs.append((2, produced[item], shape))
                 continue
             if a not in position:
                 position[a] = len(inputs)

@@ -39,6 +39,12 @@ class PartitionReport:
             block, looped = self.tiling["answers_ms"]
             detail += (f" — answers timed (ms): reduction in one block {block:.4f}, "
                        f"looped {looped:.4f}")
+        if self.tiling.get("real_size_ms"):
+            tiled, real = self.tiling["real_size_ms"]
+            detail += (f" — answers timed (ms): tiled class answer {tiled:.4f}, searched at "
+                       f"the real sizes {real:.4f}")
+        elif self.tiling.get("real_size"):
+            detail += " — searched at the real sizes"
         if self.measured and self.runs_on == "mugraph":
             times = ", ".join(f"{k.removesuffix('_ms')} {v:.3f}" for k, v in self.measured.items())
             detail += f" — measured ms: {times}"

@@ -42,7 +42,7 @@ def _on_cuda(values: tuple) -> bool:
     return any(isinstance(v, torch.Tensor) and v.device.type == "cuda" for v in values)
 
 
-def cuda_milliseconds(fn, warmup: int = 2, reps: int = 5) -> float:
+def cuda_milliseconds(fn, warmup: int = 2, reps: int = 15) -> float:
     """Median milliseconds of ``fn()`` on the current CUDA stream."""
     for _ in range(warmup):
         fn()
@@ -88,6 +88,7 @@ class MugraphPartition(torch.nn.Module):
         self.measure = True
         self.timer = cuda_milliseconds
         self._prepared: list | None = None  # see prepare_inside
+        self._outside: dict[int, tuple] = {}  # see adapt_outside
 
     def prepare_inside(self, layout: list) -> None:
         """The operator's inputs from now on: for raw input i, ``layout[i]`` is None (it comes
@@ -95,6 +96,28 @@ class MugraphPartition(torch.nn.Module):
         ``count`` tensors, as ``mugraph::fold_weights`` (kind "fold") or ``mugraph::concat``
         would (the same memo)."""
         self._prepared = layout if any(entry is not None for entry in layout) else None
+
+    def copies_outside(self) -> list[tuple[int, int, tuple]]:
+        """The kernel-graph inputs whose adapters copy (a scale, a cast), as (spec index, raw
+        input, the adapters up to the last copy): the graph around the operator can compute
+        those (Inductor fuses a scale or a cast into the kernel producing the raw input)."""
+        found = []
+        for i, spec in enumerate(self.specs):
+            if not isinstance(spec, ExternalInput):
+                continue
+            last = max((k for k, (kind, _) in enumerate(spec.adapters)
+                        if kind not in _VIEW_ADAPTERS), default=-1)
+            if last >= 0:
+                found.append((i, spec.source, spec.adapters[:last + 1]))
+        return found
+
+    def adapt_outside(self, specs: list[int]) -> None:
+        """The operator's inputs from now on end with, for each kernel-graph input in
+        ``specs`` (from :meth:`copies_outside`), its raw input already through its copying
+        adapters; only the views after them are applied here."""
+        self._outside = {}
+        for j, (i, _, done) in enumerate(c for c in self.copies_outside() if c[0] in specs):
+            self._outside[i] = (j, self.specs[i].adapters[len(done):])
 
     def _raw(self, given: list) -> list:
         """The partition's raw inputs from the operator's (see :meth:`prepare_inside`)."""
@@ -130,6 +153,10 @@ class MugraphPartition(torch.nn.Module):
         Once the partition runs on mugraph for good, straight to the compiled program (which
         checks its inputs' shapes on every call and never returns an input's memory); else
         through :meth:`forward`, whose PyTorch nodes may return views of the inputs."""
+        adapted = None
+        if self._outside:
+            cut = len(raw) - len(self._outside)
+            raw, adapted = raw[:cut], raw[cut:]
         if self._prepared is not None:
             raw = self._raw(raw)
         program = self._compiled
@@ -137,7 +164,7 @@ class MugraphPartition(torch.nn.Module):
             _needs_autograd(raw)
         ):
             try:
-                outs = program(inputs=self._inputs(raw))
+                outs = program(inputs=self._inputs(raw, adapted))
             except Exception as error:  # noqa: BLE001 - PyTorch takes over, as in forward
                 self.give_up(error)
             else:
@@ -149,13 +176,24 @@ class MugraphPartition(torch.nn.Module):
             outs.append(value.clone() if _aliases(value, raw) else value)
         return outs
 
-    def choose_by_measurement(self, raw: tuple, rival=None) -> dict:
+    def choose_by_measurement(self, raw: tuple, rival=None, copies_outside: bool = False
+                              ) -> dict:
         """Time both ways of running this partition once; PyTorch keeps it when faster.
         ``rival``: makes the PyTorch nodes compiled (by Inductor; None if it cannot), timed
         too when mugraph beats the nodes run op by op; PyTorch's time is then the better of
-        the two. Returns the times (milliseconds)."""
+        the two. ``copies_outside``: the inputs' copying adapters will be computed by the
+        graph (:meth:`adapt_outside`), so mugraph is timed without them. Returns the times
+        (milliseconds)."""
         self.measure = False
-        ours = self.timer(lambda: self._run(raw))
+        adapted = None
+        if copies_outside:
+            self.adapt_outside([i for i, _, _ in self.copies_outside()])
+            adapted = [apply_adapters(raw[source], done)
+                       for _, source, done in self.copies_outside()]
+        try:
+            ours = self.timer(lambda: self._run(raw, adapted))
+        finally:
+            self._outside = {}
         theirs = self.timer(lambda: self.fallback(*raw))
         measured = {"mugraph_ms": ours, "pytorch_ms": theirs}
         compiled = rival() if rival is not None and ours <= theirs else None
@@ -197,12 +235,17 @@ class MugraphPartition(torch.nn.Module):
             self.report.runs_on = "pytorch"
             self.report.detail = f"runtime failure: {first}"
 
-    def _inputs(self, raw: tuple) -> list[torch.Tensor]:
+    def _inputs(self, raw: tuple, adapted: list | None = None) -> list[torch.Tensor]:
+        """The kernel graph's inputs from the raw inputs (and, see :meth:`adapt_outside`, the
+        inputs the graph adapted)."""
         inputs = []
         for i, spec in enumerate(self.specs):
             if isinstance(spec, ExternalInput):
-                value = raw[spec.source]
-                inputs.append(self._view(i, value, spec.adapters) if spec.adapters else value)
+                value, adapters = raw[spec.source], spec.adapters
+                if adapted is not None and i in self._outside:
+                    j, adapters = self._outside[i]
+                    value = adapted[j]
+                inputs.append(self._view(i, value, adapters) if adapters else value)
             else:
                 device = next(v.device for v in raw if isinstance(v, torch.Tensor))
                 inputs.append(self._const(spec, device))
@@ -210,7 +253,9 @@ class MugraphPartition(torch.nn.Module):
 
     def _view(self, i: int, value: torch.Tensor, adapters: tuple) -> torch.Tensor:
         """``value`` through ``adapters``; a pure view of the same tensor at the same address
-        (a model's weights, call after call) is made once and reused."""
+        (a model's weights, call after call) is made once and reused. (A copy, such as a
+        cast mask, is made on every call: Inductor reuses a buffer, rewritten by its own
+        kernels, for other values, so neither the tensor nor its version says its content.)"""
         kept = self._views.get(i)
         if kept is not None and kept[0]() is value and kept[1] == value.data_ptr():
             return kept[2]
@@ -235,8 +280,8 @@ class MugraphPartition(torch.nn.Module):
                     f"{list(t.shape)}, the μGraph was built for {list(want.dims)}"
                 )
 
-    def _run(self, raw: tuple) -> list[torch.Tensor]:
-        inputs = self._inputs(raw)
+    def _run(self, raw: tuple, adapted: list | None = None) -> list[torch.Tensor]:
+        inputs = self._inputs(raw, adapted)
         self._check_shapes(inputs)
         if inputs[0].device.type == "cuda":
             if self._compiled is None:
@@ -293,11 +338,12 @@ def _run_partition_fake(key: int, inputs: list[torch.Tensor]) -> list[torch.Tens
 # ---- consecutive partitions as one operator call -------------------------------------------------
 
 # chain key -> its members: (partition key, where each of its inputs comes from: (0, i) the
-# chain's input i, (1, j) output j of the members before it, their outputs concatenated)
-_CHAINS: dict[int, tuple[tuple[int, tuple[tuple[int, int], ...]], ...]] = {}
+# chain's input i, (1, j) output j of the members before it, their outputs concatenated,
+# (2, j, shape) that output viewed as ``shape``, its elements in the same order)
+_CHAINS: dict[int, tuple[tuple[int, tuple[tuple, ...]], ...]] = {}
 
 
-def register_chain(members: list[tuple[int, list[tuple[int, int]]]]) -> int:
+def register_chain(members: list[tuple[int, list[tuple]]]) -> int:
     """Make registered partitions that run one after the other callable as one
     ``torch.ops.mugraph.partitions(key, inputs)``, which returns every member's outputs, in
     order (see ``_CHAINS``)."""
@@ -321,9 +367,19 @@ def run_chain(key: int, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     operator call instead of one per partition: the dispatch into Python is paid once)."""
     outs: list[torch.Tensor] = []
     for member, refs in _CHAINS[key]:
-        outs.extend(_PARTITIONS[member].run_op(
-            [inputs[i] if kind == 0 else outs[i] for kind, i in refs]))
+        outs.extend(_PARTITIONS[member].run_op([_chain_input(ref, inputs, outs) for ref in refs]))
     return outs
+
+
+def _chain_input(ref: tuple, inputs: list[torch.Tensor], outs: list[torch.Tensor]):
+    """A chain member's input (see ``_CHAINS``); members' outputs are fresh contiguous
+    tensors, so an order-keeping view of one is ``.view``."""
+    kind = ref[0]
+    if kind == 0:
+        return inputs[ref[1]]
+    if kind == 1:
+        return outs[ref[1]]
+    return outs[ref[1]].view(ref[2])
 
 
 def _run_chain_fake(key: int, inputs: list[torch.Tensor]) -> list[torch.Tensor]:

@@ -121,6 +121,18 @@ def classify(program) -> ShapeClass | None:
     return None
 
 
+def splits_reduction(cls: ShapeClass, program) -> bool:
+    """Whether ``program``'s sizes want its reduction split over the grid, which no tiling
+    of a class answer does (:class:`Tiler` splits output indices only): attention with at
+    most SMALL_LIMIT query rows per head (a decode step) would run on few blocks, each
+    walking the whole KV sequence. Such a program is also searched as it is (the attention
+    preset's split-KV form)."""
+    if cls.name != "attention":
+        return False
+    scores = next(op for op in program.ops if op.kind is OpKind.MATMUL).outputs[0]
+    return len(scores.dims) >= 2 and scores.dims[-2] <= SMALL_LIMIT
+
+
 def class_overrides(cls: ShapeClass, program, retry: bool = False) -> dict:
     """Search overrides for a representative of class ``cls``: its preset, and room for the
     block operators the fused form needs (``retry``: with the class's retry kinds too)."""

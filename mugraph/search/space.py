@@ -74,6 +74,7 @@ class ProgramFacts:
     largest_input_bytes: int
     sum_of_products: bool  # an add whose operands are both matmul results (LoRA's shape)
     gpu: GPUSpec
+    compute_ops: int = 0  # operators other than inputs
 
     @property
     def gemv(self) -> bool:
@@ -127,7 +128,8 @@ def program_facts(program) -> ProgramFacts:
         op.kind is OpKind.ADD and all(r.op in products for r in op.inputs) for op in ops
     )
     largest = max((t.num_bytes for t in program.input_types), default=0)
-    return ProgramFacts(tuple(matmuls), softmax, largest, sum_of_products, program.gpu)
+    compute = sum(1 for op in ops if op.kind is not OpKind.INPUT)
+    return ProgramFacts(tuple(matmuls), softmax, largest, sum_of_products, program.gpu, compute)
 
 
 # ---- presets: SearchConfig fields as functions of the facts ----------------------------------
@@ -161,8 +163,14 @@ def _split_reduction_fields(facts: ProgramFacts) -> dict:
     }
 
 
+SOFTMAX_ATTENTION_OPS = 5  # matmul, exp, its sum, the division, matmul
+
+
 def _attention_fields(facts: ProgramFacts) -> dict:
-    return {
+    """The split-KV form of softmax(Q K) V has 8 block operators over its two kernels; each
+    operator the program adds (a mask's multiply, a scale) is one more in the first."""
+    extra = max(0, facts.compute_ops - SOFTMAX_ATTENTION_OPS)
+    fields = {
         **_split_reduction_fields(facts),
         "accum_kinds": frozenset({AccumKind.NONE, AccumKind.SUM}),
         "partial_splits": (2, 4, 8, 16, 32, 64, 128),
@@ -171,6 +179,8 @@ def _attention_fields(facts: ProgramFacts) -> dict:
         "max_full_split": 4096,
         "max_blocks": 4096,
     }
+    fields["max_total_block_ops"] += extra
+    return fields
 
 
 def _min_blocks(facts: ProgramFacts) -> int:
