@@ -123,7 +123,7 @@ def run_mode(model, mode: str, args, ids, cache0, token, reference: dict, option
     row: dict = {"mode": mode}
     fn_model = compiled_model(model, mode, options)
     mgi.clear_reports()
-    for phase in ("prefill", "decode"):
+    for phase in args.phases.split(","):
         if phase == "prefill":
             fn = prefill_fn(fn_model, ids)
         else:
@@ -210,7 +210,9 @@ def table(rows: list[dict]) -> str:
              "prefill / decode s | max rel err (prefill, decode) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     def cell(r, key):
-        return f"{r[key]:.3f}" if key in r else "failed"
+        if key in r:
+            return f"{r[key]:.3f}"
+        return "failed" if key.replace("_ms", "_error") in r else "-"
 
     def speed(r, phase):
         k = f"{phase}_ms"
@@ -305,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the timed calls are split into this many interleaved rounds")
     parser.add_argument("--layers", type=int, default=LLAMA_1B["num_hidden_layers"])
     parser.add_argument("--modes", default="eager,mugraph,torch.compile")
+    parser.add_argument("--phases", default="prefill,decode", help="prefill, decode or both")
     parser.add_argument("--rest", default="inductor", choices=["eager", "inductor"],
                         help="what runs the nodes outside mugraph's partitions")
     parser.add_argument("--cache-dir", default=None)
