@@ -790,6 +790,28 @@ def test_with_inductor_inputs_copied_by_their_adapters_are_computed_by_the_graph
             assert_close(compiled(*inputs), model(*inputs))
 
 
+def test_with_inductor_a_kernel_computing_other_values_than_pytorch_never_runs(monkeypatch):
+    """On the GPU's first call each partition's μGraph is compared with its PyTorch nodes on
+    the real inputs: one that verified over finite fields yet computes other floats (a
+    compiler fault) runs on PyTorch, saying why, and the model's results are eager's."""
+    from mugraph.integration.runtime import MugraphPartition
+
+    spy_on_inductor(monkeypatch)
+    right = MugraphPartition._run
+
+    def wrong(self, raw, adapted=None):
+        return [out * 1.5 for out in right(self, raw, adapted)]
+
+    monkeypatch.setattr(MugraphPartition, "_run", wrong)
+    model = GatedMLP().eval()
+    x = torch.randn(2, 4, 16)
+    with torch.no_grad(), pytest.warns(UserWarning, match="differs from PyTorch's"):
+        assert_close(with_inductor(model)(x), model(x))
+    parts = partitions()
+    assert parts and all(p.runs_on == "pytorch" for p in parts)
+    assert all("differs from PyTorch's" in p.detail for p in parts), [p.detail for p in parts]
+
+
 def test_chained_calls_pass_views_that_keep_the_elements_order(monkeypatch):
     """A decode step's attention output reaches the output projection through reshapes and a
     transpose of a size-1 dim: views that keep the elements' order, so the two calls merge

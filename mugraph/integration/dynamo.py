@@ -48,6 +48,7 @@ Options (all optional):
 from __future__ import annotations
 
 import itertools
+import math
 import operator
 import re
 import time
@@ -584,15 +585,20 @@ def _with_real_size_answer(program, best, options: BackendOptions, arch: str,
     KV sequence) also searched as it is, at its real sizes (cached; the split-KV form is in
     that search space), and the faster of that answer and the tiled ``best`` kept."""
     first = (best, dict(part.tiling), part.detail, part.status)
+    searched = (part.cache, dict(part.search))  # the class search's record
     other = _cached_search(program, _search_config(program, options), cache, part, options,
                            arch)
     if other is program:
-        part.tiling, part.detail, part.status = first[1], first[2], first[3]
+        part.tiling, part.detail, part.status = first[1:]
+        part.cache, part.search = searched
         return best
     part.tiling, part.detail, part.status = {"real_size": True}, "", "optimized"
     if best is program:
         return other
-    return _faster_answer(program, first, other, part, "real_size_ms")
+    chosen = _faster_answer(program, first, other, part, "real_size_ms")
+    if chosen is best:
+        part.cache, part.search = searched
+    return chosen
 
 
 # The two tiled answers' times (ms) by the pair (None: no GPU): a model's layers decide once.
@@ -842,7 +848,7 @@ def _copies_outside(graph: Graph, module, captured: CapturedProgram, env: dict) 
     partition to read instead of copying on every call; Inductor fuses them into the kernels
     producing their sources."""
     return [graph.call_function(apply_adapters, (env[captured.raw_inputs[source]], done))
-            for i, source, done in module.copies_outside() if i in module._outside]
+            for source, done in module.outside()]
 
 
 def chain_partition_calls(graph: Graph) -> int:
@@ -908,7 +914,7 @@ def _order_keeping_view(node: Node, run: list[Node], views: dict) -> bool:
         return False
     if _reads_nodes((node.args[1:], node.kwargs)):
         return False
-    positions = torch.arange(max(1, _numel(shape)), dtype=torch.int32)[:_numel(shape)]
+    positions = torch.arange(math.prod(shape), dtype=torch.int32)
     try:
         before = positions.reshape(shape)
         if node.op == "call_method":
@@ -927,13 +933,6 @@ def _reads_nodes(args: Any) -> bool:
     found = []
     torch.fx.node.map_arg(args, found.append)
     return bool(found)
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    count = 1
-    for d in shape:
-        count *= d
-    return count
 
 
 def _merge_calls(graph: Graph, calls: list[Node], views: dict) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch.fx import Graph, GraphModule
 
-from mugraph.errors import ShapeError
+from mugraph.errors import MugraphError, ShapeError
 from mugraph.integration.capture import CapturedProgram, ExternalInput, apply_adapters
 from mugraph.integration.torch_ops import concat, fold_weights
 
@@ -56,6 +56,16 @@ def cuda_milliseconds(fn, warmup: int = 2, reps: int = 15) -> float:
         end.synchronize()
         times.append(start.elapsed_time(end))
     return sorted(times)[len(times) // 2]
+
+
+# how far (largest difference over largest value) a partition's outputs may be from its PyTorch
+# nodes' on the first call: rounding in 16-bit types (other accumulation orders), not a fault
+FLOAT_TOLERANCE = {torch.float16: 5e-2, torch.bfloat16: 1e-1, torch.float32: 1e-3,
+                   torch.float64: 1e-9}
+
+
+class NumericMismatch(MugraphError):
+    """A partition's μGraph computed other values than its PyTorch nodes on real inputs."""
 
 
 def _needs_autograd(values: tuple) -> bool:
@@ -114,10 +124,16 @@ class MugraphPartition(torch.nn.Module):
     def adapt_outside(self, specs: list[int]) -> None:
         """The operator's inputs from now on end with, for each kernel-graph input in
         ``specs`` (from :meth:`copies_outside`), its raw input already through its copying
-        adapters; only the views after them are applied here."""
+        adapters (see :meth:`outside`); only the views after them are applied here."""
         self._outside = {}
         for j, (i, _, done) in enumerate(c for c in self.copies_outside() if c[0] in specs):
             self._outside[i] = (j, self.specs[i].adapters[len(done):])
+
+    def outside(self) -> list[tuple[int, tuple]]:
+        """The copies the graph makes for this partition, in the order they end its
+        operator's inputs: (raw input, its copying adapters)."""
+        return [(source, done) for i, source, done in self.copies_outside()
+                if i in self._outside]
 
     def _raw(self, given: list) -> list:
         """The partition's raw inputs from the operator's (see :meth:`prepare_inside`)."""
@@ -188,9 +204,9 @@ class MugraphPartition(torch.nn.Module):
         adapted = None
         if copies_outside:
             self.adapt_outside([i for i, _, _ in self.copies_outside()])
-            adapted = [apply_adapters(raw[source], done)
-                       for _, source, done in self.copies_outside()]
+            adapted = [apply_adapters(raw[source], done) for source, done in self.outside()]
         try:
+            self._check_against_pytorch(raw, adapted)
             ours = self.timer(lambda: self._run(raw, adapted))
         finally:
             self._outside = {}
@@ -201,6 +217,22 @@ class MugraphPartition(torch.nn.Module):
             measured["inductor_ms"] = self.timer(lambda: compiled(*raw))
         self.adopt(measured)
         return measured
+
+    def _check_against_pytorch(self, raw: tuple, adapted: list | None) -> None:
+        """Raises when the μGraph's outputs on these inputs (the first call's) are not the
+        PyTorch nodes' within the dtype's rounding (:data:`FLOAT_TOLERANCE`): a kernel that
+        verified over finite fields yet computes wrongly here (a compiler fault) never runs."""
+        ours = self._run(raw, adapted)
+        ours = [self._shaped(ours[i], k) for k, i in enumerate(self.output_index)]
+        for k, (got, want) in enumerate(zip(ours, self.fallback(*raw), strict=True)):
+            if not isinstance(want, torch.Tensor) or not want.is_floating_point():
+                continue
+            scale = want.abs().max().float().clamp_min(1e-30)
+            error = float((got.float() - want.float()).abs().max() / scale)
+            if not error <= FLOAT_TOLERANCE.get(want.dtype, 1e-3):
+                raise NumericMismatch(
+                    f"output {k} differs from PyTorch's on the first call's inputs (largest "
+                    f"difference {error:.2g} of the largest value, {want.dtype})")
 
     def adopt(self, measured: dict) -> None:
         """Run on mugraph or on PyTorch as ``measured`` (this partition's times, or those of
