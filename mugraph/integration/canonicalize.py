@@ -420,8 +420,12 @@ def ungroup_kv_heads(gm: GraphModule) -> int:
         k, v = _repeated_heads(node.args[1]), _repeated_heads(node.args[2])
         if k is None or v is None or k[1] != v[1]:
             continue
-        node.args = (node.args[0], k[0], v[0], *node.args[3:])
-        node.kwargs = {**node.kwargs, "enable_gqa": True}
+        args = [node.args[0], k[0], v[0], *node.args[3:]]
+        if len(args) > 7:  # enable_gqa passed by position
+            args[7] = True
+        else:
+            node.kwargs = {**node.kwargs, "enable_gqa": True}
+        node.args = tuple(args)
         count += 1
     if count:
         gm.graph.eliminate_dead_code()
