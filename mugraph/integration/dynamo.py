@@ -68,7 +68,7 @@ from mugraph.integration.capture import (
     meta_value,
 )
 from mugraph.integration.check import check_capture
-from mugraph.integration.lowering import target_name
+from mugraph.integration.lowering import op_name, target_name
 from mugraph.integration.partition import DEFAULT_MAX_INPUTS, DEFAULT_MAX_OPS, partition_graph
 from mugraph.integration.report import Fallback, GraphReport, PartitionReport, record
 from mugraph.integration.runtime import MugraphPartition, fallback_module
@@ -880,12 +880,9 @@ def chain_partition_calls(graph: Graph) -> int:
     return sum(len(calls) - 1 for calls in runs)
 
 
-# views a chain may pass through: methods and functions whose result is a view (or, for
-# contiguous, a copy) of their first argument, the other arguments constants
-_VIEW_METHODS = frozenset({"view", "reshape", "transpose", "permute", "contiguous", "unsqueeze",
-                           "squeeze", "flatten"})
-_VIEW_FUNCTIONS = frozenset({torch.reshape, torch.transpose, torch.permute, torch.unsqueeze,
-                             torch.squeeze, torch.flatten})
+# the data movements (lowering's names) a chain may pass through: views of their first
+# argument (or, for contiguous, a copy), the other arguments constants
+_CHAIN_VIEWS = frozenset({"reshape", "transpose", "permute", "t", "identity"})
 
 
 def _order_keeping_view(node: Node, run: list[Node], views: dict) -> bool:
@@ -893,10 +890,7 @@ def _order_keeping_view(node: Node, run: list[Node], views: dict) -> bool:
     elements, read in order, are that output's in order: then, the outputs being fresh
     contiguous tensors, it is that output ``.view(shape)`` (recorded in ``views``). Checked
     by applying the node to the positions of the output's elements."""
-    if node.op == "call_method":
-        if node.target not in _VIEW_METHODS:
-            return False
-    elif node.op != "call_function" or node.target not in _VIEW_FUNCTIONS:
+    if node.op not in ("call_method", "call_function") or op_name(node) not in _CHAIN_VIEWS:
         return False
     if not node.args or not isinstance(node.args[0], Node):
         return False

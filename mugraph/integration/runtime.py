@@ -58,12 +58,6 @@ def cuda_milliseconds(fn, warmup: int = 2, reps: int = 15) -> float:
     return sorted(times)[len(times) // 2]
 
 
-# how far (largest difference over largest value) a partition's outputs may be from its PyTorch
-# nodes' on the first call: rounding in 16-bit types (other accumulation orders), not a fault
-FLOAT_TOLERANCE = {torch.float16: 5e-2, torch.bfloat16: 1e-1, torch.float32: 1e-3,
-                   torch.float64: 1e-9}
-
-
 class NumericMismatch(MugraphError):
     """A partition's μGraph computed other values than its PyTorch nodes on real inputs."""
 
@@ -220,19 +214,26 @@ class MugraphPartition(torch.nn.Module):
 
     def _check_against_pytorch(self, raw: tuple, adapted: list | None) -> None:
         """Raises when the μGraph's outputs on these inputs (the first call's) are not the
-        PyTorch nodes' within the dtype's rounding (:data:`FLOAT_TOLERANCE`): a kernel that
-        verified over finite fields yet computes wrongly here (a compiler fault) never runs."""
+        PyTorch nodes' within the dtype's tolerance (the code generator's,
+        :data:`mugraph.codegen.check.TOLERANCES`): a kernel that verified over finite fields
+        yet computes wrongly here (a compiler fault) never runs."""
+        from mugraph.codegen.check import TOLERANCES, compare
+
         ours = self._run(raw, adapted)
-        ours = [self._shaped(ours[i], k) for k, i in enumerate(self.output_index)]
-        for k, (got, want) in enumerate(zip(ours, self.fallback(*raw), strict=True)):
-            if not isinstance(want, torch.Tensor) or not want.is_floating_point():
+        theirs = self.fallback(*raw)
+        for k, i in enumerate(self.output_index):
+            want = theirs[k]
+            rtol_atol = TOLERANCES.get(self.best.output_types[i].dtype)
+            if rtol_atol is None or not isinstance(want, torch.Tensor):
                 continue
-            scale = want.abs().max().float().clamp_min(1e-30)
-            error = float((got.float() - want.float()).abs().max() / scale)
-            if not error <= FLOAT_TOLERANCE.get(want.dtype, 1e-3):
+            got = self._shaped(ours[i], k)
+            check = compare(got.detach().double().cpu().numpy(),
+                            want.detach().double().cpu().numpy(), *rtol_atol)
+            if not check.ok:
                 raise NumericMismatch(
-                    f"output {k} differs from PyTorch's on the first call's inputs (largest "
-                    f"difference {error:.2g} of the largest value, {want.dtype})")
+                    f"output {k} differs from PyTorch's on the first call's inputs "
+                    f"({check.max_rel_error:.3g}x the tolerance at {check.worst_index}, "
+                    f"{check.nonfinite_mismatch} non-finite mismatches)")
 
     def adopt(self, measured: dict) -> None:
         """Run on mugraph or on PyTorch as ``measured`` (this partition's times, or those of
