@@ -203,12 +203,99 @@ def time_interleaved(rows: list[dict], calls: dict, rounds: int, reps: int, cuda
               "timing (a Dynamo guard failed)")
 
 
+FULL_PATH = "mugraph, full calls"
+
+
+def full_path_row(calls: dict) -> dict:
+    """The mugraph mode's compiled model again, its operator calls kept off their recorded
+    launches (``mugraph.integration.flat_calls``): the same kernels through the full Python
+    path, timed in the same rounds."""
+    from mugraph.integration import flat_calls
+
+    def full(fn):
+        def call():
+            flat_calls.enabled = False
+            try:
+                return fn()
+            finally:
+                flat_calls.enabled = True
+
+        return call
+
+    for (mode, phase), fn in list(calls.items()):
+        if mode == "mugraph":
+            calls[(FULL_PATH, phase)] = full(fn)
+    return {"mode": FULL_PATH}
+
+
+def errors_after_timing(rows: list[dict], calls: dict, reference: dict) -> None:
+    """Each mode's output once more after the timed calls, against eager's first (a decode
+    step is the same step every call): what the steady state computes, recorded launches
+    included."""
+    by_mode = {r["mode"]: r for r in rows}
+    with torch.no_grad():
+        for (mode, phase), fn in calls.items():
+            if phase in reference:
+                by_mode[mode][f"{phase}_err_after"] = rel_err(fn(), reference[phase])
+
+
+def print_call_sites() -> None:
+    """How mugraph's operator call sites ran while timing (recorded launches or full path)."""
+    from mugraph.integration.runtime import call_site_stats
+
+    stats = call_site_stats()
+    if not stats:
+        return
+    flat = sum(s["flat_calls"] for s in stats)
+    full = sum(s["full_calls"] for s in stats)
+    print(f"mugraph operator calls: {flat} on recorded launches, {full} on the full path, "
+          f"{len(stats)} call sites")
+    notes: dict[str, int] = {}
+    for s in stats:
+        notes[s["note"]] = notes.get(s["note"], 0) + 1
+    for note, count in sorted(notes.items(), key=lambda kv: -kv[1]):
+        print(f"  {count} sites: {note}")
+
+
+def graph_replays(rows: list[dict], calls: dict, reps: int) -> None:
+    """Each mode's prefill captured in one CUDA graph and replayed: its GPU time without the
+    host (what the mode's kernels cost; the timed calls above add the host's launching). Run
+    last: a capture leaves the model's state as it was, but nothing is timed after it."""
+    by_mode = {r["mode"]: r for r in rows}
+    with torch.no_grad():
+        for (mode, phase), fn in calls.items():
+            if phase != "prefill" or mode == FULL_PATH:
+                continue
+            try:
+                graph = torch.cuda.CUDAGraph()
+                side = torch.cuda.Stream()
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    fn()
+                torch.cuda.current_stream().wait_stream(side)
+                with torch.cuda.graph(graph):
+                    fn()
+                by_mode[mode]["prefill_graph_ms"] = statistics.median(
+                    samples(graph.replay, reps, True))
+            except Exception as error:  # noqa: BLE001 - reported, the other modes go on
+                by_mode[mode]["prefill_graph_error"] = f"{type(error).__name__}: {error}"[:200]
+    base = by_mode.get("torch.compile", {}).get("prefill_graph_ms")
+    print("\n| mode | prefill as one CUDA graph, ms (GPU only) | vs torch.compile |\n"
+          "| --- | --- | --- |")
+    for r in rows:
+        if "prefill_graph_ms" in r:
+            ratio = f"{base / r['prefill_graph_ms']:.2f}x" if base else "-"
+            print(f"| {r['mode']} | {r['prefill_graph_ms']:.3f} | {ratio} |")
+        elif "prefill_graph_error" in r:
+            print(f"| {r['mode']} | {r['prefill_graph_error']} | - |")
+
+
 def table(rows: list[dict]) -> str:
     base = {r["mode"]: r for r in rows}.get("torch.compile", {})
     lines = ["| mode | prefill ms | decode ms | prefill vs torch.compile | decode vs "
              "torch.compile | best round prefill / decode ms (vs torch.compile) | first call "
-             "prefill / decode s | max rel err (prefill, decode) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "prefill / decode s | max rel err (prefill, decode) | after timing |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     def cell(r, key):
         if key in r:
             return f"{r[key]:.3f}"
@@ -234,11 +321,12 @@ def table(rows: list[dict]) -> str:
     for r in rows:
         first = " / ".join(f"{r[f'{p}_compile_s']:.1f}" if f"{p}_compile_s" in r else "-"
                            for p in ("prefill", "decode"))
-        errs = ", ".join(f"{r[f'{p}_err']:.1e}" if f"{p}_err" in r else "-"
-                         for p in ("prefill", "decode"))
+        errs, after = (", ".join(f"{r[f'{p}{k}']:.1e}" if f"{p}{k}" in r else "-"
+                                 for p in ("prefill", "decode"))
+                       for k in ("_err", "_err_after"))
         lines.append(f"| {r['mode']} | {cell(r, 'prefill_ms')} | {cell(r, 'decode_ms')} | "
                      f"{speed(r, 'prefill')} | {speed(r, 'decode')} | {best(r)} | {first} | "
-                     f"{errs} |")
+                     f"{errs} | {after} |")
     return "\n".join(lines)
 
 
@@ -316,6 +404,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="write results.json and the reports here")
     parser.add_argument("--warm-cache", default=None, metavar="DIR")
     parser.add_argument("--mini", action="store_true", help="the small model (a CPU dry run)")
+    parser.add_argument("--no-graph-replay", action="store_true",
+                        help="do not also time each mode's prefill replayed as a CUDA graph")
+    parser.add_argument("--no-full-path-row", action="store_true",
+                        help="do not also time mugraph with its calls on the full path")
     args = parser.parse_args(argv)
     if args.warm_cache:
         warm_cache(args.warm_cache, args.time_limit, args.kv, args.workers)
@@ -343,8 +435,14 @@ def main(argv: list[str] | None = None) -> int:
             for text in rows[-1].get("reports", []):
                 print("\n".join(line for line in text.splitlines()
                                 if "mugraph_partition" in line or line.startswith("mugraph")))
+    if "mugraph" in args.modes.split(",") and not args.no_full_path_row:
+        rows.append(full_path_row(calls))
     time_interleaved(rows, calls, args.rounds, max(1, args.reps // args.rounds),
                      args.device == "cuda")
+    errors_after_timing(rows, calls, reference)
+    print_call_sites()
+    if args.device == "cuda" and not args.no_graph_replay:
+        graph_replays(rows, calls, args.reps)
     if args.out:
         (Path(args.out) / "results.json").write_text(json.dumps(rows, indent=1, default=str))
     for r in rows:

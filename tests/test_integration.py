@@ -812,6 +812,43 @@ def test_with_inductor_a_kernel_computing_other_values_than_pytorch_never_runs(m
     assert all("differs from PyTorch's" in p.detail for p in parts), [p.detail for p in parts]
 
 
+class TwoGatedMLPs(nn.Module):
+    """Two gated MLPs of one shape (a model's layers: timed once), the second on inputs
+    scaled by 1000."""
+
+    def __init__(self):
+        super().__init__()
+        self.first, self.second = GatedMLP(), GatedMLP()
+
+    def forward(self, x):
+        return self.second(self.first(x) * 1000.0)
+
+
+def test_with_inductor_every_layer_is_compared_with_pytorch_on_its_own_inputs(monkeypatch):
+    """Layers computing the same function on the same layouts share one timing, not the
+    first call's float comparison: each is compared on its own inputs, and one whose μGraph
+    computes other values there (here: only on large inputs) runs on PyTorch."""
+    from mugraph.integration.runtime import MugraphPartition
+
+    spy_on_inductor(monkeypatch)
+    right = MugraphPartition._run
+
+    def wrong_on_large_inputs(self, raw, adapted=None):
+        outs = right(self, raw, adapted)
+        return [out * 1.5 for out in outs] if raw[0].abs().max() > 100 else outs
+
+    monkeypatch.setattr(MugraphPartition, "_run", wrong_on_large_inputs)
+    model = TwoGatedMLPs().eval()
+    x = torch.randn(2, 4, 16)
+    with torch.no_grad(), pytest.warns(UserWarning, match="elements beyond the tolerance"):
+        assert_close(with_inductor(model)(x), model(x), tol=1e-4)
+    parts = partitions()
+    first, second = parts[:len(parts) // 2], parts[len(parts) // 2:]
+    assert all(p.runs_on == "mugraph" for p in first), [p.line() for p in first]
+    assert all(p.runs_on == "pytorch" and "differs from PyTorch's" in p.detail
+               for p in second), [p.line() for p in second]
+
+
 def test_chained_calls_pass_views_that_keep_the_elements_order(monkeypatch):
     """A decode step's attention output reaches the output projection through reshapes and a
     transpose of a size-1 dim: views that keep the elements' order, so the two calls merge

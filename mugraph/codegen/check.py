@@ -48,6 +48,8 @@ class Comparison:
     max_rel_error: float  # max |out - ref| / (atol·rms(ref) + rtol·|ref|): <= 1 passes
     worst_index: tuple[int, ...]
     nonfinite_mismatch: int
+    beyond: int = 0  # elements whose error is beyond the tolerance
+    count: int = 0  # elements compared
 
     @property
     def ok(self) -> bool:
@@ -75,6 +77,8 @@ def compare(out: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> Compa
         max_rel_error=float(ratio.max()) if ratio.size else 0.0,
         worst_index=tuple(int(i) for i in worst),
         nonfinite_mismatch=bad_nonfinite,
+        beyond=int(np.count_nonzero(ratio > 1.0)),
+        count=int(ratio.size),
     )
 
 

@@ -330,8 +330,8 @@ def _choose_on_the_gpu(work: GraphModule, partitions: list[CapturedProgram], mod
         try:
             if key in decided:
                 module.adopt(decided[key])
-                if module.use_mugraph:
-                    module._run(raw)  # its program compiled now, not at the first step
+                if module.use_mugraph:  # compiled now, and checked on its own inputs
+                    module.check_against_pytorch(raw, None)
                 continue
             measured = module.choose_by_measurement(
                 raw, rival=lambda m=module, r=raw: _inductor_rival(m.fallback, r),

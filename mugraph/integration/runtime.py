@@ -23,7 +23,8 @@ from torch.fx import Graph, GraphModule
 
 from mugraph.errors import MugraphError, ShapeError
 from mugraph.integration.capture import CapturedProgram, ExternalInput, apply_adapters
-from mugraph.integration.torch_ops import concat, fold_weights
+from mugraph.integration.flat_calls import CallSite
+from mugraph.integration.torch_ops import concat, fold_weights, memo_holds
 
 
 def fallback_module(captured: CapturedProgram) -> GraphModule:
@@ -129,6 +130,26 @@ class MugraphPartition(torch.nn.Module):
         return [(source, done) for i, source, done in self.copies_outside()
                 if i in self._outside]
 
+    def weight_positions(self) -> list[int]:
+        """The positions among the operator's inputs that weights are prepared from (see
+        :meth:`prepare_inside`)."""
+        out, j = [], 0
+        for entry in self._prepared or ():
+            count = 1 if entry is None else entry[2]
+            if entry is not None:
+                out.extend(range(j, j + count))
+            j += count
+        return out
+
+    def runs_compiled(self) -> bool:
+        """Whether a call runs the compiled μGraph and nothing else (decided, no first-call
+        measurement left)."""
+        return self._compiled is not None and self.use_mugraph and not self.measure
+
+    def holds(self, storage: int) -> bool:
+        """Whether one of this partition's constant inputs lives at ``storage``."""
+        return any(t.untyped_storage().data_ptr() == storage for t in self._consts.values())
+
     def _raw(self, given: list) -> list:
         """The partition's raw inputs from the operator's (see :meth:`prepare_inside`)."""
         raw, j = [], 0
@@ -200,7 +221,7 @@ class MugraphPartition(torch.nn.Module):
             self.adapt_outside([i for i, _, _ in self.copies_outside()])
             adapted = [apply_adapters(raw[source], done) for source, done in self.outside()]
         try:
-            self._check_against_pytorch(raw, adapted)
+            self.check_against_pytorch(raw, adapted)
             ours = self.timer(lambda: self._run(raw, adapted))
         finally:
             self._outside = {}
@@ -212,7 +233,7 @@ class MugraphPartition(torch.nn.Module):
         self.adopt(measured)
         return measured
 
-    def _check_against_pytorch(self, raw: tuple, adapted: list | None) -> None:
+    def check_against_pytorch(self, raw: tuple, adapted: list | None) -> None:
         """Raises when the μGraph's outputs on these inputs (the first call's) are not the
         PyTorch nodes' within the dtype's tolerance (the code generator's,
         :data:`mugraph.codegen.check.TOLERANCES`): a kernel that verified over finite fields
@@ -226,14 +247,16 @@ class MugraphPartition(torch.nn.Module):
             rtol_atol = TOLERANCES.get(self.best.output_types[i].dtype)
             if rtol_atol is None or not isinstance(want, torch.Tensor):
                 continue
-            got = self._shaped(ours[i], k)
-            check = compare(got.detach().double().cpu().numpy(),
-                            want.detach().double().cpu().numpy(), *rtol_atol)
+            got = self._shaped(ours[i], k).detach().double().cpu().numpy()
+            want = want.detach().double().cpu().numpy()
+            check = compare(got, want, *rtol_atol)
             if not check.ok:
+                at = check.worst_index
                 raise NumericMismatch(
                     f"output {k} differs from PyTorch's on the first call's inputs "
-                    f"({check.max_rel_error:.3g}x the tolerance at {check.worst_index}, "
-                    f"{check.nonfinite_mismatch} non-finite mismatches)")
+                    f"({check.beyond} of {check.count} elements beyond the tolerance, worst "
+                    f"{check.max_rel_error:.3g}x it at {at}: {got[at]:.6g} for "
+                    f"{want[at]:.6g}; {check.nonfinite_mismatch} non-finite mismatches)")
 
     def adopt(self, measured: dict) -> None:
         """Run on mugraph or on PyTorch as ``measured`` (this partition's times, or those of
@@ -358,8 +381,59 @@ def _aliases(value: torch.Tensor, inputs: list[torch.Tensor]) -> bool:
 
 def run_partition(key: int, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     """``torch.ops.mugraph.partition(key, inputs)``: run registered partition ``key``; fresh
-    contiguous outputs (never views of inputs)."""
-    return _PARTITIONS[key].run_op(inputs)
+    contiguous outputs (never views of inputs). On CUDA in steady state, its recorded
+    launches (:mod:`mugraph.integration.flat_calls`)."""
+    module = _PARTITIONS[key]
+    if not (inputs and inputs[0].is_cuda):
+        return module.run_op(inputs)
+    site = _site(("partition", key), module, lambda: _partition_site(key))
+    return site.call(inputs, module.run_op, module.runs_compiled)
+
+
+# operator call sites: ("partition" | "chain", key) -> (what they run, their recorded calls)
+_SITES: dict[tuple[str, int], tuple[Any, CallSite]] = {}
+
+
+def _site(key: tuple[str, int], owner: Any, make) -> CallSite:
+    """The call site of ``key`` for ``owner`` (the registered partition or chain; a site made
+    for something else registered under the key before is made again)."""
+    entry = _SITES.get(key)
+    if entry is None or entry[0] is not owner:
+        entry = _SITES[key] = (owner, make())
+    return entry[1]
+
+
+def _stable_in(members: list[MugraphPartition]):
+    """Whether a storage holds a tensor that outlives calls: a prepared weight or a member's
+    constant."""
+    return lambda storage: memo_holds(storage) or any(m.holds(storage) for m in members)
+
+
+def _partition_site(key: int) -> CallSite:
+    module = _PARTITIONS[key]
+    return CallSite(f"partition {key}", 1, _stable_in([module]), module.weight_positions())
+
+
+def _chain_site(key: int) -> CallSite:
+    members = [_PARTITIONS[member] for member, _ in _CHAINS[key]]
+    weights: list[int] | None = []
+    for (_, refs), module in zip(_CHAINS[key], members, strict=True):
+        for position in module.weight_positions():
+            ref = refs[position]
+            if ref[0] != 0:  # a weight prepared from another member's output
+                weights = None
+                break
+            weights.append(ref[1])
+        if weights is None:
+            break
+    return CallSite(f"chain {key}", len(members), _stable_in(members), weights)
+
+
+def call_site_stats() -> list[dict]:
+    """Per operator call site: its calls on the recorded launches and on the full path, and
+    how its recording went."""
+    return [{"site": site.name, "flat_calls": site.fast, "full_calls": site.full,
+             "note": site.note} for _, site in _SITES.values()]
 
 
 def _run_partition_fake(key: int, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -397,7 +471,16 @@ def chain_members(key: int) -> list[int]:
 
 def run_chain(key: int, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     """``torch.ops.mugraph.partitions(key, inputs)``: each member's ``run_op`` in turn (one
-    operator call instead of one per partition: the dispatch into Python is paid once)."""
+    operator call instead of one per partition: the dispatch into Python is paid once); in
+    steady state, the recorded launches of all of them."""
+    if not (inputs and inputs[0].is_cuda):
+        return _run_members(key, inputs)
+    site = _site(("chain", key), _CHAINS[key], lambda: _chain_site(key))
+    return site.call(inputs, lambda given: _run_members(key, given),
+                     lambda: all(_PARTITIONS[m].runs_compiled() for m, _ in _CHAINS[key]))
+
+
+def _run_members(key: int, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     outs: list[torch.Tensor] = []
     for member, refs in _CHAINS[key]:
         outs.extend(_PARTITIONS[member].run_op([_chain_input(ref, inputs, outs) for ref in refs]))

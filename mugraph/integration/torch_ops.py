@@ -39,6 +39,12 @@ class _Memo:
     def __init__(self) -> None:
         self._entries: dict[tuple, tuple[tuple, torch.Tensor]] = {}
         self._lock = threading.Lock()
+        self.epoch = 0  # results stored so far: a kept result changes only when this moves
+
+    def holds(self, storage: int) -> bool:
+        """Whether a kept result lives in the storage at address ``storage``."""
+        return any(value.untyped_storage().data_ptr() == storage
+                   for _, value in list(self._entries.values()))
 
     def get(self, key: tuple, tensors: list[torch.Tensor], compute) -> torch.Tensor:
         if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
@@ -54,10 +60,21 @@ class _Memo:
         value = compute()
         with self._lock:
             self._entries[key] = (stamp, value)
+            self.epoch += 1
         return value
 
 
 _MEMO = _Memo()
+
+
+def memo_epoch() -> int:
+    """How many results the memo of prepared weights has stored (see :class:`_Memo`)."""
+    return _MEMO.epoch
+
+
+def memo_holds(storage: int) -> bool:
+    """Whether a prepared weight the memo keeps lives in the storage at ``storage``."""
+    return _MEMO.holds(storage)
 
 
 _SITES = itertools.count()

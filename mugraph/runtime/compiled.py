@@ -25,6 +25,7 @@ from __future__ import annotations
 import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
 from functools import cache
 from pathlib import Path
@@ -58,6 +59,24 @@ CPU_HOW_TO = (
 )
 MAX_GRAPHS_PER_PLAN = 4  # CUDA graphs kept per input set (one per set of output pointers)
 MAX_PLANS = 8  # input sets with a fast path, per program
+
+# While a caller records how a call ran (:func:`recording_program_calls`): a list each
+# program call appends to — ("plan", plan, fresh outputs, inputs) for a fast plan's direct
+# launches, ("other",) for any other path (the checked path, a CUDA graph, PyTorch operators).
+_CALL_LOG: list | None = None
+
+
+@contextmanager
+def recording_program_calls():
+    """Within this block, compiled programs' calls are logged to the list it yields (see
+    ``_CALL_LOG``): what :mod:`mugraph.integration.flat_calls` flattens into launches."""
+    global _CALL_LOG
+    saved, log = _CALL_LOG, []
+    _CALL_LOG = log
+    try:
+        yield log
+    finally:
+        _CALL_LOG = saved
 
 
 def kernel_name(op_index: int) -> str:
@@ -455,6 +474,8 @@ class CompiledProgram:
         return plan
 
     def _call_checked(self, inputs) -> list[Any]:
+        if _CALL_LOG is not None:
+            _CALL_LOG.append(("other",))
         self._check_inputs(inputs)
         state = self._device_state(inputs[0].device)
         on_gpu = (state.device.type == "cuda" and not interpreter_active()
@@ -792,6 +813,8 @@ class _Plan:
         if self.use_graph and not self.graph_failed:
             import torch
 
+            if _CALL_LOG is not None:
+                _CALL_LOG.append(("other",))
             capturing = torch.cuda.is_current_stream_capturing()
             key = tuple([t.data_ptr() for t in fresh])
             graph = self.graphs.get(key)
@@ -804,6 +827,8 @@ class _Plan:
                 self._capture(key, fresh, inputs)
             return _viewed(fresh, self.outputs)
         self.launch(fresh, inputs, _current_stream(self.device_index))
+        if _CALL_LOG is not None:
+            _CALL_LOG.append(("plan", self, fresh, inputs))
         return _viewed(fresh, self.outputs)
 
     def _allocate(self) -> list[Any]:
@@ -867,6 +892,8 @@ class _CapturedPlan:
         import torch
 
         program = self.program
+        if _CALL_LOG is not None:
+            _CALL_LOG.append(("other",))
         if self.graph_failed or torch.cuda.is_current_stream_capturing():
             return program.run_outputs(inputs)
         fresh = [_empty(t, self.device) for t in program._out_specs]
