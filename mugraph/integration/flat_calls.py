@@ -77,26 +77,48 @@ class FlatCall:
     outputs: list[tuple[int, tuple | None]]
     keep: list[torch.Tensor] = field(default_factory=list)  # tensors whose pointers are kept
 
-    def matches(self, inputs: Sequence[Any]) -> bool:
-        """Whether ``inputs`` may take the recorded launches (see the module docstring)."""
+    def pointers(self, inputs: Sequence[Any]) -> list[int] | None:
+        """The inputs' pointers when ``inputs`` may take the recorded launches (see the module
+        docstring), else None."""
         if len(inputs) != len(self.signature) or memo_epoch() != self.epoch:
-            return False
+            return None
+        pointers = []
         for x, (shape, strides, dtype), residue in zip(inputs, self.signature, self.residues,
                                                       strict=False):
-            if (not isinstance(x, torch.Tensor) or x.dtype is not dtype or x.shape != shape
-                    or x.stride() != strides or x.data_ptr() % ALIGNMENT != residue):
-                return False
+            if not isinstance(x, torch.Tensor) or x.dtype is not dtype or x.shape != shape:
+                return None
+            pointer = x.data_ptr()
+            if pointer % ALIGNMENT != residue or x.stride() != strides:
+                return None
+            pointers.append(pointer)
         if inputs[0].device != self.device:
-            return False
+            return None
         for i, version in self.versions:
             if _version(inputs[i]) != version:
-                return False
-        return all(inputs[j].data_ptr() - inputs[i].data_ptr() == delta
-                   for i, j, delta in self.ties)
+                return None
+        for i, j, delta in self.ties:
+            if pointers[j] - pointers[i] != delta:
+                return None
+        return pointers
+
+    def matches(self, inputs: Sequence[Any]) -> bool:
+        return self.pointers(inputs) is not None
+
+    def run(self, inputs: Sequence[Any]) -> list[torch.Tensor] | None:
+        """The recorded launches on ``inputs`` and the outputs; None (nothing launched) when
+        the inputs do not match the recording."""
+        pointers = self.pointers(inputs)
+        return None if pointers is None else self._launch(pointers)
 
     def __call__(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        pointers = self.pointers(inputs)
+        if pointers is None:
+            raise ValueError("the inputs do not match the recorded call")
+        return self._launch(pointers)
+
+    def _launch(self, pointers: list[int]) -> list[torch.Tensor]:
         fresh = self._allocate()
-        sources = ([x.data_ptr() for x in inputs], [t.data_ptr() for t in fresh])
+        sources = (pointers, [t.data_ptr() for t in fresh])
         stream = _current_stream(self.device.index or 0) if self.device.type == "cuda" else 0
         for launch, args, fills in self.launches:
             if fills:
@@ -247,9 +269,10 @@ class CallSite:
         when ``ready()`` says every member runs its compiled program)."""
         flat = self.flat
         if flat is not None and enabled and not _autograd(inputs):
-            if flat.matches(inputs):
+            outputs = flat.run(inputs)
+            if outputs is not None:
                 self.fast += 1
-                return flat(inputs)
+                return outputs
             self.flat = None
             self.note = "inputs or weights changed: recording again"
         self.full += 1
