@@ -4,9 +4,9 @@
 A partition call goes through Python layers for each partition it runs: the weights prepared
 in a memo, views of raw inputs, the shape guard, the compiled program's plan lookup, the
 fills of its launch arguments, the outputs' views. Given inputs of the same shapes, strides
-and dtypes, all of that computes the same launches every call but for the pointers (a decode
-step's layer, five partitions in one call, spent about 150 us of host time on it on the H100
-machine, `benchmarks/probe_partition_calls.py`).
+and dtypes, all of that computes the same launches every call but for the pointers (on the
+H100 machine, running the recorded launches instead saved 1.6-2.7 ms of host time per step of
+a 16-layer decode, ``benchmarks/RESULTS.md``).
 
 :class:`FlatCall` is one call recorded at the level of kernel launches (the compiled
 programs log their fast plans' launches, :func:`mugraph.runtime.compiled.recording_program_calls`):
