@@ -83,7 +83,7 @@ def test_replayed_launches_use_the_new_pointers():
     new = inputs()
     assert flat.matches(new)
     chain.kernels.seen.clear()
-    got = flat(new)
+    got = flat.run(new)
     (name1, args1), (name2, args2) = chain.kernels.seen
     a, b = got[0], got[1]
     assert (name1, name2) == ("k1", "k2")

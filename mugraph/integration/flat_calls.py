@@ -33,13 +33,8 @@ from typing import Any
 
 import torch
 
-from mugraph.integration.torch_ops import memo_epoch
-from mugraph.runtime.compiled import (
-    _current_device,
-    _current_stream,
-    _fast_empty_cuda,
-    recording_program_calls,
-)
+from mugraph.integration.torch_ops import memo_epoch, tensor_version
+from mugraph.runtime.compiled import _current_stream, allocate_fresh, recording_program_calls
 
 RECORD_TRIES = 4  # calls that fail to flatten before a call site stops trying
 ALIGNMENT = 16  # bytes: Triton specializes a pointer argument on being a multiple of this
@@ -50,13 +45,6 @@ enabled = True
 
 class NotFlat(Exception):
     """This call cannot be replayed as its launches (the message says why)."""
-
-
-def _version(t: torch.Tensor) -> int:
-    try:
-        return t._version
-    except RuntimeError:  # inference tensors have no version counter (and cannot change)
-        return -1
 
 
 @dataclass
@@ -94,7 +82,7 @@ class FlatCall:
         if inputs[0].device != self.device:
             return None
         for i, version in self.versions:
-            if _version(inputs[i]) != version:
+            if tensor_version(inputs[i]) != version:
                 return None
         for i, j, delta in self.ties:
             if pointers[j] - pointers[i] != delta:
@@ -110,14 +98,8 @@ class FlatCall:
         pointers = self.pointers(inputs)
         return None if pointers is None else self._launch(pointers)
 
-    def __call__(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        pointers = self.pointers(inputs)
-        if pointers is None:
-            raise ValueError("the inputs do not match the recorded call")
-        return self._launch(pointers)
-
     def _launch(self, pointers: list[int]) -> list[torch.Tensor]:
-        fresh = self._allocate()
+        fresh = allocate_fresh(self.fresh_specs, self.device)
         sources = (pointers, [t.data_ptr() for t in fresh])
         stream = _current_stream(self.device.index or 0) if self.device.type == "cuda" else 0
         for launch, args, fills in self.launches:
@@ -128,15 +110,6 @@ class FlatCall:
             launch(stream, args)
         return [fresh[k] if view is None else fresh[k].as_strided(*view)
                 for k, view in self.outputs]
-
-    def _allocate(self) -> list[torch.Tensor]:
-        fast = _fast_empty_cuda()
-        if fast is not None and self.device.type == "cuda" and (
-            _current_device() == (self.device.index or 0)
-        ):
-            return [fast(shape, strides, dtype) for shape, strides, dtype in self.fresh_specs]
-        return [torch.empty_strided(shape, strides, dtype=dtype, device=self.device)
-                for shape, strides, dtype in self.fresh_specs]
 
 
 def flatten(log: list, inputs: Sequence[Any], outputs: Sequence[Any], programs: int,
@@ -182,7 +155,7 @@ def flatten(log: list, inputs: Sequence[Any], outputs: Sequence[Any], programs: 
         device=inputs[0].device,
         signature=[(x.shape, tuple(x.stride()), x.dtype) for x in inputs],
         residues=tuple(x.data_ptr() % ALIGNMENT for x in inputs),
-        versions=tuple((i, _version(inputs[i])) for i in weight_inputs),
+        versions=tuple((i, tensor_version(inputs[i])) for i in weight_inputs),
         ties=tracer.ties(),
         epoch=memo_epoch(),
         fresh_specs=specs,

@@ -26,7 +26,8 @@ def rms_norm_f32(x: torch.Tensor, eps: float) -> torch.Tensor:
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
 
-def _version(t: torch.Tensor) -> int:
+def tensor_version(t: torch.Tensor) -> int:
+    """``t``'s version counter (-1 for inference tensors, which have none)."""
     try:
         return t._version
     except RuntimeError:  # inference tensors have no version counter (and cannot change)
@@ -52,11 +53,11 @@ class _Memo:
         hit = self._entries.get(key)  # (a dict read needs no lock)
         # the address too: ``param.data = other`` keeps the tensor and its version counter
         if hit is not None and len(hit[0]) == len(tensors) and all(
-            a is t and v == _version(t) and p == t.data_ptr()
+            a is t and v == tensor_version(t) and p == t.data_ptr()
             for (a, v, p), t in zip(hit[0], tensors, strict=True)
         ):
             return hit[1]
-        stamp = tuple((t, _version(t), t.data_ptr()) for t in tensors)
+        stamp = tuple((t, tensor_version(t), t.data_ptr()) for t in tensors)
         value = compute()
         with self._lock:
             self._entries[key] = (stamp, value)

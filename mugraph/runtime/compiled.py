@@ -832,20 +832,7 @@ class _Plan:
         return _viewed(fresh, self.outputs)
 
     def _allocate(self) -> list[Any]:
-        """The fresh outputs of a call: when the plan's device is the current one, through the
-        C function Inductor's generated code allocates with, instead of ``torch.empty_strided``
-        (4.8-5.3 us for a partition's outputs on the H100 machine,
-        ``benchmarks/probe_partition_calls.py``)."""
-        import torch
-
-        fast = _fast_empty_cuda()
-        if fast is not None and self.device.type == "cuda" and (
-            _current_device() == self.device_index
-        ):
-            return [fast(shape, strides, dtype) for shape, strides, dtype in self.fresh_specs]
-        device = self.device
-        return [torch.empty_strided(shape, strides, dtype=dtype, device=device)
-                for shape, strides, dtype in self.fresh_specs]
+        return allocate_fresh(self.fresh_specs, self.device)
 
     def launch(self, fresh: list[Any], inputs, stream: int) -> None:
         for launch, args, fills, direct in self.launches:
@@ -998,6 +985,20 @@ def _fast_empty_cuda():
         return getattr(torch._C._dynamo.guards, "_empty_strided_cuda", None)
     except (ImportError, AttributeError):
         return None
+
+
+def allocate_fresh(specs: list[tuple], device) -> list[Any]:
+    """Fresh tensors of ``specs`` ((shape, strides, dtype) each) on ``device``: when it is the
+    current CUDA device, through the C function Inductor's generated code allocates with,
+    instead of ``torch.empty_strided`` (4.8-5.3 us for a partition's outputs on the H100
+    machine, ``benchmarks/probe_partition_calls.py``)."""
+    import torch
+
+    fast = _fast_empty_cuda()
+    if fast is not None and device.type == "cuda" and _current_device() == (device.index or 0):
+        return [fast(shape, strides, dtype) for shape, strides, dtype in specs]
+    return [torch.empty_strided(shape, strides, dtype=dtype, device=device)
+            for shape, strides, dtype in specs]
 
 
 def _current_stream(device_index: int) -> int:
