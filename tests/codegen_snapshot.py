@@ -46,6 +46,7 @@ VARIANTS: dict[str, CodegenOptions] = {
     "gemv_defer": replace(BASE, gemv_form="defer"),
     "gemv_dot": replace(BASE, gemv_form="dot", interpret=False),
     "no_stream": replace(BASE, stream_loads=False),
+    "no_split": replace(BASE, split_mixed_loads=False),
     "dot32": replace(BASE, dot_min_dim=32),
 }
 

@@ -641,13 +641,35 @@ def test_streamed_tiles_load_with_the_evict_first_hint():
     block = g.ops[2].attr("graph")
     x_in, w_in = block.input_ops
     assert streamed_input(block, w_in) and not streamed_input(block, x_in)
-    loads = [line for line in compile_graph(g).source.splitlines() if "tl.load(" in line]
+    source = compile_graph(g, split_mixed_loads=False).source
+    loads = [line for line in source.splitlines() if "tl.load(" in line]
     hinted = [line for line in loads if 'eviction_policy="evict_first"' in line]
     assert len(loads) == 2 and len(hinted) == 1 and "in1_ptr" in hinted[0]
-    plain = compile_graph(g, stream_loads=False)
+    plain = compile_graph(g, stream_loads=False, split_mixed_loads=False)
     assert "eviction_policy" not in plain.source
     x, w = torch.randn(8, 64).half().to(DEVICE), torch.randn(64, 32).half().to(DEVICE)
     assert torch.equal(plain(inputs=[x, w])[0], compile_graph(g)(inputs=[x, w])[0])
+
+
+def test_a_loop_tile_read_by_a_dot_and_by_another_operator_is_loaded_twice():
+    """X feeds both X @ W (a tl.dot) and RMSNorm's sum of squares in the loop: the sum of
+    squares reads its own load of the tile (evict-last, so the two loads stay two), and W,
+    read by the dot alone, is loaded once. (One shared load raced under Triton 3.6's
+    pipelining on an H100.) The outputs are the same either way."""
+    from mugraph.codegen.decisions import mixed_dot_loads
+
+    g = _rmsnorm_linear()
+    block = g.ops[2].attr("graph")
+    assert mixed_dot_loads(block) == {0}
+    loads = [line for line in compile_graph(g).source.splitlines() if "tl.load(" in line]
+    assert len(loads) == 3 and sum("in0_ptr" in line for line in loads) == 2
+    second = [line for line in loads if 'eviction_policy="evict_last"' in line]
+    assert len(second) == 1 and "in0_ptr" in second[0] and ".to(tl.float32)" in second[0]
+    x, w = torch.randn(8, 64).half().to(DEVICE), torch.randn(64, 32).half().to(DEVICE)
+    one = compile_graph(g, split_mixed_loads=False)
+    assert torch.equal(one(inputs=[x, w])[0], compile_graph(g)(inputs=[x, w])[0])
+    # no loop, or no dot: nothing to split
+    assert not mixed_dot_loads(_rmsnorm_linear(loops=1).ops[2].attr("graph"))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU runs the kernels")

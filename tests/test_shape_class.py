@@ -167,3 +167,57 @@ def test_decode_attention_on_a_gpu_is_also_searched_at_its_real_sizes(monkeypatc
     part = PartitionReport("p", [], [], [], "")
     best = dynamo._optimize(program, options, "cpu", part)
     assert "real_size_ms" not in part.tiling and "real_size" not in part.tiling
+
+
+# Grids A-D of a cost-ordered tiling list (grids interleaved, as the tiler's order mixes
+# them), each with 1-3 for-loop ranges; the graph of a tiling is its name, e.g. "B2".
+FAKE_TILINGS = "A1 B1 A2 C1 D1 B2 A3 C2 D2".split()
+FIRST_MS = {"A1": 3.0, "B1": 1.0, "C1": float("inf"), "D1": 2.0}  # others: 5 ms
+
+
+def _fake_tilings() -> list:
+    from types import SimpleNamespace
+
+    return [SimpleNamespace(axes=((name[0], 64),), loop=int(name[1]), graph=name)
+            for name in FAKE_TILINGS]
+
+
+def _timed(monkeypatch, timed_grids: int, refined: int, timer=None) -> tuple[list, list]:
+    """(graphs timed, their times) by ``dynamo._timed_tilings`` of the fake tilings."""
+    monkeypatch.setattr(dynamo, "TILINGS_TIMED", timed_grids)
+    monkeypatch.setattr(dynamo, "GRIDS_REFINED", refined)
+    tilings, times = dynamo._timed_tilings(_fake_tilings(), timer or _fake_timer([]))
+    return [t.graph for t in tilings], times
+
+
+def _fake_timer(log: list):
+    def timer(graph):
+        log.append(graph)
+        return FIRST_MS.get(graph, 5.0)
+    return timer
+
+
+def test_on_a_gpu_one_tiling_per_grid_is_timed_then_the_fastest_grids_refined(monkeypatch):
+    """``_timed_tilings`` times the cheapest tiling of each grid (in the cost order, at most
+    TILINGS_TIMED grids), then the other for-loop ranges of the GRIDS_REFINED fastest grids
+    (fastest first); a grid whose first tiling fails (infinity) is never refined. A timer
+    with ``precompile`` gets each batch's graphs before they are timed."""
+    log: list = []
+    graphs, times = _timed(monkeypatch, 12, 2, _fake_timer(log))
+    assert graphs == log == ["A1", "B1", "C1", "D1", "B2", "D2"]
+    assert times == [3.0, 1.0, float("inf"), 2.0, 5.0, 5.0]
+    # every grid refined but C, whose first tiling failed
+    assert _timed(monkeypatch, 12, 4)[0] == ["A1", "B1", "C1", "D1", "B2", "D2", "A2", "A3"]
+    # two grids timed at most: C and D are not
+    assert _timed(monkeypatch, 2, 2)[0] == ["A1", "B1", "B2", "A2", "A3"]
+
+    class PrecompilingTimer:
+        def precompile(self, batch):
+            log.append(("precompile", batch))
+
+        __call__ = staticmethod(_fake_timer(log))
+
+    log.clear()
+    _timed(monkeypatch, 12, 2, PrecompilingTimer())
+    assert log == [("precompile", ["A1", "B1", "C1", "D1"]), "A1", "B1", "C1", "D1",
+                   ("precompile", ["B2", "D2"]), "B2", "D2"]

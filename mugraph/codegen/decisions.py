@@ -57,6 +57,13 @@ class CodegenOptions:
         loaded with the evict-first L2 policy: a tensor streamed through once (weights,
         the KV cache, partial sums) does not push out of L2 what is there, and lines other
         kernels left dirty are not written back to make room for it.
+    split_mixed_loads: a for-loop input tile read both by a ``tl.dot`` and by another
+        operator (RMSNorm's sum of squares beside X @ W) is loaded a second time, with its
+        own L2 policy, for the other operator (:func:`mixed_dot_loads`). With one load, Triton
+        3.6 pipelined the tile for the dot and read the other use from a buffer the next
+        stage was refilling: on an H100 a 512-row norm + projection tiled 64 x 128 (K tiles
+        of 64 or 128, 2-4 stages, 4 or 8 warps) gave wrong elements that changed from run
+        to run (benchmarks/RESULTS.md, fourteenth session).
     chain_launches: a kernel whose outputs only the next kernel reads (partial sums and the
         kernel combining them) runs with it in one launch (:mod:`mugraph.codegen.chained`).
         Read by the compiled program, not by a kernel's code generation. Off by default: on
@@ -74,6 +81,7 @@ class CodegenOptions:
     defer_reductions: bool = True
     gemv_form: str = "broadcast"
     stream_loads: bool = True
+    split_mixed_loads: bool = True
     chain_launches: bool = False
 
     def __post_init__(self) -> None:
@@ -116,6 +124,25 @@ def streamed_input(block: BlockGraph, op: Op) -> bool:
     partitioned = all(d >= 0 or g == 1 for g, d in zip(block.grid_dim, imap, strict=True))
     return partitioned and (op.attr("forloop_dim") >= 0 or block.forloop_range == 1)
 
+
+
+def mixed_dot_loads(block: BlockGraph) -> frozenset[int]:
+    """Positions of the input operators whose tile is loaded in the for-loop and read both by
+    a matmul lowered to ``tl.dot`` and by another operator (see ``split_mixed_loads``)."""
+    if block.forloop_range <= 1:
+        return frozenset()
+    phases = block_phases(block)
+    uses = block.uses()
+    found = set()
+    for i, op in enumerate(block.ops):
+        if op.kind is not OpKind.BLOCK_INPUT or phases[i] is not LOOP:
+            continue
+        readers = [block.ops[c] for c, _ in uses.get(i, [])]
+        dots = [r for r in readers if r.kind is OpKind.MATMUL
+                and lowers_to_dot(block, *r.inputs[:2])]
+        if dots and len(dots) < len(readers):
+            found.add(i)
+    return frozenset(found)
 
 
 AXIS_OPS = frozenset({OpKind.REDUCTION, OpKind.REDUCTION_MAX, OpKind.CONCAT})  # a "dim" attr

@@ -65,6 +65,7 @@ from mugraph.codegen.decisions import (  # noqa: F401 - re-exported for existing
     derived_from_dot,
     gemv_accumulators,
     lowers_to_dot,
+    mixed_dot_loads,
     reshape_groups,
     reshape_is_reinterpretation,
     squeezed_lead,
@@ -181,6 +182,8 @@ class KernelEmitter:
         self.lines: dict[Phase, list[str]] = {PRE: [], LOOP: [], POST: []}
         self.memo: dict[tuple[TensorRef, Phase], Val] = {}
         self.derived_memo: dict[str, Val] = {}
+        self.mixed_loads = mixed_dot_loads(block)  # inputs feeding a tl.dot and more
+        self.second_loads: dict[str, str] = {}  # a mixed load's name -> its second load
         self.transposed: dict[tuple[TensorRef, Phase], Val | None] = {}  # see _transposed
         self.carry = carry
         self.scales: dict[int, Val] = {}  # op position -> the log-scale tile of its value
@@ -288,10 +291,12 @@ class KernelEmitter:
         return self.memo[key]
 
     def f32(self, val: Val, sec: Phase) -> Val:
-        """``val`` as a float32 tile (loads keep their memory dtype until computed on)."""
+        """``val`` as a float32 tile (loads keep their memory dtype until computed on); a
+        tile that also feeds a ``tl.dot`` is loaded again for it (``split_mixed_loads``)."""
         if val.native is None or val.native == "tl.float32":
             return replace(val, native=None)
-        return self.derived(val, "f", f"{val.name}.to(tl.float32)", zero_pad=val.zero_pad)
+        source = self.second_loads.get(val.name, val.name)
+        return self.derived(val, "f", f"{source}.to(tl.float32)", zero_pad=val.zero_pad)
 
     def zero_pads(self, val: Val, sec: Phase) -> Val:
         """``val`` with every padded lane set to zero."""
@@ -324,11 +329,12 @@ class KernelEmitter:
             terms[fdim].append(f"{self.it()} * {steps.iteration[fdim]}")
         return terms
 
-    def load_input(self, op: Op, pad, shift=None, region=None) -> str:
+    def load_input(self, op: Op, pad, shift=None, region=None, second: bool = False) -> str:
         """A ``tl.load`` of input ``op``'s tile into a tile of shape ``pad``.
 
         Lane ``i`` of dim ``d`` reads element ``i - shift[d]``; only lanes in ``region`` (or,
-        by default, the valid lanes of the tile) are read, the rest are zero.
+        by default, the valid lanes of the tile) are read, the rest are zero. ``second``: the
+        other operators' load of a tile that also feeds a ``tl.dot`` (``split_mixed_loads``).
         """
         i = op.attr("index")
         tile = op.outputs[0].dims
@@ -340,7 +346,10 @@ class KernelEmitter:
         args = [f"in{i}_ptr + {offs}"]
         if mask is not None:
             args += [f"mask={mask}", "other=0.0"]
-        if source.evict_first:
+        if second:
+            # a different policy than the first load's: the two are not merged into one
+            args.append('eviction_policy="evict_last"')
+        elif source.evict_first:
             args.append('eviction_policy="evict_first"')
         return f"tl.load({', '.join(args)})"
 
@@ -359,7 +368,10 @@ def _emit_input(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
         return em.assign(sec, f"b{ref.op}", expr, em.dims(ref), pad, native="tl.float32",
                          zero_pad=True)
     native = TL_DTYPE[em.dtype(ref)]
-    return em.assign(sec, f"b{ref.op}", expr, em.dims(ref), pad, native=native, zero_pad=True)
+    val = em.assign(sec, f"b{ref.op}", expr, em.dims(ref), pad, native=native, zero_pad=True)
+    if em.options.split_mixed_loads and ref.op in em.mixed_loads and sec is LOOP:
+        em.second_loads[val.name] = em.load_input(op, pad, second=True)
+    return val
 
 
 def _load_scales(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:

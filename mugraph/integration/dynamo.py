@@ -645,71 +645,207 @@ def _first_verified(tiler, program, config, part: PartitionReport, arch: str = "
     return best if best is not None else program
 
 
-TILINGS_TRIED = 3  # the cheapest tilings (by the cost model) verified, the first kept ...
-TILINGS_TIMED = 6  # ... or, on a GPU, this many verified ones timed and the fastest kept
+TILINGS_TRIED = 3  # without a GPU: the cheapest tilings (by the cost model) verified, the
+# first kept. On a GPU the tilings are timed there first: one per distinct grid (the cheapest
+# by the cost model of each), TILINGS_TIMED grids at most, then every for-loop range of the
+# GRIDS_REFINED fastest grids; the fastest tiling that verifies is kept. (The cost model's
+# order among tilings of one program is a poor guide at prefill sizes: for a Llama-1B down
+# projection of 512 rows the fastest tiling, 0.034 ms, was its 21st cheapest, and the six
+# cheapest ran in 0.048-0.070 ms; benchmarks/RESULTS.md, fourteenth session.)
+TILINGS_TIMED = 12
+GRIDS_REFINED = 2
+LAUNCH_GAIN = 0.95  # a launch setting replaces the default when at least 5% faster
 
 
 def _verified_tiling(tiler, program, config, part: PartitionReport, timer=None):
-    from mugraph.search.verify import verify
-
     tilings = tiler.tilings()
-    verified = []
-    for tiling in tilings[:TILINGS_TIMED if timer else TILINGS_TRIED]:
-        try:
-            small_program, small_graph = tiler.reduced(tiling)
-            check = verify(small_graph, small_program, delta=config.delta)
-        except Exception as error:  # noqa: BLE001 - an unverifiable tiling is not used
-            part.detail = f"tiling not verified: {type(error).__name__}: {error}"
-            continue
-        if check.passed:
+    if timer is None:
+        candidates, times = tilings[:TILINGS_TRIED], []
+    else:
+        candidates, times = _timed_tilings(tilings, timer)
+        order = sorted(range(len(candidates)), key=lambda i: times[i])
+        candidates = [candidates[i] for i in order if times[i] != float("inf")]
+    chosen = None
+    for tiling in candidates:
+        check = _verify_tiling(tiler, tiling, config, part)
+        if check is not None and timer is not None and hasattr(timer, "runs_right"):
+            problem = timer.runs_right(tiling.graph)
+            if problem is not None:  # the kernel, not the μGraph, is wrong: the next one
+                part.detail = f"tiling {list(tiling.axes)} / {tiling.loop}: {problem}"
+                check = None
+        if check is not None:
             tiling.graph.verification = check
-            verified.append(tiling)
-            if timer is None:
-                break
-    if not verified:
+            chosen = tiling
+            break
+    if chosen is None:
         part.status = "unimproved"
         part.detail = part.detail or f"none of {len(tilings)} tilings fits and verifies"
         return program
-    times = [timer(t.graph) for t in verified] if timer is not None and len(verified) > 1 else []
-    chosen = verified[times.index(min(times))] if times else verified[0]
     part.status = "optimized"
     part.detail = ""
     part.tiling = {"grid": [list(a) for a in chosen.axes],
                    "loop": list(chosen.loop) if chosen.loop else None}
-    if times:
+    if len(times) > 1:
         part.tiling["timed_ms"] = [round(t, 4) for t in times]
+    if timer is not None and hasattr(timer, "launch_settings"):
+        launch = timer.launch_settings(chosen.graph)
+        if launch is not None:
+            chosen.graph.launch_settings = {launch[0]: launch[1]}
+            part.tiling["launch"] = [launch[1].num_warps, launch[1].num_stages, launch[2]]
     return chosen.graph
 
 
-def _tiling_timer(program):
-    """Milliseconds per call of a tiled μGraph of ``program`` on the current GPU (inputs drawn
-    once; back-to-back calls; infinity when it fails to compile or run), or None without a
-    GPU."""
-    if not torch.cuda.is_available():
+def _verify_tiling(tiler, tiling, config, part: PartitionReport):
+    """The passed verification of ``tiling`` at reduced extents, or None (the reason goes to
+    ``part.detail``)."""
+    from mugraph.search.verify import verify
+
+    try:
+        small_program, small_graph = tiler.reduced(tiling)
+        check = verify(small_graph, small_program, delta=config.delta)
+    except Exception as error:  # noqa: BLE001 - an unverifiable tiling is not used
+        part.detail = f"tiling not verified: {type(error).__name__}: {error}"
         return None
-    from mugraph.codegen.check import random_inputs
-    from mugraph.runtime.compiled import compile_graph
+    return check if check.passed else None
 
-    inputs: list = []
 
-    def timer(graph) -> float:
+def _timed_tilings(tilings: list, timer) -> tuple[list, list[float]]:
+    """(tilings timed, their times in ms), in the order timed: the cheapest tiling of each
+    grid (TILINGS_TIMED grids at most), then the other for-loop ranges of the GRIDS_REFINED
+    fastest grids. Each batch is compiled in parallel first when the timer can."""
+    by_grid: dict[tuple, list] = {}
+    for tiling in tilings:
+        by_grid.setdefault(tiling.axes, []).append(tiling)
+    grids = list(by_grid)[:TILINGS_TIMED]
+    timed = [by_grid[g][0] for g in grids]
+    times = _time_batch(timer, timed)
+    fastest = sorted(range(len(grids)), key=lambda i: times[i])[:GRIDS_REFINED]
+    more = [t for i in fastest if times[i] != float("inf") for t in by_grid[grids[i]][1:]]
+    return timed + more, times + _time_batch(timer, more)
+
+
+def _time_batch(timer, tilings: list) -> list[float]:
+    graphs = [t.graph for t in tilings]
+    if hasattr(timer, "precompile"):
+        timer.precompile(graphs)
+    return [timer(g) for g in graphs]
+
+
+class _TilingTimer:
+    """Milliseconds per call of a tiled μGraph of ``program`` on the current GPU (inputs drawn
+    once; back-to-back calls; infinity when it fails to compile or run). ``precompile``
+    compiles a batch's kernels in parallel worker processes first. Timing runs no reference
+    check: the tiling kept is verified, then compared with PyTorch at its first call."""
+
+    def __init__(self, program) -> None:
+        self.program = program
+        self.inputs: list = []
+
+    def _compiled(self, graph, launch: dict | None = None):
+        from mugraph.runtime.compiled import compile_graph
+
+        return compile_graph(graph, cuda_graph=False, check=False, launch=launch)
+
+    def precompile(self, graphs: list) -> None:
+        from mugraph.optimize.precompile import precompile
+
+        programs = []
+        for graph in graphs:
+            try:
+                programs.append(self._compiled(graph))
+            except Exception:  # noqa: BLE001 - the timer scores it infinity
+                continue
+        precompile(programs)
+
+    def runs_right(self, graph) -> str | None:
+        """Why the compiled ``graph`` (default launch settings) disagrees with the reference
+        semantics on random inputs, or None when it agrees."""
+        from mugraph.codegen.check import check_against_reference
+
         try:
-            if not inputs:
-                inputs.extend(random_inputs(program, "cuda"))
-            compiled = compile_graph(graph, cuda_graph=False)
+            check_against_reference(graph, self._compiled(graph))
+        except Exception as error:  # noqa: BLE001 - any failure disqualifies the tiling
+            return f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+        return None
+
+    def launch_settings(self, graph) -> tuple | None:
+        """(kernel position, LaunchConfig, ms) of the fastest launch setting of ``graph``'s
+        one kernel when it beats the default's time by LAUNCH_GAIN, else None. Each setting
+        (:func:`~mugraph.optimize.tune.launch_variants`) is timed only after its outputs agree
+        with the default setting's (Triton has computed some settings' ``tl.dot`` wrongly)."""
+        from mugraph.codegen.launch import default_launch
+        from mugraph.ir.ops import OpKind
+        from mugraph.optimize.tune import disagreement, launch_variants
+
+        kernels = [i for i, op in enumerate(graph.ops) if op.kind is OpKind.CUSTOMIZED]
+        if len(kernels) != 1:
+            return None
+        index = kernels[0]
+        block = graph.ops[index].attr("graph")
+        try:
+            reference = [o.clone() for o in self._run(self._compiled(graph))]
+        except Exception:  # noqa: BLE001 - the default setting stays
+            return None
+        base_ms = self(graph)
+        variants = []
+        for config in launch_variants(block, default_launch(block)):
+            try:
+                variants.append((config, self._compiled(graph, {index: config})))
+            except Exception:  # noqa: BLE001 - a setting that fails to build is not chosen
+                continue
+        from mugraph.optimize.precompile import precompile
+
+        precompile([compiled for _, compiled in variants])
+        best = None
+        for config, compiled in variants:
+            try:
+                if disagreement(self._run(compiled), reference) is not None:
+                    continue
+            except Exception:  # noqa: BLE001 - a setting that fails is not chosen
+                continue
+            ms = self._time(compiled)
+            if ms < base_ms * LAUNCH_GAIN and (best is None or ms < best[2]):
+                best = (index, config, round(ms, 4))
+        return best
+
+    def _run(self, compiled) -> list:
+        from mugraph.codegen.check import random_inputs
+
+        if not self.inputs:
+            self.inputs.extend(random_inputs(self.program, "cuda"))
+        outs = compiled(inputs=self.inputs)
+        torch.cuda.synchronize()
+        return list(outs)
+
+    def __call__(self, graph) -> float:
+        try:
+            return self._time(self._compiled(graph))
+        except Exception:  # noqa: BLE001 - a tiling that does not run is not chosen
+            return float("inf")
+
+    def _time(self, compiled) -> float:
+        from mugraph.codegen.check import random_inputs
+
+        try:
+            if not self.inputs:
+                self.inputs.extend(random_inputs(self.program, "cuda"))
             for _ in range(3):
-                compiled(inputs=inputs)
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                compiled(inputs=self.inputs)
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
             start.record()
             for _ in range(20):
-                compiled(inputs=inputs)
+                compiled(inputs=self.inputs)
             end.record()
             end.synchronize()
             return start.elapsed_time(end) / 20
         except Exception:  # noqa: BLE001 - a tiling that does not run is not chosen
             return float("inf")
 
-    return timer
+
+def _tiling_timer(program):
+    """A :class:`_TilingTimer` for ``program``, or None without a GPU."""
+    return _TilingTimer(program) if torch.cuda.is_available() else None
 
 
 def _resolve(program, overrides: dict):

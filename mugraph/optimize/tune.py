@@ -147,7 +147,7 @@ def _outputs(program, inputs) -> list:
     return [o.detach().clone() for o in outs]
 
 
-def _disagreement(outs, ref) -> str | None:
+def disagreement(outs, ref) -> str | None:
     """Why ``outs`` differs from ``ref`` (elementwise, with the reference check's tolerances
     for the dtype: |out - ref| <= atol * rms(ref) + rtol * |ref|; NaNs where ref has them), or
     None."""
@@ -167,7 +167,7 @@ def _disagreement(outs, ref) -> str | None:
 
 def _measure(program, inputs, reference, warmup: int, reps: int) -> Measurement:
     try:
-        problem = _disagreement(_outputs(program, inputs), reference) if reference else None
+        problem = disagreement(_outputs(program, inputs), reference) if reference else None
     except Exception as error:  # noqa: BLE001 - a variant that fails scores infinity
         return Measurement(float("inf"), error=f"{type(error).__name__}: {error}")
     if problem:
