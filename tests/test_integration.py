@@ -629,6 +629,47 @@ def test_with_inductor_a_folded_weight_is_prepared_inside_the_partition_call(mon
     assert any(p.runs_on == "mugraph" for p in partitions())
 
 
+class NormGatedMLP(nn.Module):
+    """RMSNorm (its weight) before a gated MLP's gate and up projections, Llama's way."""
+
+    def __init__(self, dim=16, hidden=32):
+        super().__init__()
+        self.norm = HandRMSNorm(dim)
+        self.gate = nn.Linear(dim, hidden, bias=False)
+        self.up = nn.Linear(dim, hidden, bias=False)
+
+    def forward(self, x):
+        h = self.norm(x)
+        return F.silu(self.gate(h)) * self.up(h)
+
+
+@pytest.mark.parametrize("faster", ["eager", "mugraph"])
+def test_with_inductor_a_folded_weight_pytorch_runs_is_unfolded(monkeypatch, faster):
+    """When PyTorch wins the norm + gated MLP partition, the graph Inductor gets computes
+    ``(n * w) @ W.T`` again instead of reading ``mugraph::fold_weights`` (the rule
+    ``unfold_norm_weight``): no prepared copy per call, and Inductor can fuse ``n * w`` into
+    the norm. When mugraph runs it, the folded weights stay (prepared inside its call)."""
+    from mugraph.integration.torch_ops import fold_weights_op
+
+    times = iter({"eager": [2.0, 1.0], "mugraph": [1.0, 2.0, 3.0]}[faster] * 8)
+    handed = spy_on_inductor(monkeypatch, lambda f: (f(), next(times))[1])
+    model = NormGatedMLP().eval()
+    x = torch.randn(2, 4, 16)
+    got, want = run_compiled(model, x, **CAPTURE_ONLY, rest="inductor")
+    assert_close(got, want)
+    graph = handed[-1].graph
+    targets = [n.target for n in graph.nodes if n.op == "call_function"]
+    assert fold_weights_op not in targets
+    linears = [n for n in graph.nodes if n.target is F.linear]
+    if faster == "eager":
+        assert len(linears) == 2 and partitions_called(handed[-1]) == []
+        # both projections read the norm times its weight (a graph input), not a folded copy
+        assert all(n.args[1].op == "placeholder" for n in linears)
+        assert len({n.args[0] for n in linears}) == 1 and linears[0].args[0].target is operator.mul
+    else:
+        assert linears == [] and partitions_called(handed[-1])
+
+
 class _Residual(nn.Module):
     """Two gated MLPs with a residual sum: consecutive mugraph partitions."""
 

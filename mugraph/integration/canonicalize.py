@@ -46,6 +46,8 @@ RULES: tuple[Rule, ...] = (
     Rule("rms_norm", "x * rsqrt(mean(x^2) + eps) computed in float32 and cast back is "
          "rms_norm(x, eps) in x's dtype"),
     Rule("fold_norm_weight", "(n * w) @ W.T == n @ (W * w).T for a weight w over n's last dim"),
+    Rule("unfold_norm_weight", "n @ (W * w).T == (n * w) @ W.T: fold_norm_weight undone where "
+         "PyTorch runs the projection (Inductor fuses n * w into the norm, no prepared copy)"),
     Rule("stack_projections", "[x @ A.T, x @ B.T] == x @ cat([A, B]).T, sliced"),
     Rule("noop_index", "x[:, 0:, :] (full slices) is x"),
     Rule("grouped_kv_heads", "attention over key/value heads each repeated g times "
@@ -332,6 +334,75 @@ def _replace_group(gm: GraphModule, normed: Node, scale: Node | None, group: lis
                 operator.getitem, (new, (Ellipsis, slice(offset, offset + rows))))
             offset += rows
             node.replace_all_uses_with(piece)
+
+
+def unfold_norm_weights(gm: GraphModule, keep: set[Node]) -> int:
+    """Undo ``fold_norm_weight`` for the projections left to PyTorch: a
+    ``linear(n, fold_weights(w, [W_1..W_k]))`` that no node of ``keep`` (the nodes mugraph
+    runs) reads becomes ``linear(n * w, W_i)`` per weight (its slices' users read those), so
+    Inductor fuses ``n * w`` into the norm and no folded copy is prepared at every call.
+    Projections with a bias, or whose stacked result is read other than by its weights'
+    slices, stay folded. Returns how many projections were unfolded."""
+    count = 0
+    weighted: dict[tuple[Node, Node], Node] = {}
+    for fold in list(gm.graph.nodes):
+        if fold.op != "call_function" or fold.target is not torch.ops.mugraph.fold_weights.default:
+            continue
+        for linear in list(fold.users):
+            if linear not in keep and _unfold_one(gm.graph, fold, linear, weighted):
+                count += 1
+        if not fold.users:
+            gm.graph.erase_node(fold)
+    if count:
+        gm.recompile()
+    return count
+
+
+def _unfold_one(graph, fold: Node, linear: Node, weighted: dict) -> bool:
+    parts = _linear_parts(linear)
+    if parts is None or parts[1] is not fold or parts[2] is not None:
+        return False
+    normed, (scale, weights) = parts[0], fold.args[:2]
+    pieces = _weight_slices(linear, list(weights))
+    if pieces is None:
+        return False
+    key = (normed, scale)
+    if key not in weighted:
+        with graph.inserting_after(normed):
+            weighted[key] = graph.call_function(operator.mul, (normed, scale))
+    with graph.inserting_before(linear):
+        for node, weight in pieces.items():
+            node.replace_all_uses_with(graph.call_function(F.linear, (weighted[key], weight)))
+    for node in pieces:
+        if node is not linear:
+            graph.erase_node(node)
+    graph.erase_node(linear)
+    return True
+
+
+def _weight_slices(linear: Node, weights: list) -> dict[Node, Node] | None:
+    """{node reading one weight's rows of ``linear``'s stacked result: that weight}, or None
+    when some user of ``linear`` is not such a slice."""
+    if len(weights) == 1:
+        return {linear: weights[0]}
+    ranges, offset = {}, 0
+    for w in weights:
+        value = _val(w)
+        if not isinstance(value, torch.Tensor):
+            return None
+        ranges[(offset, offset + value.shape[0])] = w
+        offset += value.shape[0]
+    pieces = {}
+    for user in linear.users:
+        index = user.args[1] if user.target is operator.getitem and len(user.args) == 2 else None
+        if not (isinstance(index, tuple) and len(index) == 2 and index[0] is Ellipsis
+                and isinstance(index[1], slice) and index[1].step in (None, 1)):
+            return None
+        weight = ranges.get((index[1].start, index[1].stop))
+        if weight is None:
+            return None
+        pieces[user] = weight
+    return pieces
 
 
 def _full_slice(index: Any, size: int) -> bool:

@@ -60,7 +60,7 @@ import torch
 from torch.fx import Graph, GraphModule, Node
 
 from mugraph.integration import passes
-from mugraph.integration.canonicalize import canonicalize
+from mugraph.integration.canonicalize import canonicalize, unfold_norm_weights
 from mugraph.integration.capture import (
     CapturedProgram,
     ExternalInput,
@@ -268,6 +268,7 @@ def _with_inductor(work: GraphModule, partitions: list[CapturedProgram], modules
     # what PyTorch runs stays in the graph, for Inductor to compile (and fuse with the rest)
     parts = [(captured, name) for captured, name in zip(partitions, modules, strict=True)
              if modules[name].use_mugraph]  # fmt: skip
+    unfold_norm_weights(work, {n for captured, _ in parts for n in captured.nodes})
     keys = {}
     for captured, name in parts:
         keys[name] = register_partition(modules[name], [meta_value(n) for n in captured.outputs])
