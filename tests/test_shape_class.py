@@ -221,3 +221,17 @@ def test_on_a_gpu_one_tiling_per_grid_is_timed_then_the_fastest_grids_refined(mo
     _timed(monkeypatch, 12, 2, PrecompilingTimer())
     assert log == [("precompile", ["A1", "B1", "C1", "D1"]), "A1", "B1", "C1", "D1",
                    ("precompile", ["B2", "D2"]), "B2", "D2"]
+
+
+def test_the_report_names_the_tiling_kept_its_launch_and_the_wrong_kernels_skipped():
+    """With tilings timed, the partition's line says which one was kept (grid and loop), the
+    launch setting when one was timed faster, and how many faster ones computed wrongly."""
+    from mugraph.integration.report import PartitionReport
+
+    part = PartitionReport("p", [], [], [], "")
+    part.tiling = {"grid": [["i0.1", 8], ["i1.2", 24]], "loop": ["i0.2", 32],
+                   "timed_ms": [0.03, 0.02], "launch": [4, 3, 0.019], "wrong_kernels": 2}
+    assert ("tilings timed (ms): 0.0300, 0.0200 (kept: grid i0.1/8 x i1.2/24, loop i0.2/32, "
+            "4 warps 3 stages; 2 computed wrongly)") in part.line()
+    part.tiling = {"grid": [], "loop": None, "timed_ms": [0.03, 0.02]}
+    assert "(kept: grid 1)" in part.line()

@@ -651,7 +651,7 @@ TILINGS_TRIED = 3  # without a GPU: the cheapest tilings (by the cost model) ver
 # by the cost model of each), TILINGS_TIMED grids at most, then every for-loop range of the
 # GRIDS_REFINED fastest grids; the fastest tiling that verifies is kept. (The cost model's
 # order among tilings of one program is a poor guide at prefill sizes: for a Llama-1B down
-# projection of 512 rows the fastest tiling, 0.034 ms, was its 21st cheapest, and the six
+# projection of 512 rows the fastest tiling, 0.034 ms, tied 21st-24th cheapest, and the six
 # cheapest ran in 0.048-0.070 ms; benchmarks/RESULTS.md, fourteenth session.)
 TILINGS_TIMED = 12
 GRIDS_REFINED = 2
@@ -666,14 +666,14 @@ def _verified_tiling(tiler, program, config, part: PartitionReport, timer=None):
         candidates, times = _timed_tilings(tilings, timer)
         order = sorted(range(len(candidates)), key=lambda i: times[i])
         candidates = [candidates[i] for i in order if times[i] != float("inf")]
-    chosen = None
+    chosen, wrong = None, 0
     for tiling in candidates:
         check = _verify_tiling(tiler, tiling, config, part)
         if check is not None and timer is not None and hasattr(timer, "runs_right"):
             problem = timer.runs_right(tiling.graph)
             if problem is not None:  # the kernel, not the μGraph, is wrong: the next one
                 part.detail = f"tiling {list(tiling.axes)} / {tiling.loop}: {problem}"
-                check = None
+                check, wrong = None, wrong + 1
         if check is not None:
             tiling.graph.verification = check
             chosen = tiling
@@ -688,6 +688,8 @@ def _verified_tiling(tiler, program, config, part: PartitionReport, timer=None):
                    "loop": list(chosen.loop) if chosen.loop else None}
     if len(times) > 1:
         part.tiling["timed_ms"] = [round(t, 4) for t in times]
+    if wrong:
+        part.tiling["wrong_kernels"] = wrong
     if timer is not None and hasattr(timer, "launch_settings"):
         launch = timer.launch_settings(chosen.graph)
         if launch is not None:

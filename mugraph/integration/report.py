@@ -23,6 +23,17 @@ class PartitionReport:
     tiling: dict = field(default_factory=dict)  # grid axes and for-loop of the tiled answer
     measured: dict = field(default_factory=dict)  # first-call GPU times, mugraph vs PyTorch
 
+    def _kept(self) -> str:
+        """The tiling kept, its launch setting when one was timed faster than the default, and
+        how many faster tilings computed wrongly when compiled (skipped)."""
+        t = self.tiling
+        grid = " x ".join(f"{axis}/{parts}" for axis, parts in t.get("grid") or [])
+        loop = f", loop {t['loop'][0]}/{t['loop'][1]}" if t.get("loop") else ""
+        launch = (f", {t['launch'][0]} warps {t['launch'][1]} stages" if t.get("launch")
+                  else "")
+        wrong = f"; {t['wrong_kernels']} computed wrongly" if t.get("wrong_kernels") else ""
+        return f" (kept: grid {grid or '1'}{loop}{launch}{wrong})"
+
     def line(self) -> str:
         stats = self.search
         found = ""
@@ -34,7 +45,7 @@ class PartitionReport:
         detail = f" — {self.detail}" if self.detail else ""
         if self.tiling.get("timed_ms"):
             timed = ", ".join(f"{t:.4f}" for t in self.tiling["timed_ms"])
-            detail += f" — tilings timed (ms): {timed}"
+            detail += f" — tilings timed (ms): {timed}{self._kept()}"
         if self.tiling.get("answers_ms"):
             block, looped = self.tiling["answers_ms"]
             detail += (f" — answers timed (ms): reduction in one block {block:.4f}, "
