@@ -670,6 +670,38 @@ def test_with_inductor_a_folded_weight_pytorch_runs_is_unfolded(monkeypatch, fas
         assert linears == [] and partitions_called(handed[-1])
 
 
+class NormQKV(nn.Module):
+    """RMSNorm (its weight) before three sibling projections: folded and stacked into one."""
+
+    def __init__(self, dim=16):
+        super().__init__()
+        self.norm = HandRMSNorm(dim)
+        self.q, self.k, self.v = (nn.Linear(dim, n, bias=False) for n in (16, 8, 8))
+
+    def forward(self, x):
+        h = self.norm(x)
+        return self.q(h), self.k(h), self.v(h)
+
+
+def test_with_inductor_stacked_projections_pytorch_runs_are_unfolded_per_slice(monkeypatch):
+    """Q, K and V folded and stacked (one linear over fold_weights(w, [Wq, Wk, Wv]), sliced)
+    and left to PyTorch: each slice becomes its own ``linear(n * w, W)`` again."""
+    from mugraph.integration.torch_ops import fold_weights_op
+
+    times = iter([2.0, 1.0] * 8)  # per partition: mugraph, PyTorch op by op
+    handed = spy_on_inductor(monkeypatch, lambda f: (f(), next(times))[1])
+    model = NormQKV().eval()
+    x = torch.randn(2, 4, 16)
+    got, want = run_compiled(model, x, **CAPTURE_ONLY, rest="inductor")
+    for g, w in zip(got, want, strict=True):
+        assert_close(g, w)
+    graph = handed[-1].graph
+    assert fold_weights_op not in [n.target for n in graph.nodes]
+    linears = [n for n in graph.nodes if n.target is F.linear]
+    assert len(linears) == 3 and all(n.args[1].op == "placeholder" for n in linears)
+    assert not any(n.target is operator.getitem for n in graph.nodes)
+
+
 class _Residual(nn.Module):
     """Two gated MLPs with a residual sum: consecutive mugraph partitions."""
 

@@ -367,10 +367,9 @@ def _unfold_one(graph, fold: Node, linear: Node, weighted: dict) -> bool:
     if pieces is None:
         return False
     key = (normed, scale)
-    if key not in weighted:
-        with graph.inserting_after(normed):
+    with graph.inserting_before(linear):  # after the norm and its weight, before every reader
+        if key not in weighted:
             weighted[key] = graph.call_function(operator.mul, (normed, scale))
-    with graph.inserting_before(linear):
         for node, weight in pieces.items():
             node.replace_all_uses_with(graph.call_function(F.linear, (weighted[key], weight)))
     for node in pieces:

@@ -738,7 +738,8 @@ class _TilingTimer:
     """Milliseconds per call of a tiled μGraph of ``program`` on the current GPU (inputs drawn
     once; back-to-back calls; infinity when it fails to compile or run). ``precompile``
     compiles a batch's kernels in parallel worker processes first. Timing runs no reference
-    check: the tiling kept is verified, then compared with PyTorch at its first call."""
+    check (``runs_right`` does, for the tilings about to be kept). A timer may also be any
+    callable of a graph (tests pass plain functions): the other methods are then skipped."""
 
     def __init__(self, program) -> None:
         self.program = program
@@ -778,6 +779,7 @@ class _TilingTimer:
         with the default setting's (Triton has computed some settings' ``tl.dot`` wrongly)."""
         from mugraph.codegen.launch import default_launch
         from mugraph.ir.ops import OpKind
+        from mugraph.optimize.precompile import precompile
         from mugraph.optimize.tune import disagreement, launch_variants
 
         kernels = [i for i, op in enumerate(graph.ops) if op.kind is OpKind.CUSTOMIZED]
@@ -796,8 +798,6 @@ class _TilingTimer:
                 variants.append((config, self._compiled(graph, {index: config})))
             except Exception:  # noqa: BLE001 - a setting that fails to build is not chosen
                 continue
-        from mugraph.optimize.precompile import precompile
-
         precompile([compiled for _, compiled in variants])
         best = None
         for config, compiled in variants:
@@ -811,12 +811,16 @@ class _TilingTimer:
                 best = (index, config, round(ms, 4))
         return best
 
-    def _run(self, compiled) -> list:
+    def _inputs(self) -> list:
+        """The program's random CUDA inputs, drawn once."""
         from mugraph.codegen.check import random_inputs
 
         if not self.inputs:
             self.inputs.extend(random_inputs(self.program, "cuda"))
-        outs = compiled(inputs=self.inputs)
+        return self.inputs
+
+    def _run(self, compiled) -> list:
+        outs = compiled(inputs=self._inputs())
         torch.cuda.synchronize()
         return list(outs)
 
@@ -827,18 +831,15 @@ class _TilingTimer:
             return float("inf")
 
     def _time(self, compiled) -> float:
-        from mugraph.codegen.check import random_inputs
-
         try:
-            if not self.inputs:
-                self.inputs.extend(random_inputs(self.program, "cuda"))
+            inputs = self._inputs()
             for _ in range(3):
-                compiled(inputs=self.inputs)
+                compiled(inputs=inputs)
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             start.record()
             for _ in range(20):
-                compiled(inputs=self.inputs)
+                compiled(inputs=inputs)
             end.record()
             end.synchronize()
             return start.elapsed_time(end) / 20
