@@ -182,8 +182,10 @@ def _fake_tilings() -> list:
             for name in FAKE_TILINGS]
 
 
-def _timed(monkeypatch, timed_grids: int, refined: int, timer=None) -> tuple[list, list]:
+def _timed(monkeypatch, timed_grids: int, refined: int, timer=None, cheapest: int = 0
+           ) -> tuple[list, list]:
     """(graphs timed, their times) by ``dynamo._timed_tilings`` of the fake tilings."""
+    monkeypatch.setattr(dynamo, "CHEAPEST_TIMED", cheapest)
     monkeypatch.setattr(dynamo, "TILINGS_TIMED", timed_grids)
     monkeypatch.setattr(dynamo, "GRIDS_REFINED", refined)
     tilings, times = dynamo._timed_tilings(_fake_tilings(), timer or _fake_timer([]))
@@ -198,10 +200,11 @@ def _fake_timer(log: list):
 
 
 def test_on_a_gpu_one_tiling_per_grid_is_timed_then_the_fastest_grids_refined(monkeypatch):
-    """``_timed_tilings`` times the cheapest tiling of each grid (in the cost order, at most
-    TILINGS_TIMED grids), then the other for-loop ranges of the GRIDS_REFINED fastest grids
-    (fastest first); a grid whose first tiling fails (infinity) is never refined. A timer
-    with ``precompile`` gets each batch's graphs before they are timed."""
+    """``_timed_tilings`` times the CHEAPEST_TIMED cheapest tilings and the cheapest tiling of
+    each grid (in the cost order, at most TILINGS_TIMED grids), then the other for-loop
+    ranges of the GRIDS_REFINED fastest grids (fastest first); a grid whose tilings all fail
+    (infinity) is never refined. A timer with ``precompile`` gets each batch's graphs before
+    they are timed."""
     log: list = []
     graphs, times = _timed(monkeypatch, 12, 2, _fake_timer(log))
     assert graphs == log == ["A1", "B1", "C1", "D1", "B2", "D2"]
@@ -210,6 +213,9 @@ def test_on_a_gpu_one_tiling_per_grid_is_timed_then_the_fastest_grids_refined(mo
     assert _timed(monkeypatch, 12, 4)[0] == ["A1", "B1", "C1", "D1", "B2", "D2", "A2", "A3"]
     # two grids timed at most: C and D are not
     assert _timed(monkeypatch, 2, 2)[0] == ["A1", "B1", "B2", "A2", "A3"]
+    # the three cheapest timed too (A2 with A1 and B1), in the cost order; refined: B and D
+    assert _timed(monkeypatch, 12, 2, cheapest=3)[0] == ["A1", "B1", "A2", "C1", "D1", "B2",
+                                                         "D2"]
 
     class PrecompilingTimer:
         def precompile(self, batch):

@@ -647,12 +647,14 @@ def _first_verified(tiler, program, config, part: PartitionReport, arch: str = "
 
 
 TILINGS_TRIED = 3  # without a GPU: the cheapest tilings (by the cost model) verified, the
-# first kept. On a GPU the tilings are timed there first: one per distinct grid (the cheapest
-# by the cost model of each), TILINGS_TIMED grids at most, then every for-loop range of the
-# GRIDS_REFINED fastest grids; the fastest tiling that verifies is kept. (The cost model's
+# first kept. On a GPU the tilings are timed there first: the CHEAPEST_TIMED cheapest by the
+# cost model and one per further grid (the cheapest of each), TILINGS_TIMED grids at most,
+# then every for-loop range of the GRIDS_REFINED fastest grids; the fastest tiling that
+# verifies is kept. (The cost model's
 # order among tilings of one program is a poor guide at prefill sizes: for a Llama-1B down
 # projection of 512 rows the fastest tiling, 0.034 ms, tied 21st-24th cheapest, and the six
 # cheapest ran in 0.048-0.070 ms; benchmarks/RESULTS.md, fourteenth session.)
+CHEAPEST_TIMED = 6  # (what the backend timed before: the search keeps finding these)
 TILINGS_TIMED = 12
 GRIDS_REFINED = 2
 LAUNCH_GAIN = 0.95  # a launch setting replaces the default when at least 5% faster
@@ -713,17 +715,22 @@ def _verify_tiling(tiler, tiling, config, part: PartitionReport):
 
 
 def _timed_tilings(tilings: list, timer) -> tuple[list, list[float]]:
-    """(tilings timed, their times in ms), in the order timed: the cheapest tiling of each
-    grid (TILINGS_TIMED grids at most), then the other for-loop ranges of the GRIDS_REFINED
-    fastest grids. Each batch is compiled in parallel first when the timer can."""
+    """(tilings timed, their times in ms), in the order timed: in the cost model's order, the
+    CHEAPEST_TIMED cheapest tilings and the cheapest of each other grid (TILINGS_TIMED grids
+    at most); then the untimed for-loop ranges of the GRIDS_REFINED grids with the fastest
+    tilings. Each batch is compiled in parallel first when the timer can."""
     by_grid: dict[tuple, list] = {}
     for tiling in tilings:
         by_grid.setdefault(tiling.axes, []).append(tiling)
-    grids = list(by_grid)[:TILINGS_TIMED]
-    timed = [by_grid[g][0] for g in grids]
+    firsts = {id(by_grid[g][0]) for g in list(by_grid)[:TILINGS_TIMED]}
+    timed = [t for i, t in enumerate(tilings) if i < CHEAPEST_TIMED or id(t) in firsts]
     times = _time_batch(timer, timed)
-    fastest = sorted(range(len(grids)), key=lambda i: times[i])[:GRIDS_REFINED]
-    more = [t for i in fastest if times[i] != float("inf") for t in by_grid[grids[i]][1:]]
+    best: dict[tuple, float] = {}
+    for tiling, ms in zip(timed, times, strict=True):
+        best[tiling.axes] = min(ms, best.get(tiling.axes, float("inf")))
+    fastest = sorted((g for g in best if best[g] != float("inf")), key=best.get)
+    seen = {id(t) for t in timed}
+    more = [t for g in fastest[:GRIDS_REFINED] for t in by_grid[g] if id(t) not in seen]
     return timed + more, times + _time_batch(timer, more)
 
 
