@@ -31,6 +31,7 @@ def main(argv=None) -> None:
     from mugraph.codegen.check import CodegenMismatchError, check_against_reference, random_inputs
     from mugraph.codegen.launch import default_launch
     from mugraph.integration import dynamo
+    from mugraph.integration.runtime import cuda_mean_milliseconds
     from mugraph.ir.ops import OpKind
     from mugraph.optimize.tune import launch_variants
     from mugraph.runtime.compiled import compile_graph
@@ -64,7 +65,6 @@ def main(argv=None) -> None:
         with torch.no_grad():
             compiled(*make())
     for tiler, program in seen:
-        timer = dynamo._TilingTimer(program)
         for tiling in tiler.tilings():
             if [g for _, g in tiling.axes] != args.grid:
                 continue
@@ -89,7 +89,7 @@ def main(argv=None) -> None:
                     same = all(all(torch.equal(a, b) for a, b in zip(first, prog(inputs=inputs),
                                                                      strict=True))
                                for _ in range(5))
-                    ms = timer._time(prog)
+                    ms = cuda_mean_milliseconds(lambda p=prog, i=inputs: p(inputs=i))
                     print(f"{tiling.axes} loop {tiling.loop} {config.num_warps}w "
                           f"{config.num_stages}s: {fails}/{args.seeds} checks failed, "
                           f"repeats equal {same}, {ms:.4f} ms", flush=True)

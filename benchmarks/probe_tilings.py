@@ -77,6 +77,7 @@ def main(argv=None) -> None:
 
     import mugraph.integration  # noqa: F401 - registers the backend
     from mugraph.integration import dynamo
+    from mugraph.integration.runtime import cuda_mean_milliseconds
     from mugraph.search import shape_class as sc
 
     parser = argparse.ArgumentParser()
@@ -107,10 +108,10 @@ def main(argv=None) -> None:
         inputs = make()
         with torch.no_grad():
             torch._dynamo.reset()
-            eager_ms = _mean_ms(lambda m=module, i=inputs: m(*i))
+            eager_ms = cuda_mean_milliseconds(lambda m=module, i=inputs: m(*i))
             inductor = torch.compile(module, dynamic=False)
             inductor(*inputs)
-            inductor_ms = _mean_ms(lambda f=inductor, i=inputs: f(*i))
+            inductor_ms = cuda_mean_milliseconds(lambda f=inductor, i=inputs: f(*i))
         print(f"\n{name}, {args.rows} rows: eager {eager_ms:.4f} ms, "
               f"inductor {inductor_ms:.4f} ms")
         torch._dynamo.reset()
@@ -141,32 +142,18 @@ def main(argv=None) -> None:
                 print(f"tuned {list(t.axes)} / {t.loop}: {ms:.4f} -> {tuned}", flush=True)
 
 
-def _mean_ms(fn, reps: int = 20) -> float:
-    """Milliseconds per call of ``fn`` (mean of ``reps`` back-to-back calls after 3)."""
-    import torch
-
-    for _ in range(3):
-        fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / reps
-
-
 def _tuned(graph, program) -> str:
     """The tuned launch settings of ``graph`` and its time by the probe's timer."""
     import time
 
     from mugraph.codegen.check import random_inputs
+    from mugraph.integration.runtime import cuda_mean_milliseconds
     from mugraph.optimize.tune import optimize_program
 
     try:
         result = optimize_program(graph, check=False, deadline=time.perf_counter() + 60)
         inputs = random_inputs(program, "cuda")
-        ms = _mean_ms(lambda: result.program(inputs=inputs))
+        ms = cuda_mean_milliseconds(lambda: result.program(inputs=inputs))
         return f"{ms:.4f} ms with {result.variants}"
     except Exception as error:  # noqa: BLE001 - a probe reports and goes on
         return f"failed: {type(error).__name__}: {error}"

@@ -770,11 +770,12 @@ class _TilingTimer:
 
     def runs_right(self, graph) -> str | None:
         """Why the compiled ``graph`` (default launch settings) disagrees with the reference
-        semantics on random inputs, or None when it agrees."""
-        from mugraph.codegen.check import check_against_reference
+        semantics on random inputs, or None when it agrees: ``compile_graph``'s own check,
+        which the runtime's later compilation of the graph then does not repeat."""
+        from mugraph.runtime.compiled import compile_graph
 
         try:
-            check_against_reference(graph, self._compiled(graph))
+            compile_graph(graph, cuda_graph=False, check=True)
         except Exception as error:  # noqa: BLE001 - any failure disqualifies the tiling
             return f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
         return None
@@ -838,18 +839,11 @@ class _TilingTimer:
             return float("inf")
 
     def _time(self, compiled) -> float:
+        from mugraph.integration.runtime import cuda_mean_milliseconds
+
         try:
             inputs = self._inputs()
-            for _ in range(3):
-                compiled(inputs=inputs)
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(20):
-                compiled(inputs=inputs)
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end) / 20
+            return cuda_mean_milliseconds(lambda: compiled(inputs=inputs))
         except Exception:  # noqa: BLE001 - a tiling that does not run is not chosen
             return float("inf")
 
