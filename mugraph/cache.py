@@ -43,6 +43,8 @@ _UNKEYED_FIELDS = ("time_limit", "workers", "extra")
 # fields added after searches were stored: keyed only when set, so older keys stay valid
 _KEYED_WHEN_SET = {"loop_required": False}
 TEMP_FILE_GRACE_SECONDS = 600  # clear() leaves younger temporary files to their writers
+MEASURED_FOLDER = "measured"  # the measured choices' subfolder of a result cache
+MEASURED_FORMAT = 1
 
 
 class CacheEntryError(Exception):
@@ -227,6 +229,11 @@ class ResultCache:
     def __repr__(self) -> str:
         return f"ResultCache({str(self.path)!r})"
 
+    @property
+    def measurements(self) -> MeasurementCache:
+        """The choices measured on GPUs, kept beside the search results (a subfolder)."""
+        return MeasurementCache(self.path / MEASURED_FOLDER)
+
     # ---- lookup ------------------------------------------------------------------------------
 
     def entry_path(self, key: dict) -> Path:
@@ -372,22 +379,28 @@ class ResultCache:
         return sorted(p for p in self.path.glob(f"*{_SUFFIX}") if not p.name.startswith("."))
 
     def clear(self) -> int:
-        """Remove every entry (and temporary files left by writers that died; a younger one
-        belongs to a write in progress); return how many entries went."""
+        """Remove every entry, the measured choices included (and temporary files left by
+        writers that died; a younger one belongs to a write in progress); return how many
+        entries went."""
         if not self._check_folder():
             return 0
-        removed = 0
-        for path in self._entry_files():
-            path.unlink(missing_ok=True)
-            removed += 1
-        stale = time.time() - TEMP_FILE_GRACE_SECONDS
-        for path in self.path.glob(".tmp-*"):
-            try:
-                if path.stat().st_mtime < stale:  # younger ones: a write in progress
-                    path.unlink(missing_ok=True)
-            except FileNotFoundError:
-                pass
-        return removed
+        return _clear_folder(self.path, self._entry_files()) + self.measurements.clear()
+
+
+def _clear_folder(folder: Path, files: list[Path]) -> int:
+    """Remove ``files`` and the stale temporary files of ``folder``; how many files went."""
+    removed = 0
+    for path in files:
+        path.unlink(missing_ok=True)
+        removed += 1
+    stale = time.time() - TEMP_FILE_GRACE_SECONDS
+    for path in folder.glob(".tmp-*"):
+        try:
+            if path.stat().st_mtime < stale:  # younger ones: a write in progress
+                path.unlink(missing_ok=True)
+        except FileNotFoundError:
+            pass
+    return removed
 
 
 # field -> (types it may have, what it is): the schema of an entry of ENTRY_FORMAT
@@ -508,3 +521,105 @@ def _atomic_write(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+# ---- choices measured on a GPU ---------------------------------------------------------------
+
+
+def measuring_environment() -> dict:
+    """What a time measured on this machine depends on beyond the code measured: the GPU
+    (its name), PyTorch, Triton, mugraph and its code generator's revision."""
+    import torch
+
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:  # pragma: no cover - triton comes with the GPU build of torch
+        triton_version = None
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    return {"device": device, "arch": current_arch(), "torch": torch.__version__,
+            "triton": triton_version, "version": _version(), "codegen": CODEGEN_REVISION}
+
+
+class MeasurementCache:
+    """Choices made by timing on a GPU, on disk, so that a later process makes them without
+    timing again: which tiling of a program ran fastest there (and its launch setting),
+    which of two answers, whether a partition runs faster on mugraph or on PyTorch.
+
+    An entry is keyed by its ``kind``, by ``what`` was measured (hashes of the programs and
+    layouts; the caller's dict) and by :func:`measuring_environment`: another GPU, another
+    PyTorch, Triton or mugraph, or another code generator measures afresh. It holds the
+    choice and the times behind it, never a kernel: what a choice names is verified and
+    checked again by its reader before it runs. Entries are written atomically and checked
+    like the result cache's (whole, ours, intact, under their own key); one that fails is
+    ignored with a warning, and the choice is measured again and stored over it."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path).expanduser()
+
+    def __repr__(self) -> str:
+        return f"MeasurementCache({str(self.path)!r})"
+
+    def _key(self, kind: str, what: dict) -> dict:
+        return {"kind": kind, "what": what, "where": measuring_environment()}
+
+    def get(self, kind: str, what: dict) -> dict | None:
+        """The value stored for ``what`` of ``kind`` measured here, or None."""
+        key = self._key(kind, what)
+        path = self.path / f"{key_hash(key)}{_SUFFIX}"
+        if not path.exists():
+            return None
+        try:
+            entry = _load_measured(path)
+            if entry["key"] != key:
+                raise CacheEntryError("stale or foreign entry: stored under another key")
+        except CacheEntryError as error:
+            warnings.warn(f"mugraph cache: ignoring the measured choice {path}: {error}; it "
+                          "is measured again", stacklevel=2)
+            return None
+        return entry["value"]
+
+    def put(self, kind: str, what: dict, value: dict) -> Path | None:
+        """Store ``value`` (JSON data) for ``what`` of ``kind``; the path, or None when the
+        folder cannot be written (a warning says why: the choice is then only this
+        process's)."""
+        key = self._key(kind, what)
+        entry = {"format": MEASURED_FORMAT, "key": key, "created": time.time(), "value": value}
+        entry["checksum"] = _checksum(entry)
+        path = self.path / f"{key_hash(key)}{_SUFFIX}"
+        try:
+            _atomic_write(path, json.dumps(entry, indent=1))
+        except OSError as error:
+            warnings.warn(f"mugraph cache: could not store a measured choice in {self.path}: "
+                          f"{error}", stacklevel=2)
+            return None
+        return path
+
+    def _entry_files(self) -> list[Path]:
+        return sorted(p for p in self.path.glob(f"*{_SUFFIX}") if not p.name.startswith("."))
+
+    def count(self) -> int:
+        """How many entries there are (valid or not)."""
+        return len(self._entry_files()) if self.path.is_dir() else 0
+
+    def clear(self) -> int:
+        """Remove every entry; how many went."""
+        if not self.path.is_dir():
+            return 0
+        return _clear_folder(self.path, self._entry_files())
+
+
+def _load_measured(path: Path) -> dict:
+    """The measured choice in ``path``, checked for being whole, ours and intact."""
+    try:
+        entry = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CacheEntryError(f"unreadable or truncated ({error})") from None
+    if not isinstance(entry, dict) or entry.get("format") != MEASURED_FORMAT:
+        raise CacheEntryError(f"foreign file: not a measured choice of format {MEASURED_FORMAT}")
+    if entry.get("checksum") != _checksum(entry):
+        raise CacheEntryError("checksum mismatch (the file is corrupted)")
+    if not isinstance(entry.get("key"), dict) or not isinstance(entry.get("value"), dict):
+        raise CacheEntryError("schema: 'key' and 'value' must be objects")
+    return entry

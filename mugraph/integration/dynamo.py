@@ -244,7 +244,8 @@ def _specialize(gm: GraphModule, args: list, options: BackendOptions,
         name = f"mugraph_partition_{i}"
         modules[name] = _partition_module(name, captured, options, report)
     if options.rest == "inductor" and _inductor_ready(parts.partitions, args):
-        return _with_inductor(work, parts.partitions, modules, args, report)
+        return _with_inductor(work, parts.partitions, modules, args, report,
+                              _measurements(options))
     return rewrite(work, list(zip(parts.partitions, modules, strict=True)), modules)
 
 
@@ -258,13 +259,14 @@ def _inductor_ready(partitions: list[CapturedProgram], args: list) -> bool:
 
 
 def _with_inductor(work: GraphModule, partitions: list[CapturedProgram], modules: dict,
-                   args: list, report: GraphReport):
-    """The rewritten graph, partitions as opaque operators, compiled by Inductor."""
+                   args: list, report: GraphReport, measured=None):
+    """The rewritten graph, partitions as opaque operators, compiled by Inductor.
+    ``measured``: the :class:`~mugraph.cache.MeasurementCache` of choices timed before."""
     from torch._inductor.compile_fx import compile_fx
 
     from mugraph.integration.runtime import register_partition
 
-    _choose_on_the_gpu(work, partitions, modules, args)
+    _choose_on_the_gpu(work, partitions, modules, args, measured)
     # what PyTorch runs stays in the graph, for Inductor to compile (and fuse with the rest)
     parts = [(captured, name) for captured, name in zip(partitions, modules, strict=True)
              if modules[name].use_mugraph]  # fmt: skip
@@ -309,12 +311,15 @@ def _preparations(parts: list[tuple[CapturedProgram, str]]) -> dict[str, dict]:
 
 
 def _choose_on_the_gpu(work: GraphModule, partitions: list[CapturedProgram], modules: dict,
-                       args: list) -> None:
+                       args: list, measured=None) -> None:
     """On CUDA inputs, time each partition mugraph would run against its PyTorch nodes —
     run op by op and compiled by Inductor alone — now, on the values the graph computes from
     ``args`` (one eager run), instead of at its first call: a partition PyTorch wins is then
     left to Inductor rather than run inside an opaque operator. Partitions computing the same
-    function on the same input layouts (a model's layers) are timed once, on the first."""
+    function on the same input layouts (a model's layers) are timed once, on the first; with
+    ``measured`` (a :class:`~mugraph.cache.MeasurementCache`), times taken by an earlier
+    process on this GPU are reused and new ones stored. Whichever way the choice is made, a
+    partition mugraph runs is first compared with its PyTorch nodes on its own inputs."""
     timed = [(captured, modules[name]) for captured, name in zip(partitions, modules, strict=True)
              if modules[name].use_mugraph and modules[name].measure]  # fmt: skip
     if not timed or not _on_the_gpu(args):
@@ -325,20 +330,31 @@ def _choose_on_the_gpu(work: GraphModule, partitions: list[CapturedProgram], mod
     except Exception:  # noqa: BLE001 - then each partition is timed at its first call
         return
     decided: dict[tuple, dict] = {}
+    from_disk: set[tuple] = set()
     for captured, module in timed:
         raw = tuple(values[n] for n in captured.raw_inputs)
         key = _timing_key(module, raw)
+        what = _partition_what(module, key) if measured is not None and key is not None else None
+        if what is not None and key not in decided:
+            stored = measured.get("partition", what)
+            if stored is not None and _well_formed_times(stored):
+                decided[key] = stored
+                from_disk.add(key)
         try:
             if key in decided:
+                if key in from_disk:
+                    module.report.stored.append("partition")
                 module.adopt(decided[key])
                 if module.use_mugraph:  # compiled now, and checked on its own inputs
                     module.check_against_pytorch(raw, None)
                 continue
-            measured = module.choose_by_measurement(
+            times = module.choose_by_measurement(
                 raw, rival=lambda m=module, r=raw: _inductor_rival(m.fallback, r),
                 copies_outside=True)
             if key is not None:
-                decided[key] = measured
+                decided[key] = times
+            if what is not None:
+                measured.put("partition", what, times)
         except Exception as error:  # noqa: BLE001 - PyTorch runs the partition
             module.give_up(error)
 
@@ -353,6 +369,34 @@ def _timing_key(module: MugraphPartition, raw: tuple) -> tuple | None:
     layouts = tuple((tuple(v.shape), v.stride(), v.dtype) if isinstance(v, torch.Tensor)
                     else repr(v) for v in raw)  # fmt: skip
     return kernel_graph_hash(module.best), tuple(module.specs), layouts
+
+
+def _partition_what(module: MugraphPartition, key: tuple) -> dict:
+    """What a partition's stored times are keyed by: its timing key (μGraph, adaptations,
+    layouts), the μGraph's launch settings and the PyTorch code it is timed against."""
+    from mugraph.cache import _digest
+
+    return {"timing": repr(key), "launch": _launch_of(module.best),
+            "pytorch": _digest(module.fallback.code)}
+
+
+def _well_formed_times(times: dict) -> bool:
+    """Stored partition times: mugraph's and at least one rival's, positive numbers."""
+    return ("mugraph_ms" in times and len(times) > 1
+            and all(isinstance(v, int | float) and v > 0 for v in times.values()))
+
+
+def _launch_of(graph) -> list:
+    """A graph's recorded launch settings as data: [[kernel position, setting], ...]."""
+    settings = getattr(graph, "launch_settings", None) or {}
+    return sorted([int(i), c.to_list()] for i, c in settings.items())
+
+
+def _measurements(options: BackendOptions):
+    """The measured choices kept with the result cache (None when the cache is off)."""
+    from mugraph.cache import ResultCache
+
+    return ResultCache(options.cache_dir).measurements if options.cache else None
 
 
 def _inductor_rival(fallback: GraphModule, raw: tuple):
@@ -556,7 +600,8 @@ def _optimize_by_class(program, cls, options: BackendOptions, arch: str, part: P
         except sc.NotInstantiable as error:
             part.detail = f"class {cls.name}: {error}"
             return None, False
-        return _first_verified(tiler, program, answer_config, part, arch), tiler.looped
+        return (_first_verified(tiler, program, answer_config, part, arch, cache, answer),
+                tiler.looped)
 
     best, looped = tiled(best_small, config)
     if not looped and part.status != "not searched" and (best is program or arch != "cpu"):
@@ -573,7 +618,7 @@ def _optimize_by_class(program, cls, options: BackendOptions, arch: str, part: P
             if best is program:
                 best = other
             elif other is not program:
-                best = _faster_answer(program, first, other, part)
+                best = _faster_answer(program, first, other, part, cache=cache)
     if arch != "cpu" and part.status != "not searched" and sc.splits_reduction(cls, program):
         best = _with_real_size_answer(program, best, options, arch, part, cache)
     return best
@@ -596,7 +641,7 @@ def _with_real_size_answer(program, best, options: BackendOptions, arch: str,
     part.tiling, part.detail, part.status = {"real_size": True}, "", "optimized"
     if best is program:
         return other
-    chosen = _faster_answer(program, first, other, part, "real_size_ms")
+    chosen = _faster_answer(program, first, other, part, "real_size_ms", cache)
     if chosen is best:
         part.cache, part.search = searched
     return chosen
@@ -607,14 +652,26 @@ _FASTER: dict[tuple, list[float] | None] = {}
 
 
 def _faster_answer(program, first: tuple, other, part: PartitionReport,
-                   label: str = "answers_ms"):
+                   label: str = "answers_ms", cache=None):
     """Of the tiled answer ``first`` (graph, and its tiling, detail and status as recorded)
     and ``other`` (whose record ``part`` holds), the one faster on the GPU; ``first`` without
-    a GPU. Both times go to ``part.tiling[label]``."""
+    a GPU. Both times go to ``part.tiling[label]``; with ``cache`` (a result cache), times an
+    earlier process measured on this GPU are reused, and new ones stored."""
     key = (first[0].structural_hash(), other.structural_hash(), tuple(program.input_types))
     if key not in _FASTER:
         timer = _tiling_timer(program)
-        _FASTER[key] = None if timer is None else [round(timer(g), 4) for g in (first[0], other)]
+        measured = cache.measurements if cache is not None and timer is not None else None
+        what = {"graphs": [[g.structural_hash(), _launch_of(g)] for g in (first[0], other)],
+                "inputs": _input_signature(program)}
+        stored = measured.get("answers", what) if measured is not None else None
+        if stored is not None and _two_times(stored.get("ms")):
+            _FASTER[key] = stored["ms"]
+            part.stored.append(label)
+        else:
+            _FASTER[key] = (None if timer is None
+                            else [round(timer(g), 4) for g in (first[0], other)])
+            if measured is not None:
+                measured.put("answers", what, {"ms": _FASTER[key]})
     times = _FASTER[key]
     chosen = other
     if times is None or times[1] >= times[0]:
@@ -629,17 +686,41 @@ def _faster_answer(program, first: tuple, other, part: PartitionReport,
 _TILED: dict[tuple, tuple[Any, dict, str]] = {}
 
 
-def _first_verified(tiler, program, config, part: PartitionReport, arch: str = "cpu"):
+def _two_times(value) -> bool:
+    return (isinstance(value, list) and len(value) == 2
+            and all(isinstance(v, int | float) and v > 0 for v in value))
+
+
+def _input_signature(program) -> list:
+    from mugraph.cache import _input_signature as signature
+
+    return signature(program)
+
+
+def _first_verified(tiler, program, config, part: PartitionReport, arch: str = "cpu",
+                    cache=None, answer=None):
     """The cheapest tiling that verifies (at reduced extents); the program when none does.
     On a GPU (``arch`` not "cpu"), the cheapest few by the cost model that verify are timed
-    there and the fastest is taken."""
+    there and the fastest is taken; with ``cache`` (a result cache), the tiling of
+    ``answer`` an earlier process chose on this GPU is taken instead when it still verifies
+    and runs right, and a new choice is stored."""
     from mugraph.cache import config_hash
 
     timer = _tiling_timer(program) if arch != "cpu" else None
     key = (program.structural_hash(), tuple(program.input_types), config_hash(config),
            timer is not None)
     if key not in _TILED:
-        best = _verified_tiling(tiler, program, config, part, timer)
+        measured = cache.measurements if cache is not None and timer is not None else None
+        what = {"program": key[0], "inputs": _input_signature(program), "config": key[2],
+                "answer": answer.structural_hash() if answer is not None else None}
+        best = None
+        if measured is not None:
+            best = _stored_tiling(tiler, config, part, timer, measured.get("tiling", what))
+        if best is None:
+            best = _verified_tiling(tiler, program, config, part, timer)
+            if measured is not None and best is not program:
+                measured.put("tiling", what, {"tiling": dict(part.tiling),
+                                              "launch": _launch_of(best)})
         _TILED[key] = (None if best is program else best, dict(part.tiling), part.detail)
     best, part.tiling, part.detail = _TILED[key]
     part.status = "optimized" if best is not program else "unimproved"
@@ -698,6 +779,38 @@ def _verified_tiling(tiler, program, config, part: PartitionReport, timer=None):
             chosen.graph.launch_settings = {launch[0]: launch[1]}
             part.tiling["launch"] = [launch[1].num_warps, launch[1].num_stages, launch[2]]
     return chosen.graph
+
+
+def _stored_tiling(tiler, config, part: PartitionReport, timer, stored: dict | None):
+    """The tiling an earlier process chose (``stored``: its record and launch setting), when
+    it is still among the tilings, verifies, and its compiled kernel (with that launch
+    setting) agrees with the reference semantics; else None (it is then timed again)."""
+    from mugraph.codegen.launch import LaunchConfig
+
+    if stored is None:
+        return None
+    try:
+        record = dict(stored["tiling"])
+        launch = {int(i): LaunchConfig.from_list(c) for i, c in stored.get("launch", [])}
+    except (KeyError, TypeError, ValueError):
+        return None
+    match = next((t for t in tiler.tilings()
+                  if [list(a) for a in t.axes] == record.get("grid")
+                  and (list(t.loop) if t.loop else None) == record.get("loop")), None)
+    if match is None:
+        return None
+    check = _verify_tiling(tiler, match, config, part)
+    if check is None:
+        return None
+    if launch:
+        match.graph.launch_settings = launch
+    if hasattr(timer, "runs_right") and timer.runs_right(match.graph) is not None:
+        match.graph.launch_settings = {}
+        return None
+    match.graph.verification = check
+    part.status, part.detail, part.tiling = "optimized", "", record
+    part.stored.append("tiling")
+    return match.graph
 
 
 def _verify_tiling(tiler, tiling, config, part: PartitionReport):

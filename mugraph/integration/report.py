@@ -22,6 +22,9 @@ class PartitionReport:
     shape_class: str = ""  # the class whose representative was searched ("" for none)
     tiling: dict = field(default_factory=dict)  # grid axes and for-loop of the tiled answer
     measured: dict = field(default_factory=dict)  # first-call GPU times, mugraph vs PyTorch
+    # the choices above taken from an earlier process's measurements on this GPU (the result
+    # cache's measured choices): "tiling", "answers_ms", "real_size_ms", "partition"
+    stored: list = field(default_factory=list)
 
     def _kept(self) -> str:
         """The tiling kept, its launch setting when one was timed faster than the default, and
@@ -59,6 +62,9 @@ class PartitionReport:
         if self.measured and self.runs_on == "mugraph":
             times = ", ".join(f"{k.removesuffix('_ms')} {v:.3f}" for k, v in self.measured.items())
             detail += f" — measured ms: {times}"
+        if self.stored:
+            detail += (" — measured by an earlier process: "
+                       f"{', '.join(dict.fromkeys(self.stored))}")
         cls = f" [{self.shape_class}]" if self.shape_class else ""
         return (
             f"{self.name}{cls}: {len(self.nodes)} fx nodes -> {len(self.ops)} mugraph ops "
