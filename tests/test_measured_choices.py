@@ -196,3 +196,34 @@ def test_a_later_process_takes_the_partition_decision_timed_before(
     assert [(p.runs_on, dict(p.measured)) for p in parts] == first
     assert all("partition" in p.stored for p in parts)
     assert len(checked) == (len(parts) if faster == "mugraph" else 0)
+
+
+def test_a_capture_checked_by_an_earlier_process_is_not_checked_again(monkeypatch, tmp_path):
+    """The numeric check of a capture against its PyTorch nodes (float64, real sizes: seconds
+    for a language model's head) is kept when it passes; a later process with the same
+    PyTorch and mugraph skips it. A failed check is never kept."""
+    checks = []
+    real = dynamo.check_capture
+
+    def counting(captured, fallback, seed=0):
+        checks.append(captured.graph.structural_hash())
+        return real(captured, fallback, seed)
+
+    monkeypatch.setattr(dynamo, "check_capture", counting)
+    monkeypatch.setattr(dynamo, "_CHECKED", {})
+    options = {"time_limit": 0, "run_unimproved": True, "elementwise": "mugraph",
+               "cache_dir": str(tmp_path)}
+    model = GatedMLP().eval()
+    x = torch.randn(2, 4, 16)
+    assert_close(*run_compiled(model, x, **options))
+    count = len(checks)
+    assert count > 0
+    monkeypatch.setattr(dynamo, "_CHECKED", {})
+    _new_process(monkeypatch)
+    assert_close(*run_compiled(model, x, **options))
+    assert len(checks) == count
+    # with the cache off, the check runs again
+    monkeypatch.setattr(dynamo, "_CHECKED", {})
+    _new_process(monkeypatch)
+    assert_close(*run_compiled(model, x, **{**options, "cache": False}))
+    assert len(checks) == 2 * count
