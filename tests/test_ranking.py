@@ -305,6 +305,31 @@ DIE = (exec, "import os; os.abort()")
 HANG = (exec, "import time; time.sleep(60)")
 
 
+SLOW_EXIT = (exec, "import atexit, time; atexit.register(time.sleep, 30)")
+
+
+def test_closing_tells_every_worker_to_exit_before_waiting_for_any(monkeypatch):
+    """Workers that take long to exit (a CUDA context torn down) are all told to exit before
+    the first is waited for, and the wait is shared: closing three workers that would each
+    take 30 s to exit returns after the one shared wait, every worker gone."""
+    from mugraph.optimize import isolate
+
+    pool = IsolatedWorkers(3)
+    outcomes = pool.run(SLOW_EXIT[0], [SLOW_EXIT[1]] * 3)
+    assert [o.kind for o in outcomes] == ["ok"] * 3
+    workers = list(pool._idle)
+    assert len(workers) == 3
+    order = []
+    for name in ("end_input", "stop"):
+        real = getattr(isolate._Worker, name)
+        monkeypatch.setattr(isolate._Worker, name,
+                            lambda self, *a, _r=real, _n=name, **k: (order.append(_n),
+                                                                    _r(self, *a, **k))[1])
+    pool.close(wait=0.5)
+    assert order[:3] == ["end_input"] * 3 and order.count("stop") == 3
+    assert all(w.proc.poll() is not None for w in workers) and not pool._idle
+
+
 def test_isolated_workers_survive_faults_errors_deaths_and_hangs():
     with IsolatedWorkers(1, task_timeout=20) as pool:
         outcomes = [pool.run(fn, [arg])[0] for fn, arg in (OK, FAULT, ERROR, DIE, OK)]
