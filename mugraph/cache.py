@@ -16,6 +16,11 @@ Nothing read from disk is trusted blindly:
 Writes are atomic (a temporary file in the same directory, then :func:`os.replace`), so a
 reader never sees half an entry and concurrent writers of one key leave one whole entry.
 
+Beside the search results, :class:`MeasurementCache` (the ``measured`` subfolder) keeps the
+choices the ``torch.compile`` backend made by timing on a GPU and the capture checks that
+passed, keyed by what was measured and where (the GPU's name, the PyTorch, Triton and mugraph
+versions): a later process takes them instead of timing again.
+
 The search budget (``time_limit``) and the worker count are not part of the key: a search
 that ran to completion gives the same answer under any budget. An entry whose search was cut
 short by its budget is only reused by requests with the same or a smaller budget.

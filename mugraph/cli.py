@@ -651,6 +651,10 @@ def cmd_cache(args: argparse.Namespace) -> int:
         say(f"removed {removed} entr{'y' if removed == 1 else 'ies'} from {where}")
         return EXIT_OK
     entries = list(cache.entries())
+    measured = cache.measurements.count() if hasattr(cache, "measurements") else 0
+    if measured:
+        say(f"{measured} measured choice{'' if measured == 1 else 's'} (tilings, launch "
+            f"settings, mugraph or PyTorch) in {cache.measurements.path}")
     if not entries:
         say(f"the result cache at {where} is empty")
         return EXIT_OK

@@ -349,10 +349,13 @@ def test_cache_ls_and_clear(capsys, tmp_path, monkeypatch, graphs):
     code, out, _ = call(capsys, "cache", "ls")
     assert code == 0
     assert "1 entry" in out and program.structural_hash()[:16] in out and "improved" in out
+    ResultCache().measurements.put("tiling", {"program": "p"}, {"tiling": {}})
+    code, out, _ = call(capsys, "cache", "ls")
+    assert "1 measured choice (" in out and str(folder / "measured") in out
     code, out, _ = call(capsys, "cache", "clear")
-    assert code == 0 and "removed 1 entry" in out
+    assert code == 0 and "removed 2 entries" in out
     code, out, _ = call(capsys, "cache", "ls", "--dir", str(folder))
-    assert "is empty" in out
+    assert "is empty" in out and "measured choice" not in out
 
 
 def test_cache_ls_says_why_an_entry_is_invalid(capsys, tmp_path):

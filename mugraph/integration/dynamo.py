@@ -18,6 +18,11 @@ keyword argument ``options``). For each concrete input signature the backend
    as fx nodes, and the others become ``torch.ops.mugraph.partition`` calls in the graph
    Inductor compiles.
 
+What was timed on the GPU (tilings, launch settings, answers, mugraph against PyTorch) and the
+capture checks that passed are kept with the result cache (:class:`mugraph.cache.MeasurementCache`):
+a later process reuses them, re-verifying each stored tiling and checking its kernel against
+the reference semantics before it runs.
+
 Shapes are static per specialization: a graph Dynamo compiled with dynamic shapes is
 specialized again for every new concrete signature (and hits the cache for programs seen
 before). Nothing makes the model fail: a graph or a node mugraph cannot handle runs on PyTorch.
