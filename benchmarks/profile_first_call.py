@@ -24,8 +24,8 @@ sys.path.insert(0, str(HERE.parent))
 def main() -> None:
     import torch
 
-    from benchmarks.bench_models import LLAMA_1B, build, compiled_model, decode_setup
-    from benchmarks.profile_models import _phase_fn
+    from benchmarks.bench_models import compiled_model
+    from benchmarks.profile_models import _phase_fn, model_and_inputs
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--cache-dir", default=None)
@@ -35,11 +35,7 @@ def main() -> None:
     parser.add_argument("--kv", type=int, default=1024)
     parser.add_argument("--rows", type=int, default=40)
     args = parser.parse_args()
-    sizes = dict(LLAMA_1B, num_hidden_layers=args.layers)
-    model = build(sizes, torch.float16, "cuda")
-    ids = torch.randint(0, sizes["vocab_size"], (1, args.tokens), device="cuda")
-    cache0, token = decode_setup(model, args.kv, sizes["vocab_size"], "cuda")
-    options = {"time_limit": 60, "cache_dir": args.cache_dir, "rest": "inductor"}
+    model, ids, cache0, token, options = model_and_inputs(args)
     compiled = compiled_model(model, "mugraph", options)
     fn = _phase_fn(compiled, args.phase, args, ids, cache0, token)
     profiler = cProfile.Profile()

@@ -33,6 +33,21 @@ def _phase_fn(model, phase: str, args, ids, cache0, token):
     return decode_fn(model, copy.deepcopy(cache0), token, args.kv)
 
 
+def model_and_inputs(args):
+    """(model, prompt ids, decode cache, decode token, backend options) for ``args``'s
+    ``layers``, ``tokens``, ``kv`` and ``cache_dir``: bench_models's model, on the GPU."""
+    import torch
+
+    from benchmarks.bench_models import LLAMA_1B, build, decode_setup
+
+    sizes = dict(LLAMA_1B, num_hidden_layers=args.layers)
+    model = build(sizes, torch.float16, "cuda")
+    ids = torch.randint(0, sizes["vocab_size"], (1, args.tokens), device="cuda")
+    cache0, token = decode_setup(model, args.kv, sizes["vocab_size"], "cuda")
+    options = {"time_limit": 60, "cache_dir": args.cache_dir, "rest": "inductor"}
+    return model, ids, cache0, token, options
+
+
 def _python_profile(fn, rows: int) -> str:
     """The top Python functions (own time) of one call of ``fn``."""
     import torch
@@ -52,7 +67,7 @@ def main() -> None:
     from torch.profiler import ProfilerActivity, profile
 
     import mugraph.integration as mgi
-    from benchmarks.bench_models import LLAMA_1B, build, compiled_model, decode_setup, timed
+    from benchmarks.bench_models import compiled_model, timed
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--cache-dir", default=None)
@@ -64,11 +79,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=18)
     parser.add_argument("--python", action="store_true", help="also cProfile one call")
     args = parser.parse_args()
-    sizes = dict(LLAMA_1B, num_hidden_layers=args.layers)
-    model = build(sizes, torch.float16, "cuda")
-    ids = torch.randint(0, sizes["vocab_size"], (1, args.tokens), device="cuda")
-    cache0, token = decode_setup(model, args.kv, sizes["vocab_size"], "cuda")
-    options = {"time_limit": 60, "cache_dir": args.cache_dir, "rest": "inductor"}
+    model, ids, cache0, token, options = model_and_inputs(args)
     summary = []
     for mode in args.modes.split(","):
         compiled = compiled_model(model, mode, options)
