@@ -93,7 +93,8 @@ def _canonical(data: Any) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
-def _digest(text: str, size: int = 16) -> str:
+def text_digest(text: str, size: int = 16) -> str:
+    """A short stable hash of ``text`` (hex)."""
     return hashlib.blake2b(text.encode(), digest_size=size).hexdigest()
 
 
@@ -138,13 +139,14 @@ def config_hash(config) -> str:
         if f.name not in _UNKEYED_FIELDS
         and not (f.name in _KEYED_WHEN_SET and getattr(config, f.name) == _KEYED_WHEN_SET[f.name])
     }
-    return _digest(_canonical(data))
+    return text_digest(_canonical(data))
 
 
 # ---- keys ------------------------------------------------------------------------------------
 
 
-def _input_signature(program) -> list:
+def input_signature(program) -> list:
+    """The program's inputs as data: [dims, strides or None, dtype] each."""
     return [
         [list(t.dims), list(t.strides) if t.strides is not None else None, t.dtype.value]
         for t in program.input_types
@@ -156,7 +158,7 @@ def make_key(program, config=None, arch: str | None = None) -> dict:
     cfg = resolve_config(program, config)
     return {
         "program": program.structural_hash(),
-        "inputs": _input_signature(program),
+        "inputs": input_signature(program),
         "arch": arch or current_arch(),
         "version": _version(),
         "config": config_hash(cfg),
@@ -164,7 +166,7 @@ def make_key(program, config=None, arch: str | None = None) -> dict:
 
 
 def key_hash(key: dict) -> str:
-    return _digest(_canonical(key))
+    return text_digest(_canonical(key))
 
 
 def _checksum(entry: dict) -> str:

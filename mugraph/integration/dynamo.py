@@ -379,10 +379,10 @@ def _timing_key(module: MugraphPartition, raw: tuple) -> tuple | None:
 def _partition_what(module: MugraphPartition, key: tuple) -> dict:
     """What a partition's stored times are keyed by: its timing key (μGraph, adaptations,
     layouts), the μGraph's launch settings and the PyTorch code it is timed against."""
-    from mugraph.cache import _digest
+    from mugraph.cache import text_digest
 
     return {"timing": repr(key), "launch": _launch_of(module.best),
-            "pytorch": _digest(module.fallback.code)}
+            "pytorch": text_digest(module.fallback.code)}
 
 
 def _well_formed_times(times: dict) -> bool:
@@ -488,7 +488,7 @@ def _check(captured: CapturedProgram, fallback: GraphModule, measured=None) -> s
     ``measured`` (a :class:`~mugraph.cache.MeasurementCache`), a capture an earlier process
     checked with the same PyTorch and mugraph is not checked again (passes only are kept:
     the check is a function of the key, its random inputs being seeded)."""
-    from mugraph.cache import _digest
+    from mugraph.cache import text_digest
 
     key = (
         captured.graph.structural_hash(), tuple(captured.graph.input_types),
@@ -496,7 +496,7 @@ def _check(captured: CapturedProgram, fallback: GraphModule, measured=None) -> s
         tuple(captured.output_index), repr(captured.output_shapes),
     )
     if key not in _CHECKED:
-        what = {"capture": _digest(repr(key))}
+        what = {"capture": text_digest(repr(key))}
         if measured is not None and measured.get("capture", what) == {"passed": True}:
             _CHECKED[key] = None
             return None
@@ -673,12 +673,14 @@ def _faster_answer(program, first: tuple, other, part: PartitionReport,
     and ``other`` (whose record ``part`` holds), the one faster on the GPU; ``first`` without
     a GPU. Both times go to ``part.tiling[label]``; with ``cache`` (a result cache), times an
     earlier process measured on this GPU are reused, and new ones stored."""
+    from mugraph.cache import input_signature
+
     key = (first[0].structural_hash(), other.structural_hash(), tuple(program.input_types))
     if key not in _FASTER:
         timer = _tiling_timer(program)
         measured = cache.measurements if cache is not None and timer is not None else None
         what = {"graphs": [[g.structural_hash(), _launch_of(g)] for g in (first[0], other)],
-                "inputs": _input_signature(program)}
+                "inputs": input_signature(program)}
         stored = measured.get("answers", what) if measured is not None else None
         if stored is not None and _two_times(stored.get("ms")):
             _FASTER[key] = stored["ms"]
@@ -707,12 +709,6 @@ def _two_times(value) -> bool:
             and all(isinstance(v, int | float) and v > 0 for v in value))
 
 
-def _input_signature(program) -> list:
-    from mugraph.cache import _input_signature as signature
-
-    return signature(program)
-
-
 def _first_verified(tiler, program, config, part: PartitionReport, arch: str = "cpu",
                     cache=None, answer=None):
     """The cheapest tiling that verifies (at reduced extents); the program when none does.
@@ -720,14 +716,14 @@ def _first_verified(tiler, program, config, part: PartitionReport, arch: str = "
     there and the fastest is taken; with ``cache`` (a result cache), the tiling of
     ``answer`` an earlier process chose on this GPU is taken instead when it still verifies
     and runs right, and a new choice is stored."""
-    from mugraph.cache import config_hash
+    from mugraph.cache import config_hash, input_signature
 
     timer = _tiling_timer(program) if arch != "cpu" else None
     key = (program.structural_hash(), tuple(program.input_types), config_hash(config),
            timer is not None)
     if key not in _TILED:
         measured = cache.measurements if cache is not None and timer is not None else None
-        what = {"program": key[0], "inputs": _input_signature(program), "config": key[2],
+        what = {"program": key[0], "inputs": input_signature(program), "config": key[2],
                 "answer": answer.structural_hash() if answer is not None else None}
         best = None
         if measured is not None:
