@@ -51,9 +51,9 @@ def main(argv=None) -> None:
     seen: list = []
     first_verified = dynamo._first_verified
 
-    def keep(tiler, program, config, part, arch="cpu"):
+    def keep(tiler, program, config, part, arch="cpu", *more):
         seen.append((tiler, program))
-        return first_verified(tiler, program, config, part, arch)
+        return first_verified(tiler, program, config, part, arch, *more)
 
     dynamo._first_verified = keep
     for name, module, make in probe_tilings.modules(torch, args.rows):

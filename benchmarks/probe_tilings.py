@@ -93,8 +93,8 @@ def main(argv=None) -> None:
     seen: list = []
     first_verified = dynamo._first_verified
 
-    def keep(tiler, program, config, part, arch="cpu"):
-        best = first_verified(tiler, program, config, part, arch)
+    def keep(tiler, program, config, part, arch="cpu", *more):
+        best = first_verified(tiler, program, config, part, arch, *more)
         seen.append((tiler, program, dict(part.tiling)))
         return best
 
@@ -129,6 +129,7 @@ def main(argv=None) -> None:
             finally:
                 sc.GRID_TILES, sc.LOOP_TILES = kept
             timer = dynamo._tiling_timer(program)
+            timer.precompile([t.graph for t in tilings])  # in parallel, then timed one by one
             rows = sorted(((timer(t.graph), default_cost(t.graph) * 1e6, t) for t in tilings),
                           key=lambda r: r[0])
             print(f"\n{name}: {len(tilings)} tilings; the backend chose {chosen}")
