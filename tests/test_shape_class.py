@@ -182,13 +182,14 @@ def _fake_tilings() -> list:
             for name in FAKE_TILINGS]
 
 
-def _timed(monkeypatch, timed_grids: int, refined: int, timer=None, cheapest: int = 0
-           ) -> tuple[list, list]:
+def _timed(monkeypatch, timed_grids: int, refined: int, timer=None, cheapest: int = 0,
+           big: int = 0, tilings=None) -> tuple[list, list]:
     """(graphs timed, their times) by ``dynamo._timed_tilings`` of the fake tilings."""
     monkeypatch.setattr(dynamo, "CHEAPEST_TIMED", cheapest)
+    monkeypatch.setattr(dynamo, "BIG_TILE_GRIDS", big)
     monkeypatch.setattr(dynamo, "TILINGS_TIMED", timed_grids)
     monkeypatch.setattr(dynamo, "GRIDS_REFINED", refined)
-    tilings, times = dynamo._timed_tilings(_fake_tilings(), timer or _fake_timer([]))
+    tilings, times = dynamo._timed_tilings(tilings or _fake_tilings(), timer or _fake_timer([]))
     return [t.graph for t in tilings], times
 
 
@@ -227,6 +228,24 @@ def test_on_a_gpu_one_tiling_per_grid_is_timed_then_the_fastest_grids_refined(mo
     _timed(monkeypatch, 12, 2, PrecompilingTimer())
     assert log == [("precompile", ["A1", "B1", "C1", "D1"]), "A1", "B1", "C1", "D1",
                    ("precompile", ["B2", "D2"]), "B2", "D2"]
+
+
+def test_the_grids_of_the_largest_tiles_are_timed_wherever_the_cost_model_ranks_them(
+        monkeypatch):
+    """The cost model ranks large tiles last at prefill sizes, where they run fastest: the
+    BIG_TILE_GRIDS grids with the fewest blocks (at least MIN_GRID_BLOCKS) are timed too.
+    Grids A-E in the cost order launch 512, 256, 128, 64 and 16 blocks: with two grids timed
+    by the cost order, the one of the largest tiles that still fills the GPU (D) is added,
+    never E (16 blocks)."""
+    from types import SimpleNamespace
+
+    blocks = {"A": 512, "B": 256, "C": 128, "D": 64, "E": 16}
+    tilings = [SimpleNamespace(axes=(("i", blocks[g]),), loop=1, graph=f"{g}1") for g in blocks]
+    monkeypatch.setattr(dynamo, "MIN_GRID_BLOCKS", 64)
+    assert _timed(monkeypatch, 2, 0, big=1, tilings=tilings)[0] == ["A1", "B1", "D1"]
+    assert _timed(monkeypatch, 2, 0, big=2, tilings=tilings)[0] == ["A1", "B1", "C1", "D1"]
+    assert _timed(monkeypatch, 2, 0, big=0, tilings=tilings)[0] == ["A1", "B1"]
+    assert dynamo._blocks((("i0.1", 4), ("i1.2", 64))) == 256
 
 
 def test_the_report_names_the_tiling_kept_its_launch_and_the_wrong_kernels_skipped():

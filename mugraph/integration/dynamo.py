@@ -724,7 +724,8 @@ def _first_verified(tiler, program, config, part: PartitionReport, arch: str = "
     if key not in _TILED:
         measured = cache.measurements if cache is not None and timer is not None else None
         what = {"program": key[0], "inputs": input_signature(program), "config": key[2],
-                "answer": answer.structural_hash() if answer is not None else None}
+                "answer": answer.structural_hash() if answer is not None else None,
+                "policy": TIMING_POLICY}
         best = None
         if measured is not None:
             best = _stored_tiling(tiler, config, part, timer, measured.get("tiling", what))
@@ -750,6 +751,14 @@ TILINGS_TRIED = 3  # without a GPU: the cheapest tilings (by the cost model) ver
 CHEAPEST_TIMED = 6  # (what the backend timed before: the search keeps finding these)
 TILINGS_TIMED = 12
 GRIDS_REFINED = 2
+# Also timed: the BIG_TILE_GRIDS grids of the largest tiles (the fewest blocks) that still give
+# MIN_GRID_BLOCKS blocks, wherever the cost model ranks them. The cost model ranks them last at
+# prefill sizes: for a Llama-1B gated MLP of 512 rows, tiles of 128 x 128 were the 24th grid of
+# 25, 64 x 128 the 23rd, and the tiling kept had tiles of 32 x 64 (0.168 ms; fifteenth session).
+BIG_TILE_GRIDS = 3
+MIN_GRID_BLOCKS = 64
+# The rule choosing what is timed: stored choices made under another rule are made again.
+TIMING_POLICY = 2
 LAUNCH_GAIN = 0.95  # a launch setting replaces the default when at least 5% faster
 
 
@@ -843,11 +852,15 @@ def _timed_tilings(tilings: list, timer) -> tuple[list, list[float]]:
     """(tilings timed, their times in ms), in the order timed: in the cost model's order, the
     CHEAPEST_TIMED cheapest tilings and the cheapest of each other grid (TILINGS_TIMED grids
     at most); then the untimed for-loop ranges of the GRIDS_REFINED grids with the fastest
-    tilings. Each batch is compiled in parallel first when the timer can."""
+    tilings. The first batch also holds the cheapest tiling of each of the BIG_TILE_GRIDS
+    grids of the largest tiles (see there). Each batch is compiled in parallel first when the
+    timer can."""
     by_grid: dict[tuple, list] = {}
     for tiling in tilings:
         by_grid.setdefault(tiling.axes, []).append(tiling)
-    firsts = {id(by_grid[g][0]) for g in list(by_grid)[:TILINGS_TIMED]}
+    big = sorted((g for g in by_grid if _blocks(g) >= MIN_GRID_BLOCKS), key=_blocks)
+    grids = list(by_grid)[:TILINGS_TIMED] + big[:BIG_TILE_GRIDS]
+    firsts = {id(by_grid[g][0]) for g in grids}
     timed = [t for i, t in enumerate(tilings) if i < CHEAPEST_TIMED or id(t) in firsts]
     times = _time_batch(timer, timed)
     best: dict[tuple, float] = {}
@@ -857,6 +870,11 @@ def _timed_tilings(tilings: list, timer) -> tuple[list, list[float]]:
     seen = {id(t) for t in timed}
     more = [t for g in fastest[:GRIDS_REFINED] for t in by_grid[g] if id(t) not in seen]
     return timed + more, times + _time_batch(timer, more)
+
+
+def _blocks(axes: tuple) -> int:
+    """How many blocks a grid of ``axes`` ((index, parts), ...) launches."""
+    return math.prod(parts for _, parts in axes)
 
 
 def _time_batch(timer, tilings: list) -> list[float]:
