@@ -227,3 +227,52 @@ def test_a_capture_checked_by_an_earlier_process_is_not_checked_again(monkeypatc
     _new_process(monkeypatch)
     assert_close(*run_compiled(model, x, **{**options, "cache": False}))
     assert len(checks) == 2 * count
+
+
+def test_a_stored_tiling_whose_kernel_computes_wrongly_now_is_timed_again(monkeypatch, tmp_path):
+    """A stored choice names a tiling, not a kernel: its kernel is checked against the
+    reference semantics (``runs_right``) with the stored launch setting before it runs. One
+    that now computes wrongly (another Triton, a changed GPU driver) is not used: the
+    tilings are timed again and another is kept."""
+    from mugraph.codegen.launch import LaunchConfig
+
+    timed: list = []
+    rejected: list = []
+
+    class Timer:
+        def __init__(self, wrong: set):
+            self.wrong = wrong
+
+        def __call__(self, graph):
+            timed.append(graph)
+            return 1000.0 - len(timed)
+
+        def runs_right(self, graph):
+            key = graph.structural_hash()
+            if key in self.wrong:
+                rejected.append((key, dict(getattr(graph, "launch_settings", {}) or {})))
+                return "CodegenMismatchError: output 0 disagrees"
+            return None
+
+        def launch_settings(self, graph):
+            return (next(i for i, op in enumerate(graph.ops) if op.kind.name == "CUSTOMIZED"),
+                    LaunchConfig(8, 3), 0.5)
+
+    wrong: set = set()
+    monkeypatch.setattr(dynamo, "_arch", lambda captured: "sm_90")
+    monkeypatch.setattr(dynamo, "_tiling_timer", lambda program: Timer(wrong))
+    monkeypatch.setattr(dynamo, "_FASTER", {})
+    monkeypatch.setattr(dynamo, "_TILED", {})
+    first = _compiled_projection(512, 256, 16, tmp_path)
+    assert first.runs_on == "mugraph" and first.tiling["launch"] == [8, 3, 0.5]
+    kept = [entry[0] for entry in dynamo._TILED.values() if entry[0] is not None]
+    wrong.update(g.structural_hash() for g in kept)  # their kernels now compute wrongly
+    count = len(timed)
+    _new_process(monkeypatch)
+    again = _compiled_projection(512, 256, 16, tmp_path)
+    assert "tiling" not in again.stored and len(timed) > count
+    # the stored tiling was checked with its stored launch setting before it was refused
+    assert rejected and rejected[0][1] and rejected[0][0] in wrong
+    now = [entry[0] for entry in dynamo._TILED.values() if entry[0] is not None]
+    assert again.runs_on == "mugraph" and now
+    assert not {g.structural_hash() for g in now} & wrong  # other tilings run now
