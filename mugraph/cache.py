@@ -383,7 +383,7 @@ class ResultCache:
         return out
 
     def _entry_files(self) -> list[Path]:
-        return sorted(p for p in self.path.glob(f"*{_SUFFIX}") if not p.name.startswith("."))
+        return _entry_files(self.path)
 
     def clear(self) -> int:
         """Remove every entry, the measured choices included (and temporary files left by
@@ -392,6 +392,11 @@ class ResultCache:
         if not self._check_folder():
             return 0
         return _clear_folder(self.path, self._entry_files()) + self.measurements.clear()
+
+
+def _entry_files(folder: Path) -> list[Path]:
+    """The entry files of ``folder`` (temporary files of writers left out)."""
+    return sorted(p for p in folder.glob(f"*{_SUFFIX}") if not p.name.startswith("."))
 
 
 def _clear_folder(folder: Path, files: list[Path]) -> int:
@@ -604,7 +609,7 @@ class MeasurementCache:
         return path
 
     def _entry_files(self) -> list[Path]:
-        return sorted(p for p in self.path.glob(f"*{_SUFFIX}") if not p.name.startswith("."))
+        return _entry_files(self.path)
 
     def count(self) -> int:
         """How many entries there are (valid or not)."""

@@ -678,7 +678,7 @@ def _faster_answer(program, first: tuple, other, part: PartitionReport,
     key = (first[0].structural_hash(), other.structural_hash(), tuple(program.input_types))
     if key not in _FASTER:
         timer = _tiling_timer(program)
-        measured = cache.measurements if cache is not None and timer is not None else None
+        measured = _measured_with(cache, timer)
         what = {"graphs": [[g.structural_hash(), _launch_of(g)] for g in (first[0], other)],
                 "inputs": input_signature(program)}
         stored = measured.get("answers", what) if measured is not None else None
@@ -704,6 +704,11 @@ def _faster_answer(program, first: tuple, other, part: PartitionReport,
 _TILED: dict[tuple, tuple[Any, dict, str]] = {}
 
 
+def _measured_with(cache, timer):
+    """The measured choices of result cache ``cache`` when there is a GPU to time on."""
+    return cache.measurements if cache is not None and timer is not None else None
+
+
 def _two_times(value) -> bool:
     return (isinstance(value, list) and len(value) == 2
             and all(isinstance(v, int | float) and v > 0 for v in value))
@@ -722,7 +727,7 @@ def _first_verified(tiler, program, config, part: PartitionReport, arch: str = "
     key = (program.structural_hash(), tuple(program.input_types), config_hash(config),
            timer is not None)
     if key not in _TILED:
-        measured = cache.measurements if cache is not None and timer is not None else None
+        measured = _measured_with(cache, timer)
         what = {"program": key[0], "inputs": input_signature(program), "config": key[2],
                 "answer": answer.structural_hash() if answer is not None else None,
                 "policy": TIMING_POLICY}
@@ -813,11 +818,12 @@ def _stored_tiling(tiler, config, part: PartitionReport, timer, stored: dict | N
     try:
         record = dict(stored["tiling"])
         launch = {int(i): LaunchConfig.from_list(c) for i, c in stored.get("launch", [])}
-    except (KeyError, TypeError, ValueError):
+        axes = tuple((str(a), int(g)) for a, g in record.get("grid") or [])
+        loop = record.get("loop")
+        loop = (str(loop[0]), int(loop[1])) if loop else None
+    except (KeyError, TypeError, ValueError, IndexError):
         return None
-    match = next((t for t in tiler.tilings()
-                  if [list(a) for a in t.axes] == record.get("grid")
-                  and (list(t.loop) if t.loop else None) == record.get("loop")), None)
+    match = tiler.tiling(axes, loop)
     if match is None:
         return None
     check = _verify_tiling(tiler, match, config, part)
@@ -826,7 +832,6 @@ def _stored_tiling(tiler, config, part: PartitionReport, timer, stored: dict | N
     if launch:
         match.graph.launch_settings = launch
     if hasattr(timer, "runs_right") and timer.runs_right(match.graph) is not None:
-        match.graph.launch_settings = {}
         return None
     match.graph.verification = check
     part.status, part.detail, part.tiling = "optimized", "", record

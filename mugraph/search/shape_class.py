@@ -383,6 +383,16 @@ class Tiler:
             from mugraph.search.driver import default_cost as cost
         return sorted(built, key=lambda t: (cost(t.graph), t.graph.structural_hash()))
 
+    def tiling(self, axes: tuple, loop: tuple[str, int] | None) -> Tiling | None:
+        """The one tiling of grid ``axes`` ((index, parts), ...) and for-loop ``loop``, or
+        None when it does not fit the GPU (what :meth:`tilings` would skip)."""
+        try:
+            graph = _build(self.program, self.kernel, list(axes), loop, self.in_labels,
+                           self.out_labels)
+        except MugraphError:
+            return None
+        return Tiling(tuple(axes), loop, graph)
+
     def reduced(self, tiling: Tiling) -> tuple[KernelGraph, KernelGraph]:
         """(program, μGraph) with every split index cut to at most two tiles (grid parts and
         for-loop iterations at most 2) and the same block graph: the tiles, operators and
