@@ -12,9 +12,11 @@ the class path tiles, it lists every tiling the tiler builds with ``--tiles`` as
 sizes of both the grid and the for-loop (``shape_class.GRID_TILES`` / ``LOOP_TILES``), the
 cost model's estimate and the time of one call on the GPU (ms, mean of 20 back-to-back calls
 after 3), fastest first, and the tiling the backend chose with its own tiles. In the output, a
-grid entry is (index, parts) and the loop (index, iterations). ``--tune K`` then tunes the K
-fastest tilings' launch settings (:func:`mugraph.optimize.tune.optimize_program`) and times
-the tuned programs with the same timer.
+grid entry is (index, parts) and the loop (index, iterations). ``--launches 8,3 4,4``
+times each listed tiling again with those launch settings (after checking its outputs against
+the default's). ``--tune K`` then tunes the K fastest tilings' launch settings
+(:func:`mugraph.optimize.tune.optimize_program`) and times the tuned programs with the same
+timer.
 """
 
 from __future__ import annotations
@@ -88,6 +90,8 @@ def main(argv=None) -> None:
     parser.add_argument("--tune", type=int, default=0, help="tune this many fastest tilings")
     parser.add_argument("--max", type=int, default=96, help="time the cheapest this many")
     parser.add_argument("--only", nargs="*", default=None, help="module names to probe")
+    parser.add_argument("--launches", nargs="*", default=[], metavar="WARPS,STAGES",
+                        help="also time every listed tiling with these launch settings")
     args = parser.parse_args(argv)
 
     seen: list = []
@@ -136,11 +140,48 @@ def main(argv=None) -> None:
             print(f"{'ms':>8} {'est us':>8}  grid / loop")
             for ms, est, t in rows[: args.top]:
                 print(f"{ms:8.4f} {est:8.1f}  {list(t.axes)} / {t.loop}", flush=True)
+                if args.launches:
+                    print("           " + _with_launches(timer, t.graph, args.launches),
+                          flush=True)
             for ms, _, t in rows[: args.tune]:
                 if ms == float("inf"):
                     continue
                 tuned = _tuned(t.graph, program)
                 print(f"tuned {list(t.axes)} / {t.loop}: {ms:.4f} -> {tuned}", flush=True)
+
+
+def _with_launches(timer, graph, launches: list[str]) -> str:
+    """``graph``'s time (ms) with each launch setting of ``launches`` ("warps,stages"), or why
+    it is not timed (it fails to build or run, or its outputs disagree with the default
+    setting's)."""
+    from mugraph.ir.ops import OpKind
+    from mugraph.optimize.precompile import precompile
+    from mugraph.optimize.tune import disagreement
+    from mugraph.runtime.compiled import LaunchConfig
+
+    kernels = [i for i, op in enumerate(graph.ops) if op.kind is OpKind.CUSTOMIZED]
+    if len(kernels) != 1:
+        return "(not one kernel)"
+    reference = [o.clone() for o in timer._run(timer._compiled(graph))]
+    compiled: dict[str, object] = {}
+    for text in launches:
+        warps, stages = (int(v) for v in text.split(","))
+        try:
+            compiled[text] = timer._compiled(graph, {kernels[0]: LaunchConfig(warps, stages)})
+        except Exception as error:  # noqa: BLE001 - a probe reports and goes on
+            compiled[text] = type(error).__name__
+    precompile([c for c in compiled.values() if not isinstance(c, str)])  # in parallel
+    cells = []
+    for text, program in compiled.items():
+        cell = program
+        if not isinstance(program, str):
+            try:
+                wrong = disagreement(timer._run(program), reference)
+                cell = "wrong" if wrong is not None else f"{timer._time(program):.4f}"
+            except Exception as error:  # noqa: BLE001 - a probe reports and goes on
+                cell = type(error).__name__
+        cells.append(f"{text.replace(',', 'w')}s {cell}")
+    return ", ".join(cells)
 
 
 def _tuned(graph, program) -> str:
