@@ -385,6 +385,28 @@ def test_quick_tuning_tries_a_loop_without_pipelining():
     assert {1, 2, 3} <= stages
 
 
+def test_the_launch_grid_tries_warps_and_stages_together():
+    """Tilings are compared over 4 and 8 warps times 2-4 stages for a pipelined loop (the
+    default excluded, its GEMV form kept); without a pipelined loop only the warps vary; no
+    setting exceeds ``max_warps``."""
+    from dataclasses import replace
+
+    from mugraph.optimize.tune import launch_grid
+    from mugraph.runtime.compiled import LaunchConfig, default_launch
+
+    block = _rmsnorm_linear().ops[2].attr("graph")
+    base = default_launch(block)
+    grid = launch_grid(block, base)
+    assert base not in grid and len(grid) == 5
+    assert {(c.num_warps, c.num_stages) for c in grid} | {(4, 4)} == {
+        (w, s) for w in (4, 8) for s in (2, 3, 4)}
+    with_form = replace(base, gemv_form="dot")
+    assert {c.gemv_form for c in launch_grid(block, with_form)} == {"dot"}
+    w = WORKLOADS["lora"]
+    unlooped = w.optimized(w.suite).ops[4].attr("graph")
+    assert launch_grid(unlooped, LaunchConfig(4, 1)) == [LaunchConfig(8, 1)]
+
+
 def test_chained_launch_runs_partials_and_combination_in_one_launch():
     """Opt-in: the split form's two kernels in one launch compute what two launches do; an
     intermediate read by two kernels, or a graph output, is never chained."""

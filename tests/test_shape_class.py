@@ -248,6 +248,102 @@ def test_the_grids_of_the_largest_tiles_are_timed_wherever_the_cost_model_ranks_
     assert dynamo._blocks((("i0.1", 4), ("i1.2", 64))) == 256
 
 
+def test_launch_settings_are_timed_for_the_fastest_and_the_big_tile_tilings_before_choosing(
+        monkeypatch):
+    """``_tuned_launches`` asks the timer's ``launch_grid`` for the LAUNCH_TUNED fastest
+    tilings (by their default launch) and the fastest timed tiling of each big-tile grid, in
+    one batch with their default times, and keeps the settings found faster."""
+    from types import SimpleNamespace
+
+    from mugraph.codegen.launch import LaunchConfig
+
+    blocks = {"A": 512, "B": 256, "C": 128, "D": 64}
+    tilings = [SimpleNamespace(axes=(("i", blocks[name[0]]),), loop=1, graph=name)
+               for name in ["A1", "B1", "C1", "D1", "D2"]]
+    times = [1.0, 2.0, float("inf"), 9.0, 8.0]
+    asked: list = []
+
+    class Timer:
+        def launch_grid(self, graphs, default_ms):
+            asked.append((graphs, default_ms))
+            return [(0, LaunchConfig(8, 3), 0.5) if g == "D2" else None for g in graphs]
+
+    monkeypatch.setattr(dynamo, "LAUNCH_TUNED", 1)
+    monkeypatch.setattr(dynamo, "BIG_TILE_GRIDS", 1)
+    monkeypatch.setattr(dynamo, "MIN_GRID_BLOCKS", 64)
+    tuned = dynamo._tuned_launches(tilings, times, Timer())
+    # the fastest (A1), then D's fastest timed tiling (D2, not D1); C failed: never tuned
+    assert asked == [(["A1", "D2"], [1.0, 8.0])]
+    assert tuned == {id(tilings[4]): (0, LaunchConfig(8, 3), 0.5)}
+    assert dynamo._tuned_launches(tilings, times, lambda graph: 1.0) == {}  # a plain timer
+
+
+def test_a_big_tile_grid_is_timed_and_tuned_with_the_preferred_loop_step(monkeypatch):
+    """Of a big-tile grid's tilings, the one whose for-loop step is nearest
+    PREFERRED_LOOP_TILE is timed first (not the cost model's cheapest of the grid) and its
+    launch settings are tuned, even when another step of the grid timed faster."""
+    from types import SimpleNamespace
+
+    tilings = [SimpleNamespace(axes=(("i", 512),), loop=1, loop_tile=64, graph="A1"),
+               SimpleNamespace(axes=(("i", 64),), loop=1, loop_tile=16, graph="D1"),
+               SimpleNamespace(axes=(("i", 64),), loop=2, loop_tile=128, graph="D2"),
+               SimpleNamespace(axes=(("i", 64),), loop=3, loop_tile=64, graph="D3")]
+    monkeypatch.setattr(dynamo, "MIN_GRID_BLOCKS", 64)
+    graphs, _ = _timed(monkeypatch, 1, 0, big=1, tilings=tilings)
+    assert graphs == ["A1", "D3"]
+    asked: list = []
+
+    class Timer:
+        def launch_grid(self, graphs, default_ms):
+            asked.extend(graphs)
+            return [None] * len(graphs)
+
+    monkeypatch.setattr(dynamo, "LAUNCH_TUNED", 1)
+    dynamo._tuned_launches(tilings, [1.0, 2.0, 3.0, 4.0], Timer())
+    assert asked == ["A1", "D3"]
+
+
+def test_a_tiling_a_launch_setting_made_fastest_is_kept_with_that_setting(monkeypatch,
+                                                                           tmp_path):
+    """The tilings are ranked by their best time, a tuned launch setting's included: the
+    tiling slowest by its default launch but fastest with 8 warps is kept, with the setting
+    on its graph and in the report, and the default-launch sweep is not run again."""
+    from mugraph.codegen.launch import LaunchConfig
+
+    timed: list = []
+    swept: list = []
+
+    class Timer:
+        def __call__(self, graph):
+            timed.append(graph)
+            return 1.0 + len(timed)  # each later tiling slower
+
+        def launch_grid(self, graphs, default_ms):
+            return [(_one_kernel(g), LaunchConfig(8, 3), 0.25) if g is timed[-1] else None
+                    for g in graphs]
+
+        def launch_settings(self, graph):
+            swept.append(graph)
+
+    monkeypatch.setattr(dynamo, "_arch", lambda captured: "sm_90")
+    monkeypatch.setattr(dynamo, "_tiling_timer", lambda program: Timer())
+    monkeypatch.setattr(dynamo, "_FASTER", {})
+    monkeypatch.setattr(dynamo, "_TILED", {})
+    monkeypatch.setattr(dynamo, "BIG_TILE_GRIDS", 64)  # every grid: the last timed is among them
+    monkeypatch.setattr(dynamo, "MIN_GRID_BLOCKS", 1)
+    part = _compiled_projection(512, 256, 16, tmp_path)
+    assert part.runs_on == "mugraph" and part.tiling["launch"] == [8, 3, 0.25], part.line()
+    kept = [entry[0] for key, entry in dynamo._TILED.items() if key[-1] and entry[0]]
+    tuned = [g for g in kept if getattr(g, "launch_settings", None)]
+    assert tuned and all(g.launch_settings == {_one_kernel(g): LaunchConfig(8, 3)}
+                         for g in tuned)
+    assert not any(g is s for g in tuned for s in swept)
+
+
+def _one_kernel(graph) -> int:
+    return next(i for i, op in enumerate(graph.ops) if op.kind.name == "CUSTOMIZED")
+
+
 def test_the_report_names_the_tiling_kept_its_launch_and_the_wrong_kernels_skipped():
     """With tilings timed, the partition's line says which one was kept (grid and loop), the
     launch setting when one was timed faster, and how many faster ones computed wrongly."""

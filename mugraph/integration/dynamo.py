@@ -382,7 +382,7 @@ def _partition_what(module: MugraphPartition, key: tuple) -> dict:
     from mugraph.cache import text_digest
 
     return {"timing": repr(key), "launch": _launch_of(module.best),
-            "pytorch": text_digest(module.fallback.code)}
+            "pytorch": text_digest(module.fallback.code), "method": PARTITION_TIMING}
 
 
 def _well_formed_times(times: dict) -> bool:
@@ -762,19 +762,35 @@ GRIDS_REFINED = 2
 # 25, 64 x 128 the 23rd, and the tiling kept had tiles of 32 x 64 (0.168 ms; fifteenth session).
 BIG_TILE_GRIDS = 3
 MIN_GRID_BLOCKS = 64
+# The launch settings of the LAUNCH_TUNED fastest tilings and of the big-tile grids' are timed
+# (``tune.launch_grid``) before one is kept: the default launch gives a kernel with a matmul 4
+# warps, too few for the largest tiles. A big-tile grid is timed and tuned with the for-loop
+# step nearest PREFERRED_LOOP_TILE, not its cheapest by the cost model. (Sixteenth session, a
+# Llama-1B gated MLP of 512 rows: tiles of 128 x 128 with a step of 64 took 0.2655 ms with
+# the default launch, 0.0790 ms with 8 warps and 3 stages; the backend had timed and tuned
+# that grid with a step of 32 and kept 64 x 128 tiles at 0.0946 ms.)
+LAUNCH_TUNED = 3
+PREFERRED_LOOP_TILE = 64
 # The rule choosing what is timed: stored choices made under another rule are made again.
-TIMING_POLICY = 2
+TIMING_POLICY = 3
 LAUNCH_GAIN = 0.95  # a launch setting replaces the default when at least 5% faster
+# How a partition's mugraph side is timed against PyTorch: 2, on its recorded launches
+# (``MugraphPartition._as_in_the_model``); stored times of another method are measured again.
+PARTITION_TIMING = 2
 
 
 def _verified_tiling(tiler, program, config, part: PartitionReport, timer=None):
     tilings = tiler.tilings()
+    tuned: dict[int, tuple] = {}
     if timer is None:
         candidates, times = tilings[:TILINGS_TRIED], []
     else:
         candidates, times = _timed_tilings(tilings, timer)
-        order = sorted(range(len(candidates)), key=lambda i: times[i])
-        candidates = [candidates[i] for i in order if times[i] != float("inf")]
+        tuned = _tuned_launches(candidates, times, timer)
+        ranked = [tuned[id(t)][2] if id(t) in tuned else ms
+                  for t, ms in zip(candidates, times, strict=True)]
+        order = sorted(range(len(candidates)), key=lambda i: ranked[i])
+        candidates = [candidates[i] for i in order if ranked[i] != float("inf")]
     chosen, wrong = None, 0
     for tiling in candidates:
         check = _verify_tiling(tiler, tiling, config, part)
@@ -799,12 +815,37 @@ def _verified_tiling(tiler, program, config, part: PartitionReport, timer=None):
         part.tiling["timed_ms"] = [round(t, 4) for t in times]
     if wrong:
         part.tiling["wrong_kernels"] = wrong
-    if timer is not None and hasattr(timer, "launch_settings"):
+    if id(chosen) in tuned:
+        launch = tuned[id(chosen)]
+    elif timer is not None and hasattr(timer, "launch_settings"):
         launch = timer.launch_settings(chosen.graph)
-        if launch is not None:
-            chosen.graph.launch_settings = {launch[0]: launch[1]}
-            part.tiling["launch"] = [launch[1].num_warps, launch[1].num_stages, launch[2]]
+    else:
+        launch = None
+    if launch is not None:
+        chosen.graph.launch_settings = {launch[0]: launch[1]}
+        part.tiling["launch"] = [launch[1].num_warps, launch[1].num_stages, launch[2]]
     return chosen.graph
+
+
+def _tuned_launches(candidates: list, times: list[float], timer) -> dict[int, tuple]:
+    """id(tiling) -> (kernel position, LaunchConfig, ms) of the timed tilings that a launch
+    setting of the timer's ``launch_grid`` made faster: the LAUNCH_TUNED fastest by their
+    default launch and, for each of the BIG_TILE_GRIDS grids of the largest tiles (whose
+    default launch gives them too few warps), its timed tiling of the for-loop step nearest
+    PREFERRED_LOOP_TILE (the fastest of those)."""
+    if not hasattr(timer, "launch_grid"):
+        return {}
+    finite = sorted((i for i, ms in enumerate(times) if ms != float("inf")),
+                    key=times.__getitem__)
+    picked = finite[:LAUNCH_TUNED]
+    for grid in _big_tile_grids({candidates[i].axes for i in finite}):
+        preferred = _preferred_step([candidates[i] for i in finite if candidates[i].axes == grid])
+        index = next(i for i in finite if candidates[i] is preferred)
+        if index not in picked:
+            picked.append(index)
+    found = timer.launch_grid([candidates[i].graph for i in picked], [times[i] for i in picked])
+    return {id(candidates[i]): launch for i, launch in zip(picked, found, strict=True)
+            if launch is not None}
 
 
 def _stored_tiling(tiler, config, part: PartitionReport, timer, stored: dict | None):
@@ -863,9 +904,9 @@ def _timed_tilings(tilings: list, timer) -> tuple[list, list[float]]:
     by_grid: dict[tuple, list] = {}
     for tiling in tilings:
         by_grid.setdefault(tiling.axes, []).append(tiling)
-    big = sorted((g for g in by_grid if _blocks(g) >= MIN_GRID_BLOCKS), key=_blocks)
-    grids = list(by_grid)[:TILINGS_TIMED] + big[:BIG_TILE_GRIDS]
-    firsts = {id(by_grid[g][0]) for g in grids}
+    big = _big_tile_grids(by_grid)
+    firsts = {id(by_grid[g][0]) for g in list(by_grid)[:TILINGS_TIMED]}
+    firsts |= {id(_preferred_step(by_grid[g])) for g in big}
     timed = [t for i, t in enumerate(tilings) if i < CHEAPEST_TIMED or id(t) in firsts]
     times = _time_batch(timer, timed)
     best: dict[tuple, float] = {}
@@ -875,6 +916,22 @@ def _timed_tilings(tilings: list, timer) -> tuple[list, list[float]]:
     seen = {id(t) for t in timed}
     more = [t for g in fastest[:GRIDS_REFINED] for t in by_grid[g] if id(t) not in seen]
     return timed + more, times + _time_batch(timer, more)
+
+
+def _preferred_step(tilings: list):
+    """Of the tilings of one grid, the one whose for-loop step is nearest PREFERRED_LOOP_TILE
+    (the first of those in ``tilings``' order)."""
+    def distance(tiling) -> float:
+        step = getattr(tiling, "loop_tile", None)
+        return abs(math.log2(step / PREFERRED_LOOP_TILE)) if step else 0.0
+
+    return min(tilings, key=distance)
+
+
+def _big_tile_grids(grids) -> list[tuple]:
+    """The BIG_TILE_GRIDS grids of ``grids`` with the fewest blocks, at least MIN_GRID_BLOCKS."""
+    return sorted((g for g in grids if _blocks(g) >= MIN_GRID_BLOCKS), key=_blocks)[
+        :BIG_TILE_GRIDS]
 
 
 def _blocks(axes: tuple) -> int:
@@ -933,28 +990,58 @@ class _TilingTimer:
         one kernel when it beats the default's time by LAUNCH_GAIN, else None. Each setting
         (:func:`~mugraph.optimize.tune.launch_variants`) is timed only after its outputs agree
         with the default setting's (Triton has computed some settings' ``tl.dot`` wrongly)."""
+        from mugraph.optimize.tune import launch_variants
+
+        return self._fastest_launches([graph], launch_variants, None)[0]
+
+    def launch_grid(self, graphs: list, default_ms: list[float]) -> list:
+        """For each of ``graphs`` (whose default launch took ``default_ms``), what
+        ``launch_settings`` returns, over :func:`~mugraph.optimize.tune.launch_grid`'s
+        settings (warps and stages together); the settings of all graphs compile in one
+        parallel batch."""
+        from mugraph.optimize.tune import launch_grid
+
+        return self._fastest_launches(graphs, launch_grid, default_ms)
+
+    def _fastest_launches(self, graphs: list, settings, default_ms: list[float] | None) -> list:
         from mugraph.codegen.launch import default_launch
         from mugraph.ir.ops import OpKind
         from mugraph.optimize.precompile import precompile
-        from mugraph.optimize.tune import disagreement, launch_variants
 
-        kernels = [i for i, op in enumerate(graph.ops) if op.kind is OpKind.CUSTOMIZED]
-        if len(kernels) != 1:
-            return None
-        index = kernels[0]
-        block = graph.ops[index].attr("graph")
-        try:
-            reference = [o.clone() for o in self._run(self._compiled(graph))]
-        except Exception:  # noqa: BLE001 - the default setting stays
-            return None
-        base_ms = self(graph)
+        plans = []
+        for graph in graphs:
+            kernels = [i for i, op in enumerate(graph.ops) if op.kind is OpKind.CUSTOMIZED]
+            plan = None
+            if len(kernels) == 1:
+                block = graph.ops[kernels[0]].attr("graph")
+                plan = (kernels[0], self._variants(graph, kernels[0],
+                                                   settings(block, default_launch(block))))
+            plans.append(plan)
+        precompile([compiled for plan in plans if plan for _, compiled in plan[1]])
+        base = default_ms or [None] * len(graphs)
+        return [None if plan is None else self._fastest(graph, *plan, ms)
+                for graph, plan, ms in zip(graphs, plans, base, strict=True)]
+
+    def _variants(self, graph, index: int, configs: list) -> list:
         variants = []
-        for config in launch_variants(block, default_launch(block)):
+        for config in configs:
             try:
                 variants.append((config, self._compiled(graph, {index: config})))
             except Exception:  # noqa: BLE001 - a setting that fails to build is not chosen
                 continue
-        precompile([compiled for _, compiled in variants])
+        return variants
+
+    def _fastest(self, graph, index: int, variants: list, base_ms: float | None):
+        """(index, config, ms) of the fastest of ``variants`` whose outputs agree with the
+        default setting's, when LAUNCH_GAIN faster than the default (``base_ms``, timed
+        here when None); else None."""
+        from mugraph.optimize.tune import disagreement
+
+        try:
+            reference = [o.clone() for o in self._run(self._compiled(graph))]
+        except Exception:  # noqa: BLE001 - the default setting stays
+            return None
+        base_ms = self(graph) if base_ms is None else base_ms
         best = None
         for config, compiled in variants:
             try:

@@ -127,6 +127,31 @@ def launch_variants(block: BlockGraph, base) -> list:
     return configs
 
 
+# The settings tilings are compared with: a kernel's best warp count depends on its tiles,
+# which the default launch reads only roughly (it keeps 4 warps for a kernel with a matmul).
+GRID_WARPS = (4, 8)
+GRID_STAGES = (2, 3, 4)
+
+
+def launch_grid(block: BlockGraph, base) -> list:
+    """The launch settings of one kernel besides ``base`` to time before tilings are compared:
+    GRID_WARPS warps (none over :func:`~mugraph.runtime.compiled.max_warps`) times GRID_STAGES
+    pipeline stages for a pipelined for-loop, ``base``'s stages otherwise. Unlike
+    :func:`launch_variants` (a sweep around ``base``) it tries warps and stages together:
+    for a Llama-1B gated MLP of 512 rows, tiles of 128 x 128 ran in 0.2655 ms with the default
+    launch (4 warps, 4 stages) and in 0.0790 ms with 8 warps and 3 stages, faster than any
+    other tiling (``benchmarks/RESULTS.md``, sixteenth session). Codegen choices (``base``'s
+    GEMV form among them) are left as they are."""
+    from mugraph.codegen.triton_gen import auto_unroll
+    from mugraph.runtime.compiled import max_warps
+
+    pipelined = block.forloop_range > 1 and not auto_unroll(block)
+    stages = GRID_STAGES if pipelined else (base.num_stages,)
+    configs = [replace(base, num_warps=w, num_stages=s)
+               for w in GRID_WARPS if w <= max_warps(block) for s in stages]
+    return [c for c in configs if c != base]
+
+
 def _apply(program, op_index: int, variant: Variant):
     from mugraph.runtime.compiled import LaunchConfig
 

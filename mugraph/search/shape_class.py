@@ -329,6 +329,18 @@ class Tiling:
     loop: tuple[str, int] | None
     graph: KernelGraph
 
+    @property
+    def loop_tile(self) -> int | None:
+        """How much of the for-loop's index one iteration covers (None without a loop)."""
+        if self.loop is None:
+            return None
+        kernels = [op for op in self.graph.ops if op.kind is OpKind.CUSTOMIZED]
+        for op in kernels[0].attr("graph").input_ops:
+            fdim = op.attr("forloop_dim")
+            if fdim >= 0:
+                return op.outputs[0].dims[fdim]
+        return None
+
 
 class Tiler:
     """Tilings of a representative's single-kernel μGraph for ``program`` (module docstring)."""

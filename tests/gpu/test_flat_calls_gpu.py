@@ -24,6 +24,16 @@ def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got.float() - want.float()).abs().max() / want.float().abs().max())
 
 
+def tiny_llama(tmp_path):
+    """(model, the model compiled by the mugraph backend with Inductor for the rest)."""
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**SIZES))
+    model = model.to("cuda", torch.float16).eval()
+    options = {"time_limit": 30, "rest": "inductor",
+               "cache_dir": os.environ.get("MUGRAPH_CACHE_DIR", str(tmp_path))}
+    return model, torch.compile(model, backend="mugraph", options=options, dynamic=False)
+
+
 def test_recorded_calls_compute_what_eager_does(tmp_path, monkeypatch):
     import mugraph.integration as mgi
     from mugraph.integration import flat_calls
@@ -32,12 +42,7 @@ def test_recorded_calls_compute_what_eager_does(tmp_path, monkeypatch):
     # every partition mugraph can run stays on mugraph, however the GPU timing goes
     monkeypatch.setattr(MugraphPartition, "adopt",
                         lambda self, measured: setattr(self, "measure", False))
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**SIZES))
-    model = model.to("cuda", torch.float16).eval()
-    options = {"time_limit": 30, "rest": "inductor",
-               "cache_dir": os.environ.get("MUGRAPH_CACHE_DIR", str(tmp_path))}
-    compiled = torch.compile(model, backend="mugraph", options=options, dynamic=False)
+    model, compiled = tiny_llama(tmp_path)
     errors = []
     with torch.no_grad():
         for step in range(12):
@@ -53,3 +58,34 @@ def test_recorded_calls_compute_what_eager_does(tmp_path, monkeypatch):
     assert any(p.runs_on == "mugraph" for r in mgi.reports() for p in r.partitions)
     assert sum(s["flat_calls"] for s in stats) > 0, stats
     assert max(errors) < 2e-2, errors
+
+
+def test_partitions_are_timed_on_their_recorded_launches(tmp_path, monkeypatch):
+    """Against PyTorch, a partition is timed as a compiled model runs it once recorded: its
+    program's launches replayed, which compute what its full path computes. (Times stored
+    by an earlier test in the same cache are not taken: every partition is timed here.)"""
+    from mugraph.cache import MeasurementCache
+    from mugraph.integration.runtime import MugraphPartition
+
+    monkeypatch.setattr(MeasurementCache, "get", lambda self, kind, what: None)
+    torch._dynamo.reset()  # the model compiled by another test would be called again
+
+    timed = []
+    original = MugraphPartition._as_in_the_model
+
+    def spy(self, raw, adapted):
+        target = original(self, raw, adapted)
+        full = self._run(raw, adapted)
+        got = target()
+        for k, i in enumerate(self.output_index):
+            assert rel_err(self._shaped(got[i], k), full[k]) < 1e-3
+        timed.append("flat" in target.__code__.co_freevars)
+        return target
+
+    monkeypatch.setattr(MugraphPartition, "_as_in_the_model", spy)
+    model, compiled = tiny_llama(tmp_path)
+    ids = torch.randint(0, SIZES["vocab_size"], (1, 24), device="cuda")
+    with torch.no_grad():
+        got = compiled(ids, use_cache=False).logits
+        assert rel_err(got, model(ids, use_cache=False).logits) < 2e-2
+    assert timed and all(timed), timed

@@ -76,3 +76,19 @@ def test_tiling_timer_times_and_tunes_a_one_kernel_matmul():
     assert math.isfinite(launch_ms) and launch_ms > 0
     graph.launch_settings = {index: config}
     _assert_computes_x_at_w(graph)
+
+
+def test_launch_grid_times_settings_of_several_tilings_in_one_batch():
+    """``launch_grid`` returns, per graph, None or (kernel index, LaunchConfig, ms) faster than
+    the default time it was given; a chosen setting, recorded on its graph, still computes
+    X @ W. Given a default time of infinity, a setting that runs right is always chosen."""
+    program = _program()
+    graphs = [_one_kernel(), _one_kernel(128, 128, 64)]
+    timer = dynamo._TilingTimer(program)
+    found = timer.launch_grid(graphs, [float("inf"), float("inf")])
+    assert len(found) == 2 and all(f is not None for f in found), found
+    for graph, (index, config, ms) in zip(graphs, found, strict=True):
+        assert graph.ops[index].kind is OpKind.CUSTOMIZED and isinstance(config, LaunchConfig)
+        assert math.isfinite(ms) and ms > 0
+        graph.launch_settings = {index: config}
+        _assert_computes_x_at_w(graph)
