@@ -30,6 +30,7 @@ decode consecutive tokens without the host.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 from mugraph.codegen import tiles
@@ -49,6 +50,7 @@ from mugraph.ir.tensor import TensorRef, TensorType
 from mugraph.persistent.tensors import MetaSlot
 
 PRE, LOOP, POST = Phase.INVARIANT, Phase.LOOP, Phase.POST
+EVICTION_POLICY = re.compile(r', eviction_policy="[a-z_]+"')
 DESC_HEADER = 8  # kind, first block, blocks, wait event, wait count, trigger offset, count, task
 FIELD_KIND, FIELD_FIRST, FIELD_COUNT, FIELD_WAIT, FIELD_WAIT_COUNT = 0, 1, 2, 3, 4
 FIELD_TRIG, FIELD_TRIG_COUNT, FIELD_TASK = 5, 6, 7
@@ -174,7 +176,9 @@ class TaskEmitter(KernelEmitter):
     def load_input(self, op: Op, pad, shift=None, region=None) -> str:
         text = super().load_input(op, pad, shift, region)
         if self.hint and op.attr("index") not in self.spec.static_inputs:
-            text = text[:-1] + ', cache_modifier=".cg")'
+            # .cg reads L2 only, which an L1 eviction policy contradicts: ptxas (Triton 3.6,
+            # H100) refused "Modifier '.evict_first' cannot be combined with modifier '.cg'"
+            text = EVICTION_POLICY.sub("", text)[:-1] + ', cache_modifier=".cg")'
         return text
 
 
