@@ -341,6 +341,7 @@ VARIANTS = {
     "per_kernel_tasks": ({"task_allocation": "kernel"}, {}),
     "no_hoist": ({"hoist": False}, {}),
     "fuse": ({}, {"fuse_attention_output": True}),
+    "tile32k": ({}, {"weight_tile_bytes": 32 * 1024}),
     "no_hoist_no_fuse": (
         {"hoist": False, "task_allocation": "kernel"},
         {"fuse_attention_output": False},
