@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from mugraph.integration import flat_calls
-from mugraph.integration.flat_calls import CallSite, NotFlat, flatten
+from mugraph.integration.flat_calls import CallSite, NotFlat, flatten, recorded
 
 
 class Launches:
@@ -140,6 +140,25 @@ def test_calls_that_cannot_be_flattened(case):
         programs = 3
     with pytest.raises(NotFlat):
         flatten(log, given, outs, programs, chain.stable, [])
+
+
+def test_recorded_returns_the_outputs_and_the_flat_call_or_why_not():
+    """``recorded`` runs the call with program calls logged: its outputs and their FlatCall,
+    or the NotFlat saying why (here: one program more than the call ran)."""
+    from mugraph.runtime import compiled
+
+    chain = TwoMembers()
+    given = inputs()
+
+    def call():
+        log, outs = chain.full(given)
+        compiled._CALL_LOG.extend(log)  # what the programs' fast plans log
+        return outs
+
+    outs, flat = recorded(call, given, 2, chain.stable, [])
+    assert len(outs) == 2 and len(flat.launches) == 2 and flat.matches(inputs())
+    outs, why = recorded(call, given, 3, chain.stable, [])
+    assert len(outs) == 2 and isinstance(why, NotFlat)
 
 
 def test_call_site_records_on_cuda_only_and_can_be_turned_off():

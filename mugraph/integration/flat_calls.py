@@ -165,6 +165,19 @@ def flatten(log: list, inputs: Sequence[Any], outputs: Sequence[Any], programs: 
     )
 
 
+def recorded(call: Callable[[], Any], inputs: Sequence[Any], programs: int,
+             stable: Callable[[int], bool], weight_inputs: Sequence[int]
+             ) -> tuple[Any, FlatCall | NotFlat]:
+    """``call()``'s outputs, and its :class:`FlatCall` (see :func:`flatten`) or the
+    :class:`NotFlat` saying why there is none."""
+    with recording_program_calls() as log:
+        outputs = call()
+    try:
+        return outputs, flatten(log, inputs, outputs, programs, stable, weight_inputs)
+    except NotFlat as why:
+        return outputs, why
+
+
 class _Tracer:
     """Where a tensor a kernel reads comes from: (0, operator input, byte offset), (1, fresh
     buffer, byte offset), or None (a stable tensor: its pointer is kept, and so is it)."""
@@ -253,15 +266,13 @@ class CallSite:
                 or not inputs or not isinstance(inputs[0], torch.Tensor)
                 or inputs[0].device.type != "cuda" or not ready() or _autograd(inputs)):
             return full(inputs)
-        with recording_program_calls() as log:
-            outputs = full(inputs)
-        try:
-            self.flat = flatten(log, inputs, outputs, self.programs, self.stable,
-                                self.weight_inputs)
-        except NotFlat as why:
+        outputs, flat = recorded(lambda: full(inputs), inputs, self.programs, self.stable,
+                                 self.weight_inputs)
+        if isinstance(flat, NotFlat):
             self.failures += 1
-            self.note = f"not flattened: {why}"
+            self.note = f"not flattened: {flat}"
         else:
+            self.flat = flat
             self.note = (f"flattened: {len(self.flat.launches)} launches, "
                          f"{len(self.flat.fresh_specs)} fresh buffers")
         return outputs

@@ -254,8 +254,7 @@ class MugraphPartition(torch.nn.Module):
         not the Python path of a first call (which took 20-40 us more per call on the H100
         machine, enough to hand a gated MLP whose kernel is faster to PyTorch: sixteenth
         session). The full path when the program's call cannot be flattened."""
-        from mugraph.integration.flat_calls import flatten
-        from mugraph.runtime.compiled import recording_program_calls
+        from mugraph.integration.flat_calls import NotFlat, recorded
 
         program = self._compiled
         full = lambda: self._run(raw, adapted)  # noqa: E731
@@ -263,10 +262,11 @@ class MugraphPartition(torch.nn.Module):
             return full
         inputs = self._inputs(raw, adapted)
         try:
-            with recording_program_calls() as log:
-                outputs = program(inputs=inputs)
-            flat = flatten(log, inputs, outputs, 1, lambda storage: True, ())
-        except Exception:  # noqa: BLE001 - NotFlat or a failed call: the full path is timed
+            _, flat = recorded(lambda: program(inputs=inputs), inputs, 1, lambda storage: True,
+                               ())
+        except Exception:  # noqa: BLE001 - a failed call: the full path is timed
+            return full
+        if isinstance(flat, NotFlat):
             return full
         return lambda: flat.run(inputs) or full()  # (None: the recording no longer applies)
 

@@ -116,15 +116,21 @@ def launch_variants(block: BlockGraph, base) -> list:
     over :func:`~mugraph.runtime.compiled.max_warps`) at ``base``'s pipeline depth, and for a
     pipelined for-loop 1-4 stages at ``base``'s warps. Codegen choices (``base``'s GEMV form
     among them) are left as they are."""
-    from mugraph.codegen.triton_gen import auto_unroll
     from mugraph.runtime.compiled import max_warps
 
     warps = WARPS + ((16,) if _largest_tile(block) >= 16384 else ())
     warps = tuple(w for w in warps if w <= max_warps(block))
     configs = [replace(base, num_warps=w) for w in warps if w != base.num_warps]
-    if block.forloop_range > 1 and not auto_unroll(block):
+    if _pipelined(block):
         configs += [replace(base, num_stages=s) for s in QUICK_STAGES if s != base.num_stages]
     return configs
+
+
+def _pipelined(block: BlockGraph) -> bool:
+    """Whether the kernel's for-loop is software-pipelined (its stage count matters)."""
+    from mugraph.codegen.triton_gen import auto_unroll
+
+    return block.forloop_range > 1 and not auto_unroll(block)
 
 
 # The settings tilings are compared with: a kernel's best warp count depends on its tiles,
@@ -142,11 +148,9 @@ def launch_grid(block: BlockGraph, base) -> list:
     launch (4 warps, 4 stages) and in 0.0790 ms with 8 warps and 3 stages, faster than any
     other tiling (``benchmarks/RESULTS.md``, sixteenth session). Codegen choices (``base``'s
     GEMV form among them) are left as they are."""
-    from mugraph.codegen.triton_gen import auto_unroll
     from mugraph.runtime.compiled import max_warps
 
-    pipelined = block.forloop_range > 1 and not auto_unroll(block)
-    stages = GRID_STAGES if pipelined else (base.num_stages,)
+    stages = GRID_STAGES if _pipelined(block) else (base.num_stages,)
     configs = [replace(base, num_warps=w, num_stages=s)
                for w in GRID_WARPS if w <= max_warps(block) for s in stages]
     return [c for c in configs if c != base]
