@@ -333,19 +333,21 @@ def run_torch(model, prompt, ref_tokens, max_seq, device, sync, record, args) ->
 
 
 VARIANTS = {
-    # name: (compile options, TilePolicy options)
+    # name: (compile options, TilePolicy options); "default" is the runtime's defaults (two
+    # programs of 4 warps per SM, L2 prefetches at normal priority since the seventeenth session)
     "default": ({}, {}),
-    "warps4": ({"num_warps": 4}, {}),
-    "warps16": ({"num_warps": 16}, {}),
+    "one_per_sm": ({"num_warps": 8, "programs_per_sm": 1}, {}),  # the default until then
+    "evict_last": ({"prefetch_priority": "evict_last"}, {}),
+    "warps8": ({"num_warps": 8}, {}),
     "no_prefetch": ({"prefetch": False}, {}),
+    "prefetch_task": ({"prefetch_task": True}, {}),
+    "pipeline": ({"pipeline": True}, {}),
+    "pipeline_tile16k": ({"pipeline": True}, {"weight_tile_bytes": 16 * 1024}),
+    "min_blocks512": ({}, {"min_blocks": 512}),
     "per_kernel_tasks": ({"task_allocation": "kernel"}, {}),
     "no_hoist": ({"hoist": False}, {}),
     "fuse": ({}, {"fuse_attention_output": True}),
     "tile32k": ({}, {"weight_tile_bytes": 32 * 1024}),
-    "no_hoist_no_fuse": (
-        {"hoist": False, "task_allocation": "kernel"},
-        {"fuse_attention_output": False},
-    ),
 }
 
 
@@ -398,7 +400,7 @@ def run_persistent(model, prompt, ref_tokens, ref_logits, max_seq, sync, record,
             compile_options,
             tile_options,
             suffix,
-            trace=args.trace and i == 0,
+            trace=args.trace,
         )
 
 
@@ -424,13 +426,14 @@ def run_variant(
     cuda = torch.cuda.is_available()
     t1 = time.perf_counter()
     tiles = (
-        TilePolicy(min_blocks=args.min_blocks, **tile_options)
+        TilePolicy(**{"min_blocks": args.min_blocks, **tile_options})
         if cuda
         else TilePolicy(attention_chunk=32, min_blocks=4)
     )
     decoder = build_decoder(model, max_seq, tiles=tiles)
     t2 = time.perf_counter()
-    options = {"num_warps": args.warps, **compile_options}
+    options = {"num_warps": args.warps} if args.warps else {}
+    options.update(compile_options)
     program = decoder.compile(**options)
     key = lambda k: k + suffix  # noqa: E731
     record(
@@ -499,8 +502,10 @@ def run_variant(
         traced.step(prompt[1])
         sync()
         summary = trace_summary(traced)
-        record(trace=summary)
-        (Path(args.out) / f"{args.model}_trace.json").write_text(json.dumps(summary, indent=1))
+        record(**{key("trace"): summary})
+        (Path(args.out) / f"{args.model}{suffix.replace('@', '-')}_trace.json").write_text(
+            json.dumps(summary, indent=1)
+        )
 
 
 def trace_summary(program) -> dict:
@@ -592,7 +597,9 @@ def main(argv=None) -> int:
     p.add_argument("--prompt", type=int, default=64)
     p.add_argument("--new-tokens", type=int, default=32)
     p.add_argument("--calls", type=int, default=50)
-    p.add_argument("--warps", type=int, default=8)
+    p.add_argument(
+        "--warps", type=int, default=None, help="warps per program (default: the runtime's)"
+    )
     p.add_argument("--min-blocks", type=int, default=256)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
@@ -602,7 +609,7 @@ def main(argv=None) -> int:
         choices=sorted(VARIANTS),
         help="persistent-kernel variants (the first is the table's column)",
     )
-    p.add_argument("--trace", action="store_true", help="trace one step of the first variant")
+    p.add_argument("--trace", action="store_true", help="trace one step of every variant")
     p.add_argument(
         "--parts", nargs="+", default=["persistent", "torch"], choices=("persistent", "torch")
     )

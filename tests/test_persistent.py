@@ -134,6 +134,26 @@ def test_llama_decode_logits_match_transformers_step_by_step():
     assert int(program.meta[MetaSlot.POS]) == len(prompt) + len(ref_tokens) - 1
 
 
+def test_pipelined_loads_decode_like_transformers_with_several_blocks_per_task():
+    """``pipeline``: a task's static tiles are loaded a block ahead (the first block's before
+    the wait); with small weight tiles, tasks run several blocks and every carry is used."""
+    model = tiny_model("llama", layers=2)
+    prompt = [5, 17, 42]
+    ref_tokens, _ = hf_greedy(model, prompt, 8)
+    decoder = build_decoder(model, 16, tiles=replace(SMALL_TILES, weight_tile_bytes=1024))
+    program = decoder.compile(pipeline=True, num_programs=3)
+    assert max(t.num_blocks for t in program.tasks.tasks) >= 3
+    assert program.generate(prompt, 8) == ref_tokens
+
+
+def test_runtime_rejects_bad_options():
+    decoder = build_decoder(tiny_model("qwen3"), 2, tiles=SMALL_TILES)
+    with pytest.raises(mugraph.UnsupportedError, match="prefetch_priority"):
+        decoder.compile(prefetch_priority="evict_first")
+    with pytest.raises(mugraph.UnsupportedError, match="programs_per_sm"):
+        decoder.compile(programs_per_sm=0)
+
+
 def test_runtime_rejects_bad_steps():
     decoder = build_decoder(tiny_model("qwen3"), 2, tiles=SMALL_TILES)
     program = decoder.compile()
@@ -144,6 +164,52 @@ def test_runtime_rejects_bad_steps():
     program.pos = 2
     with pytest.raises(GraphInputError, match="past the cache"):
         program.step(1)
+
+
+def _gpu_bodies(decoder, **options) -> dict[str, str]:
+    from mugraph.persistent.codegen import PersistentOptions, generate_body
+    from mugraph.persistent.runtime import kernel_specs
+
+    opts = PersistentOptions(interpret=False, **options)
+    return {s.label: generate_body(s, "body", opts).text for s in kernel_specs(decoder.kernel)}
+
+
+def test_pipelined_body_loads_the_first_block_before_the_wait_and_the_next_while_computing():
+    decoder = build_decoder(tiny_model("qwen3"), 16, tiles=SMALL_TILES)
+    bodies = _gpu_bodies(decoder, pipeline=True)
+    text = next(t for label, t in bodies.items() if label.endswith("mlp.down"))
+    lines = [line.strip() for line in text.splitlines()]
+    wait = lines.index("if wait_evt >= 0:")
+    loop = lines.index("for blk in range(first, end):")
+    first = [i for i, line in enumerate(lines) if line.startswith("ahead") and "tl.load(" in line]
+    assert first and first[0] < wait  # the weights stream while the task waits
+    nxt = [line for line in lines[loop:] if line.startswith("ahead") and "tl.load(" in line]
+    assert nxt and all("blk + 1, tl.int32) < end" in line for line in nxt)
+    assert any(line.startswith("cur") and "= ahead" in line for line in lines[loop:])
+    block = lines[loop:]  # the next block's coordinates, then this block's before its store
+    this = block.index("pid_x = blk % 2")
+    assert block.index("pid_x = (blk + 1) % 2") < this
+    assert this < next(i for i, line in enumerate(block) if line.startswith("tl.store(out0_ptr"))
+    # without the option, the body has no carried tiles
+    plain = _gpu_bodies(decoder)
+    assert not any("ahead" in t for t in plain.values())
+
+
+def test_l2_prefetches_use_normal_priority_and_can_cover_the_whole_next_task():
+    from mugraph.persistent.codegen import BodySource, PersistentOptions, generate_program
+
+    decoder = build_decoder(tiny_model("qwen3"), 16, tiles=SMALL_TILES)
+    text = "\n".join(_gpu_bodies(decoder).values())
+    assert "prefetch.global.L2::evict_normal" in text and "evict_last [" not in text
+    lasting = "\n".join(_gpu_bodies(decoder, prefetch_priority="evict_last").values())
+    assert "prefetch.global.L2::evict_last" in lasting
+    body = BodySource("mg_task0", "mg_task0_prefetch", "", 0)
+    first_only = generate_program([body], 16, "k", PersistentOptions(interpret=False))
+    whole = generate_program([body], 16, "k", PersistentOptions(interpret=False,
+                                                                prefetch_task=True))
+    assert "nend = nfirst + 1" in first_only
+    assert "nend = nfirst + tl.load(nxt + 2).to(tl.int32)" in whole
+    assert "for nblk in range(nfirst, nend):" in whole
 
 
 # ---- the layers are μGraphs ---------------------------------------------------------------------

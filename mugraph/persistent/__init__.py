@@ -5,8 +5,8 @@
 - :func:`build_task_graph` turns its kernel graph into tasks, events and per-program queues
   with tile-granular dependencies (:mod:`mugraph.persistent.taskgraph`).
 - :class:`PersistentProgram` generates one persistent Triton kernel whose task bodies come from
-  mugraph's code generator, and runs it: one program per SM on a GPU, a topological order under
-  the CPU interpreter (:mod:`mugraph.persistent.runtime`).
+  mugraph's code generator, and runs it: two programs per SM on a GPU (as many as are
+  resident), a topological order under the CPU interpreter (:mod:`mugraph.persistent.runtime`).
 - :func:`build_decoder` builds the kernel from a transformers Llama / Qwen3 model.
 """
 

@@ -8,18 +8,20 @@ kind in every decoder layer) share one body. A body:
 
 1. reads its tensors' addresses from the descriptor (rows chosen at run time add
    ``meta[slot] * row_stride``; strides are compile-time constants);
-2. per block: loads the tiles of *static* inputs (weights, tables, caches: nothing this step
-   writes) first, so they are in flight while it waits; on its first block, waits for its
-   event (a counter reaching ``count * (step + 1)``: events are never reset), with an acquire
-   atomic; then computes the block graph and stores its outputs;
-3. after its last block: a barrier, then one release atomic per event it triggers.
+2. with ``pipeline`` on, loads its first block's tiles of *static* inputs (weights, tables,
+   caches: nothing this step writes) before it waits, so they stream while it waits;
+3. waits for its event (a counter reaching ``count * (step + 1)``: events are never reset),
+   with an acquire atomic, and computes its block-invariant values once (``hoist``);
+4. per block: issues the next block's static loads (``pipeline``: one block ahead, into
+   registers), then computes the block graph and stores its outputs;
+5. after its last block: a barrier, then one release atomic per event it triggers.
 
 In persistent mode the wait spins (up to ``max_spins``: a wait that gives up writes the task
 into the meta buffer's error slot instead of hanging the GPU); in topological mode (the CPU
 interpreter, programs run one after another) ``max_spins`` is 1, so the same code only checks
 that the event has fired. On a GPU the dispatcher also prefetches into L2 the static tiles of
-the next block (``prefetch.global.L2``), so weights stream while the current block computes or
-waits.
+the next task (``prefetch.global.L2``; every block of it with ``prefetch_task``, else its first),
+so weights stream while the current task computes or waits.
 
 The dispatcher: each program reads its queue (a slice of the queue array), runs the body of
 each task's kind, and at the end counts itself done; the last program to finish advances the
@@ -56,6 +58,7 @@ FIELD_KIND, FIELD_FIRST, FIELD_COUNT, FIELD_WAIT, FIELD_WAIT_COUNT = 0, 1, 2, 3,
 FIELD_TRIG, FIELD_TRIG_COUNT, FIELD_TASK = 5, 6, 7
 CACHE_LINE = 128
 PREFETCH_MIN_BYTES = 4096  # smaller static tiles stay in L2 anyway
+PREFETCH_PRIORITIES = frozenset({"evict_normal", "evict_last"})  # of prefetch.global.L2
 INDENT = "    "
 
 
@@ -66,6 +69,14 @@ class PersistentOptions:
     interpret: emit for Triton's CPU interpreter (topological mode, no inline assembly).
     max_spins: polls of an event before a wait gives up (1 in topological mode).
     prefetch: L2 prefetch of the next block's static tiles (GPU only).
+    prefetch_task: the dispatcher prefetches every block of the next task, not only its
+        first (with ``prefetch``).
+    pipeline: a task's static tiles are loaded one block ahead, into registers: the first
+        block's before the wait, the next block's before the current one computes.
+    prefetch_priority: the L2 eviction priority of prefetched lines ("evict_normal" or
+        "evict_last"). Weights are read once per step, so they need not outlive other lines:
+        on the H100 (seventeenth session) "evict_normal" ran Llama-3.2-1B's step in 1442
+        against 1501 µs (Qwen3-0.6B: 1134 against 1135).
     cache_hint: load tiles written in this step with ``.cg`` (L2 only, GPU only).
     hoist: compute block-invariant values once per task rather than once per block.
     trace: record globaltimer stamps per task (start, after the wait, end; GPU only).
@@ -74,6 +85,9 @@ class PersistentOptions:
     interpret: bool = False
     max_spins: int = 1 << 22
     prefetch: bool = True
+    prefetch_task: bool = False
+    pipeline: bool = False
+    prefetch_priority: str = "evict_normal"
     cache_hint: bool = True
     hoist: bool = True
     trace: bool = False
@@ -134,10 +148,42 @@ def block_invariant_ops(block: BlockGraph) -> frozenset[int]:
     return frozenset(i for i, v in enumerate(inv) if v and (phases[i] is PRE or loop_ok))
 
 
+def next_block_exists(rank: int) -> str:
+    """Whether the task has a block after ``blk``, as a rank-``rank`` mask (the interpreter
+    refuses a scalar comparison as the mask of a tile of pointers)."""
+    return f"(tl.full([{', '.join(['1'] * rank)}], blk + 1, tl.int32) < end)"
+
+
+@dataclass(frozen=True)
+class PipelinedLoad:
+    """A static tile loaded one block ahead of its use. ``carried`` holds the next block's
+    tile from one iteration of the block loop to the next; ``current`` is this block's."""
+
+    carried: str
+    current: str
+    first: str  # the load of the task's first block, issued before the wait
+    next: str  # the load of the next block, predicated on there being one
+
+
+def pipelinable_loads(spec: KernelSpec, hoisted: frozenset[int], loop: bool) -> frozenset[int]:
+    """Block inputs whose tile can be loaded a block ahead: static (no task of the step writes
+    them), different in every block (not hoisted), and loaded once per block (outside the
+    for-loop, or with no for-loop)."""
+    phases = block_phases(spec.block)
+    return frozenset(
+        i
+        for i, op in enumerate(spec.block.ops)
+        if op.kind is OpKind.BLOCK_INPUT
+        and op.attr("index") in spec.static_inputs
+        and i not in hoisted
+        and (phases[i] is PRE or (phases[i] is LOOP and not loop))
+    )
+
+
 class TaskEmitter(KernelEmitter):
-    """The block-graph emitter, with two changes for task bodies: values that are the same in
-    every block go to a *task* section emitted once per task, and loads of tiles written in
-    this step are marked ``.cg``."""
+    """The block-graph emitter, with three changes for task bodies: values that are the same
+    in every block go to a *task* section emitted once per task, loads of tiles written in
+    this step are marked ``.cg``, and (``pipeline``) static tiles are loaded a block ahead."""
 
     def __init__(self, spec: KernelSpec, name: str, options: PersistentOptions) -> None:
         super().__init__(spec.block, name, spec.label, options.codegen)
@@ -147,6 +193,10 @@ class TaskEmitter(KernelEmitter):
         self.task_lines: dict[Phase, list[str]] = {PRE: [], LOOP: [], POST: []}
         self._route = [False]
         self._hoisted_names: set[str] = set()
+        self._ahead = (
+            pipelinable_loads(spec, self.hoisted, self.loop) if options.pipeline else frozenset()
+        )
+        self.pipelined: dict[int, PipelinedLoad] = {}  # block op position -> its loads
 
     def emit(self, sec: Phase, line: str) -> None:
         (self.task_lines if self._route[-1] else self.lines)[sec].append(line)
@@ -173,13 +223,32 @@ class TaskEmitter(KernelEmitter):
             self._hoisted_names.add(out.name)
         return out
 
-    def load_input(self, op: Op, pad, shift=None, region=None) -> str:
-        text = super().load_input(op, pad, shift, region)
+    def load_input(self, op: Op, pad, shift=None, region=None, second: bool = False) -> str:
+        text = super().load_input(op, pad, shift, region, second)
         if self.hint and op.attr("index") not in self.spec.static_inputs:
             # .cg reads L2 only, which an L1 eviction policy contradicts: ptxas (Triton 3.6,
             # H100) refused "Modifier '.evict_first' cannot be combined with modifier '.cg'"
             text = EVICTION_POLICY.sub("", text)[:-1] + ', cache_modifier=".cg")'
+        position = self._position(op)
+        if position in self._ahead and shift is None and region is None and not second:
+            return self._load_ahead(op, position, pad, text)
         return text
+
+    def _position(self, op: Op) -> int | None:
+        return next((i for i, o in enumerate(self.block.ops) if o is op), None)
+
+    def _load_ahead(self, op: Op, position: int, pad, text: str) -> str:
+        """Record the loads of a pipelined tile; the block reads the carried register."""
+        if position not in self.pipelined:
+            valid = tiles.valid_mask(op.outputs[0].dims[self.lead :], pad)
+            more = tiles.and_masks(valid, next_block_exists(len(pad)))
+            self.pipelined[position] = PipelinedLoad(
+                carried=f"ahead{position}",
+                current=f"cur{position}",
+                first=text,
+                next=super().load_input(op, pad, region=more),
+            )
+        return self.pipelined[position].current
 
 
 def _pointer_lines(spec: KernelSpec, only=None) -> list[str]:
@@ -277,7 +346,7 @@ def _static_prefetchable(spec: KernelSpec) -> list[Op]:
     return found
 
 
-def _prefetch_lines(em: TaskEmitter, op: Op) -> list[str]:
+def _prefetch_lines(em: TaskEmitter, op: Op, priority: str) -> list[str]:
     """``prefetch.global.L2`` of every cache line of a static input's tile."""
     i = op.attr("index")
     dtensor: TensorType = op.attr("dtensor")
@@ -306,7 +375,7 @@ def _prefetch_lines(em: TaskEmitter, op: Op) -> list[str]:
     mask = " & ".join(masks) if masks else "True"
     return [
         f"pf{i} = in{i}_ptr + tl.where({mask}, {offs}, 0)",
-        f'tl.inline_asm_elementwise("prefetch.global.L2::evict_last [$1];", "=r,l", [pf{i}], '
+        f'tl.inline_asm_elementwise("prefetch.global.L2::{priority} [$1];", "=r,l", [pf{i}], '
         "dtype=tl.int32, is_pure=False, pack=1)",
     ]
 
@@ -353,13 +422,21 @@ def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> Bo
         body.append(f"scratch_blk = scratch_ptr + program * {em.scratch_used}")
     if options.trace:
         body.append(f"tl.store(trace_ptr + tl.load(desc + {FIELD_TASK}) * 3, {_CLOCK})")
+    grid = spec.block.grid_dim
+    ahead = list(em.pipelined.values())
+    if ahead:  # the first block's static tiles stream while the task waits
+        body += _pid_lines(grid, "first") + [f"{p.carried} = {p.first}" for p in ahead]
     body += _wait_lines(options)
     if options.trace:
         body.append(f"tl.store(trace_ptr + tl.load(desc + {FIELD_TASK}) * 3 + 1, {_CLOCK})")
     body += _section(em, em.task_lines, [])
-    block = _pid_lines(spec.block.grid_dim, "blk")
+    block = [f"{p.current} = {p.carried}" for p in ahead]
+    if ahead:  # the next block's static tiles stream while this one computes
+        block += _pid_lines(grid, "(blk + 1)") + [f"{p.carried} = {p.next}" for p in ahead]
+    block += _pid_lines(grid, "blk")
     if pf_name:
-        block += ["if blk + 1 < end:", f"    {pf_name}(desc, blk + 1, pos, meta_ptr)"]
+        step = 2 if ahead else 1  # with pipelined loads, block + 1 is being loaded already
+        block += [f"if blk + {step} < end:", f"    {pf_name}(desc, blk + {step}, pos, meta_ptr)"]
     block += _section(em, em.lines, tail)
     body += ["for blk in range(first, end):"] + [INDENT + line for line in block]
     body += _trigger_lines()
@@ -375,7 +452,7 @@ def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> Bo
         }
         pf = _pointer_lines(spec, only=static_args) + _pid_lines(spec.block.grid_dim, "blk")
         for op in prefetch:
-            pf += _prefetch_lines(em, op)
+            pf += _prefetch_lines(em, op, options.prefetch_priority)
         text = (
             ["@triton.jit", f"def {pf_name}(desc, blk, pos, meta_ptr):"]
             + [INDENT + line for line in pf]
@@ -420,16 +497,23 @@ def generate_program(
     ]
     prefetching = [(k, b) for k, b in enumerate(bodies) if b.prefetch_name]
     if prefetching:
+        blocks = (
+            f"nfirst + tl.load(nxt + {FIELD_COUNT}).to(tl.int32)"
+            if options.prefetch_task
+            else "nfirst + 1"
+        )
         d += [
             "    if qi + 1 < q_end:",
             f"        nxt = desc_ptr + tl.load(queue_ptr + qi + 1).to(tl.int64) * {desc_width}",
             f"        nkind = tl.load(nxt + {FIELD_KIND}).to(tl.int32)",
             f"        nfirst = tl.load(nxt + {FIELD_FIRST}).to(tl.int32)",
+            f"        nend = {blocks}",
         ]
         for k, b in prefetching:
             d += [
                 f"        if nkind == {k}:",
-                f"            {b.prefetch_name}(nxt, nfirst, pos, meta_ptr)",
+                "            for nblk in range(nfirst, nend):",
+                f"                {b.prefetch_name}(nxt, nblk, pos, meta_ptr)",
             ]
     for k, b in enumerate(bodies):
         d += [

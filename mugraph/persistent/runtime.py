@@ -4,11 +4,12 @@
 (:mod:`mugraph.persistent.codegen`), allocates the intermediates and the small device arrays
 the kernel walks (task descriptors, queues, event counters, the meta buffer) and launches it:
 
-- **persistent mode** (CUDA): one program per SM (``num_programs``), each running its queue;
-  before the first launch the compiled kernel's registers and shared memory are checked so that
-  every program is resident at once (otherwise a wait could block a program whose producer never
-  gets an SM: a deadlock). Steps can be replayed from a CUDA graph: the kernel advances the
-  position itself.
+- **persistent mode** (CUDA): ``programs_per_sm`` programs per SM (``num_programs`` in all),
+  each running its queue; before the first launch the compiled kernel's registers and shared
+  memory are checked so that every program is resident at once (otherwise a wait could block a
+  program whose producer never gets an SM: a deadlock). When the count was not given and that
+  many do not fit, the task graph is rebuilt for as many as fit. Steps can be replayed from a
+  CUDA graph: the kernel advances the position itself.
 - **topological mode** (CPU under ``TRITON_INTERPRET=1``, or on request): one program runs every
   task in the global topological order; each wait only checks that its event has fired.
 
@@ -27,6 +28,7 @@ from mugraph.ir.ops import OpKind
 from mugraph.ir.tensor import TensorRef
 from mugraph.persistent.codegen import (
     DESC_HEADER,
+    PREFETCH_PRIORITIES,
     ArgSpec,
     BodySource,
     KernelSpec,
@@ -42,6 +44,12 @@ from mugraph.persistent.tensors import META_SIZE, Attached, MetaSlot, Row, Scrat
 KERNEL_NAME = "mg_persistent"
 REGISTERS_PER_SM = 65536
 THREADS_PER_SM = 2048
+# Two programs of 4 warps per SM: while one waits for an event or reduces a tile, the other's
+# loads are in flight. On the H100 (2026-11-27, seventeenth session, call 3 of
+# benchmarks/RESULTS.md) they decoded a step in 1135 / 1501 µs (Qwen3-0.6B / Llama-3.2-1B
+# shapes) against 1279 / 1569 µs for one program of 8 warps per SM.
+PROGRAMS_PER_SM = 2
+NUM_WARPS = 4
 
 
 class PersistentRuntimeError(MugraphError):
@@ -97,8 +105,12 @@ class PersistentProgram:
         *,
         mode: str | None = None,
         num_programs: int | None = None,
-        num_warps: int = 8,
+        programs_per_sm: int = PROGRAMS_PER_SM,
+        num_warps: int = NUM_WARPS,
         prefetch: bool = True,
+        prefetch_task: bool = False,
+        pipeline: bool = False,
+        prefetch_priority: str = "evict_normal",
         cuda_graph: bool = True,
         hoist: bool = True,
         trace: bool = False,
@@ -122,18 +134,32 @@ class PersistentProgram:
         self.mode = mode or ("persistent" if on_cuda and not interpret else "topological")
         if self.mode not in ("persistent", "topological"):
             raise UnsupportedError(f"persistent runtime: unknown mode {self.mode!r}")
-        if num_programs is None:
-            num_programs = (
-                torch.cuda.get_device_properties(self.device).multi_processor_count
-                if on_cuda
-                else 4
+        if not isinstance(programs_per_sm, int) or programs_per_sm < 1:
+            raise UnsupportedError(
+                f"persistent runtime: programs_per_sm must be a positive int, got "
+                f"{programs_per_sm!r}"
             )
+        if prefetch_priority not in PREFETCH_PRIORITIES:
+            raise UnsupportedError(
+                f"persistent runtime: prefetch_priority must be one of "
+                f"{sorted(PREFETCH_PRIORITIES)}, got {prefetch_priority!r}"
+            )
+        self._sms = (
+            torch.cuda.get_device_properties(self.device).multi_processor_count if on_cuda else 1
+        )
+        self._fit_programs = num_programs is None and on_cuda
+        if num_programs is None:
+            num_programs = programs_per_sm * self._sms if on_cuda else 4
         self.num_programs = num_programs
         self.num_warps = num_warps
+        self.task_allocation = task_allocation
         gpu = on_cuda and not interpret
         self.options = PersistentOptions(
             interpret=interpret,
             prefetch=prefetch and gpu,
+            prefetch_task=prefetch_task,
+            pipeline=pipeline,
+            prefetch_priority=prefetch_priority,
             cache_hint=gpu,
             hoist=hoist,
             trace=trace and gpu,
@@ -145,6 +171,7 @@ class PersistentProgram:
         self.source = generate_program(self.bodies, self.desc_width, KERNEL_NAME, self.options)
         self.fn = load_kernel(KERNEL_NAME, self.source)
         self._allocate()
+        self._allocate_task_arrays()
         self._tables()
         self.cuda_graph = cuda_graph and on_cuda and self.mode == "persistent"
         self._graph = None
@@ -194,6 +221,12 @@ class PersistentProgram:
         }
         self.history = torch.zeros(self.kernel.max_seq_len, dtype=torch.int32, device=dev)
         self.meta = torch.zeros(META_SIZE, dtype=torch.int32, device=dev)
+
+    def _allocate_task_arrays(self) -> None:
+        """The arrays whose size follows the task graph: events, scratch per program, trace."""
+        import torch
+
+        dev = self.device
         self.events = torch.zeros(max(1, len(self.tasks.events)), dtype=torch.int32, device=dev)
         scratch = max((b.scratch for b in self.bodies), default=0)
         self.scratch = torch.zeros(
@@ -299,6 +332,9 @@ class PersistentProgram:
             "programs_per_sm": per_sm,
             "spills": int(getattr(compiled, "n_spills", 0) or 0),
         }
+        if per_sm * props.multi_processor_count < self.grid[0] and self._fit_programs and per_sm:
+            self.resources["programs_asked"] = self.grid[0]
+            self._rebuild(per_sm * props.multi_processor_count)
         if per_sm * props.multi_processor_count < self.grid[0]:
             raise PersistentRuntimeError(
                 f"persistent kernel: {self.grid[0]} programs cannot be resident at once "
@@ -306,6 +342,14 @@ class PersistentProgram:
                 f"{per_sm} per SM on {props.multi_processor_count} SMs); use fewer programs "
                 "or fewer warps"
             )
+
+    def _rebuild(self, num_programs: int) -> None:
+        """The task graph, its arrays and tables for ``num_programs`` programs (before any
+        launch: the kernel's source does not depend on the count)."""
+        self.num_programs = num_programs
+        self.tasks = self.kernel.task_graph(num_programs, allocation=self.task_allocation)
+        self._allocate_task_arrays()
+        self._tables()
 
     def launch(self) -> None:
         """Run one step (no host synchronisation)."""

@@ -1,4 +1,5 @@
-"""The persistent kernel on a GPU: one program per SM, waits that spin, CUDA graph replays.
+"""The persistent kernel on a GPU: programs resident on every SM, waits that spin, CUDA graph
+replays.
 
 Tiny transformers models (float32 and bfloat16) decode through the persistent mode and are
 compared with transformers' greedy decoding; the co-residency check must pass and no wait may
@@ -29,8 +30,16 @@ def _model(dtype, layers=2):
     return model
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_persistent_mode_matches_transformers(dtype):
+@pytest.mark.parametrize(
+    ("dtype", "options"),
+    [
+        (torch.float32, {}),
+        (torch.bfloat16, {}),
+        (torch.float32, {"pipeline": True, "prefetch_task": True}),
+        (torch.bfloat16, {"pipeline": True, "programs_per_sm": 1, "num_warps": 8}),
+    ],
+)
+def test_persistent_mode_matches_transformers(dtype, options):
     from mugraph.persistent import TilePolicy, build_decoder
 
     model = _model(dtype)
@@ -41,7 +50,7 @@ def test_persistent_mode_matches_transformers(dtype):
                              return_dict_in_generate=True)
     ref_logits = [x[0].float() for x in out.logits]
     decoder = build_decoder(model, 64, tiles=TilePolicy(min_blocks=64))
-    program = decoder.compile()
+    program = decoder.compile(**options)
     assert program.mode == "persistent"
     logits = program.buffer(decoder.logits)
     errors = []
@@ -73,3 +82,19 @@ def test_cuda_graph_replays_decode_consecutive_tokens():
         program.step()
     program.check_errors()
     assert program.history[1:9].tolist() == direct
+
+
+def test_default_programs_fill_every_sm_twice_and_too_many_are_refused():
+    from mugraph.persistent import TilePolicy, build_decoder
+    from mugraph.persistent.runtime import PROGRAMS_PER_SM, PersistentRuntimeError
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    decoder = build_decoder(_model(torch.bfloat16, layers=1), 64, tiles=TilePolicy(min_blocks=64))
+    program = decoder.compile()
+    program.generate([3, 4], 2)
+    assert program.resources["programs_per_sm"] >= PROGRAMS_PER_SM
+    assert program.grid == (PROGRAMS_PER_SM * sms,) == (program.tasks.num_programs,)
+    # more programs than threads allow (2048 per SM / 128): asked for, so refused, not shrunk
+    crowded = decoder.compile(num_programs=17 * sms)
+    with pytest.raises(PersistentRuntimeError, match="cannot be resident at once"):
+        crowded.step(3)
