@@ -146,6 +146,22 @@ def test_pipelined_loads_decode_like_transformers_with_several_blocks_per_task()
     assert program.generate(prompt, 8) == ref_tokens
 
 
+def test_program_rebuilt_for_fewer_programs_decodes_the_same():
+    """When the GPU cannot keep the default number of programs resident, the runtime rebuilds
+    the task graph, its arrays and tables for as many as fit (``_rebuild``); the source and the
+    buffers the caller holds stay as they were."""
+    model = tiny_model("qwen3", layers=1)
+    prompt = [5, 17, 42]
+    ref_tokens, _ = hf_greedy(model, prompt, 6)
+    decoder = build_decoder(model, 16, tiles=SMALL_TILES)
+    program = decoder.compile(num_programs=6)
+    logits, source = program.buffer(decoder.logits), program.source
+    program._rebuild(2)
+    assert program.tasks.num_programs == 2 and program.num_programs == 2
+    assert program.source == source and program.buffer(decoder.logits) is logits
+    assert program.generate(prompt, 6) == ref_tokens
+
+
 def test_runtime_rejects_bad_options():
     decoder = build_decoder(tiny_model("qwen3"), 2, tiles=SMALL_TILES)
     with pytest.raises(mugraph.UnsupportedError, match="prefetch_priority"):
