@@ -338,6 +338,11 @@ VARIANTS = {
     "default": ({}, {}),
     "one_per_sm": ({"num_warps": 8, "programs_per_sm": 1}, {}),  # the default until then
     "evict_last": ({"prefetch_priority": "evict_last"}, {}),
+    "aligned": ({"align_hints": True}, {}),
+    "aligned_pipeline_tile16k": (
+        {"align_hints": True, "pipeline": True},
+        {"weight_tile_bytes": 16 * 1024},
+    ),
     "warps8": ({"num_warps": 8}, {}),
     "no_prefetch": ({"prefetch": False}, {}),
     "prefetch_task": ({"prefetch_task": True}, {}),

@@ -162,6 +162,44 @@ def test_program_rebuilt_for_fewer_programs_decodes_the_same():
     assert program.generate(prompt, 6) == ref_tokens
 
 
+def test_alignment_hints_hold_for_every_address_a_task_reads():
+    """``align_hints``: a body asserts 16-byte alignment (``tl.multiple_of``) only of the
+    tensors whose every address is so aligned; the decode is unchanged."""
+    from mugraph.persistent.codegen import DESC_HEADER, VECTOR_BYTES
+
+    model = tiny_model("qwen3", layers=1)
+    prompt = [5, 17, 42]
+    ref_tokens, _ = hf_greedy(model, prompt, 6)
+    decoder = build_decoder(model, 16, tiles=SMALL_TILES)
+    program = decoder.compile(align_hints=True, num_programs=3)
+    assert "tl.multiple_of(" in program.source
+    specs = {s.op: s for s in program.specs}
+    desc = program.desc.cpu().numpy()
+    hinted = 0
+    for task in program.tasks.tasks:
+        for pos, arg in enumerate(specs[task.kernel].args):
+            if arg.align >= VECTOR_BYTES:
+                hinted += 1
+                assert int(desc[task.index, DESC_HEADER + pos]) % VECTOR_BYTES == 0
+                itemsize = 4 if arg.dtype in ("tl.float32", "tl.int32") else 2
+                assert arg.row_stride * itemsize % VECTOR_BYTES == 0
+    assert hinted
+    assert program.generate(prompt, 6) == ref_tokens
+
+
+def test_address_alignment_of_views_rows_and_buffers():
+    from mugraph.persistent.runtime import address_alignment
+    from mugraph.persistent.tensors import Scratch
+
+    table = torch.zeros(8, 6)  # float32 rows of 24 bytes
+    assert address_alignment(Attached(table, 0), 4) == 16
+    assert address_alignment(Attached(table, 1), 4) == 4
+    assert address_alignment(Attached(table, 2), 4) == 8
+    assert address_alignment(Row(table, MetaSlot.POS), 4) == 8
+    assert address_alignment(Row(torch.zeros(8, 4), MetaSlot.POS), 4) == 16
+    assert address_alignment(Scratch(), 2) == 16
+
+
 def test_runtime_rejects_bad_options():
     decoder = build_decoder(tiny_model("qwen3"), 2, tiles=SMALL_TILES)
     with pytest.raises(mugraph.UnsupportedError, match="prefetch_priority"):

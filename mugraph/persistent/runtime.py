@@ -29,6 +29,7 @@ from mugraph.ir.tensor import TensorRef
 from mugraph.persistent.codegen import (
     DESC_HEADER,
     PREFETCH_PRIORITIES,
+    VECTOR_BYTES,
     ArgSpec,
     BodySource,
     KernelSpec,
@@ -91,9 +92,29 @@ def _arg(role: str, index: int, t, binding, tl_dtype) -> ArgSpec:
             f"persistent runtime: tensor {role}{index} is another rank's buffer: multi-GPU "
             "execution is not implemented (the task graph for it is)"
         )
+    align = address_alignment(binding, t.dtype.itemsize)
     if isinstance(binding, Row):
-        return ArgSpec(role, index, tl_dtype[t.dtype], t.strides, binding.slot, binding.row_stride)
-    return ArgSpec(role, index, tl_dtype[t.dtype], t.strides)
+        return ArgSpec(
+            role, index, tl_dtype[t.dtype], t.strides, binding.slot, binding.row_stride, align
+        )
+    return ArgSpec(role, index, tl_dtype[t.dtype], t.strides, align=align)
+
+
+def address_alignment(binding, itemsize: int) -> int:
+    """The largest power of two, at most ``VECTOR_BYTES``, dividing every address a tensor
+    bound so takes: an attached view's first element, a run-time row's (base plus a multiple
+    of the row's bytes); the runtime's own buffers come from PyTorch's allocators, aligned to
+    far more."""
+    if isinstance(binding, Attached):
+        return _pow2_dividing(binding.tensor.data_ptr() + binding.offset * itemsize)
+    if isinstance(binding, Row):
+        base = _pow2_dividing(binding.table.data_ptr())
+        return min(base, _pow2_dividing(binding.row_stride * itemsize))
+    return VECTOR_BYTES
+
+
+def _pow2_dividing(address: int) -> int:
+    return min(VECTOR_BYTES, address & -address) if address else VECTOR_BYTES
 
 
 class PersistentProgram:
@@ -111,6 +132,7 @@ class PersistentProgram:
         prefetch_task: bool = False,
         pipeline: bool = False,
         prefetch_priority: str = "evict_normal",
+        align_hints: bool = False,
         cuda_graph: bool = True,
         hoist: bool = True,
         trace: bool = False,
@@ -160,6 +182,7 @@ class PersistentProgram:
             prefetch_task=prefetch_task,
             pipeline=pipeline,
             prefetch_priority=prefetch_priority,
+            align_hints=align_hints,
             cache_hint=gpu,
             hoist=hoist,
             trace=trace and gpu,
