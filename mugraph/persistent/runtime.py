@@ -86,6 +86,40 @@ def kernel_specs(kernel: PersistentKernel) -> list[KernelSpec]:
     return specs
 
 
+def task_bodies(
+    specs: list[KernelSpec], options: PersistentOptions
+) -> tuple[dict[int, int], list[BodySource]]:
+    """One body per distinct source; kernel op -> kind (its body's position)."""
+    placeholder = "mg_body_placeholder"
+    kinds: dict[int, int] = {}
+    texts: dict[str, int] = {}
+    bodies: list[BodySource] = []
+    for spec in specs:
+        src = generate_body(spec, placeholder, options)
+        if src.text not in texts:
+            k = len(bodies)
+            texts[src.text] = k
+            name = f"mg_task{k}"
+            pf = src.prefetch_name.replace(placeholder, name) if src.prefetch_name else None
+            bodies.append(
+                BodySource(name, pf, src.text.replace(placeholder, name), src.scratch,
+                           helpers=src.helpers)
+            )
+        kinds[spec.op] = texts[src.text]
+        bodies[kinds[spec.op]].kernels.append(spec.label)
+    return kinds, bodies
+
+
+def program_source(specs: list[KernelSpec], options: PersistentOptions) -> str:
+    """The Triton module of a persistent kernel: its bodies and the dispatcher."""
+    _, bodies = task_bodies(specs, options)
+    return generate_program(bodies, descriptor_width(specs), KERNEL_NAME, options)
+
+
+def descriptor_width(specs: list[KernelSpec]) -> int:
+    return DESC_HEADER + max(len(s.args) for s in specs)
+
+
 def _arg(role: str, index: int, t, binding, tl_dtype) -> ArgSpec:
     if isinstance(binding, Peer):
         raise UnsupportedError(
@@ -190,7 +224,7 @@ class PersistentProgram:
         self.tasks: TaskGraph = kernel.task_graph(num_programs, allocation=task_allocation)
         self.specs = kernel_specs(kernel)
         self.kinds, self.bodies = self._bodies()
-        self.desc_width = DESC_HEADER + max(len(s.args) for s in self.specs)
+        self.desc_width = descriptor_width(self.specs)
         self.source = generate_program(self.bodies, self.desc_width, KERNEL_NAME, self.options)
         self.fn = load_kernel(KERNEL_NAME, self.source)
         self._allocate()
@@ -205,25 +239,7 @@ class PersistentProgram:
     # ---- construction ---------------------------------------------------------------------
 
     def _bodies(self) -> tuple[dict[int, int], list[BodySource]]:
-        """One body per distinct source; kernel op -> kind."""
-        placeholder = "mg_body_placeholder"
-        kinds: dict[int, int] = {}
-        texts: dict[str, int] = {}
-        bodies: list[BodySource] = []
-        for spec in self.specs:
-            src = generate_body(spec, placeholder, self.options)
-            if src.text not in texts:
-                k = len(bodies)
-                texts[src.text] = k
-                name = f"mg_task{k}"
-                pf = src.prefetch_name.replace(placeholder, name) if src.prefetch_name else None
-                bodies.append(
-                    BodySource(name, pf, src.text.replace(placeholder, name), src.scratch,
-                               helpers=src.helpers)
-                )
-            kinds[spec.op] = texts[src.text]
-            bodies[kinds[spec.op]].kernels.append(spec.label)
-        return kinds, bodies
+        return task_bodies(self.specs, self.options)
 
     def _allocate(self) -> None:
         import torch

@@ -1,0 +1,155 @@
+"""The persistent kernel compiled for the H100 without one: registers, spills, load widths.
+
+    python benchmarks/probe_persistent_offline.py [--models qwen3-0.6b llama-3.2-1b]
+        [--layers 1] [--warps 4] [--variants default aligned pipeline] [--per-body]
+
+Builds ``bench_persistent``'s model shapes (random bfloat16 weights on the CPU, ``--layers``
+decoder layers: every layer has the same bodies), generates the persistent module in GPU mode
+and compiles it for sm_90a with this Triton's own ptxas (``triton.compile`` with a CUDA
+target: no GPU needed). Prints, per model and variant, the registers, the stack bytes
+(spills), the shared memory, and the global loads by width from the SASS (``cuobjdump``):
+``LDG.E.EF.U16`` is a two-byte load of a streamed weight, ``LDG.E.EF.128`` a sixteen-byte one.
+``--per-body`` compiles each task body alone as well.
+
+The numbers are indicative: the H100 machine runs another Triton (3.6), which allocates
+registers differently; what a GPU run measures decides.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.pop("TRITON_INTERPRET", None)  # GPU-mode source, compiled, never run
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+VARIANTS = {  # PersistentOptions beyond the GPU mode's defaults
+    "default": {},
+    "aligned": {"align_hints": True},
+    "pipeline": {"pipeline": True},
+    "aligned_pipeline": {"align_hints": True, "pipeline": True},
+}
+SIGNATURE = {  # the dispatcher's arguments (codegen.DISPATCH_SIG)
+    "desc_ptr": "*i64",
+    "queue_ptr": "*i32",
+    "qstart_ptr": "*i32",
+    "evt_ptr": "*i32",
+    "trig_ptr": "*i32",
+    "meta_ptr": "*i32",
+    "scratch_ptr": "*fp32",
+    "trace_ptr": "*i64",
+}
+LOAD = re.compile(r"\s(LDG[.\w]*)")
+LOAD_BYTES = {"U8": "1", "S8": "1", "U16": "2", "S16": "2", "64": "8", "128": "16"}  # else 4
+
+
+def compile_module(text: str, name: str, warps: int) -> tuple[dict, collections.Counter]:
+    """Resources and load counts of the kernel ``name`` defined by ``text``, for sm_90a."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    folder = tempfile.mkdtemp(prefix="mg_offline_")
+    path = os.path.join(folder, "module.py")
+    Path(path).write_text(text)
+    spec = importlib.util.spec_from_file_location("mg_offline_module", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert set(SIGNATURE) == set(module.__dict__[name].arg_names)
+    compiled = triton.compile(
+        ASTSource(getattr(module, name), SIGNATURE, {}),
+        target=GPUTarget("cuda", 90, 32),
+        options={"num_warps": warps, "num_stages": 1},
+    )
+    cubin = os.path.join(folder, "kernel.cubin")
+    Path(cubin).write_bytes(compiled.asm["cubin"])
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    usage = subprocess.run([tool, "--dump-resource-usage", cubin], capture_output=True,
+                           text=True, check=True).stdout
+    sass = subprocess.run([tool, "-sass", cubin], capture_output=True, text=True,
+                          check=True).stdout
+
+    def field(key: str) -> int:
+        found = re.search(rf"{key}:(\d+)", usage)
+        return int(found.group(1)) if found else 0
+
+    resources = {"registers": field("REG"), "stack": field("STACK"),
+                 "shared": int(compiled.metadata.shared)}
+    return resources, collections.Counter(LOAD.findall(sass))
+
+
+def widths(loads: collections.Counter) -> str:
+    """Weight loads (evict-first) and all global loads by width, in bytes."""
+    def width(op: str) -> str:
+        suffixes = op.split(".")
+        return next((b for s, b in LOAD_BYTES.items() if s in suffixes), "4")
+
+    streamed, every = collections.Counter(), collections.Counter()
+    for op, n in loads.items():
+        every[width(op)] += n
+        if ".EF" in op:
+            streamed[width(op)] += n
+    show = lambda c: " ".join(f"{n}x{w}B" for w, n in sorted(c.items(), key=lambda x: int(x[0])))  # noqa: E731
+    return f"weights {show(streamed) or '-'}; all {show(every)}"
+
+
+def main(argv=None) -> int:
+    import torch
+    from bench_persistent import make_model
+
+    from mugraph.persistent import TilePolicy, build_decoder
+    from mugraph.persistent.codegen import PersistentOptions, generate_program
+    from mugraph.persistent.runtime import (
+        KERNEL_NAME,
+        descriptor_width,
+        kernel_specs,
+        program_source,
+        task_bodies,
+    )
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", nargs="+", default=["qwen3-0.6b", "llama-3.2-1b"])
+    p.add_argument("--layers", type=int, default=1)
+    p.add_argument("--warps", type=int, default=4)
+    p.add_argument("--variants", nargs="+", default=["default", "aligned"],
+                   choices=sorted(VARIANTS))
+    p.add_argument("--per-body", action="store_true")
+    args = p.parse_args(argv)
+    rows = []
+    for model_name in args.models:
+        model = make_model(model_name, args.layers, "cpu", torch.bfloat16)
+        decoder = build_decoder(model, 1024, tiles=TilePolicy())
+        specs = kernel_specs(decoder.kernel)
+        for variant in args.variants:
+            options = PersistentOptions(interpret=False, **VARIANTS[variant])
+            res, loads = compile_module(program_source(specs, options), KERNEL_NAME, args.warps)
+            rows.append((model_name, variant, "whole kernel", res, widths(loads)))
+            print(*rows[-1], flush=True)
+            if not args.per_body:
+                continue
+            _, bodies = task_bodies(specs, options)
+            for body in bodies:
+                text = generate_program([body], descriptor_width(specs), KERNEL_NAME, options)
+                res, loads = compile_module(text, KERNEL_NAME, args.warps)
+                rows.append((model_name, variant, ", ".join(body.kernels)[:40], res,
+                             widths(loads)))
+                print(*rows[-1], flush=True)
+    print(f"\n| model | variant | body | registers | stack B | shared B | global loads "
+          f"({args.warps} warps, sm_90a) |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for model_name, variant, body, res, text in rows:
+        print(f"| {model_name} | {variant} | {body} | {res['registers']} | {res['stack']} | "
+              f"{res['shared']} | {text} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
