@@ -405,14 +405,9 @@ def test_gpu_loads_of_tiles_written_this_step_read_l2_with_no_eviction_policy():
     ptxas refuses beside an L1 eviction policy: "Modifier '.evict_first' cannot be combined
     with modifier '.cg'" stopped both models' persistent kernels from compiling on the H100
     (sixteenth session). Weights and caches keep their evict-first streaming."""
-    from mugraph.persistent.codegen import PersistentOptions, generate_body
-    from mugraph.persistent.runtime import kernel_specs
-
     decoder = build_decoder(tiny_model("qwen3", layers=1), 16, tiles=SMALL_TILES)
-    options = PersistentOptions(interpret=False, cache_hint=True)
-    loads = [line for spec in kernel_specs(decoder.kernel)
-             for line in generate_body(spec, "body", options).text.splitlines()
-             if "tl.load(in" in line]
+    loads = [line for text in _gpu_bodies(decoder, cache_hint=True).values()
+             for line in text.splitlines() if "tl.load(in" in line]
     l2_only = [line for line in loads if 'cache_modifier=".cg"' in line]
     assert l2_only and not any("eviction_policy" in line for line in l2_only)
     assert any('eviction_policy="evict_first"' in line for line in loads)

@@ -200,13 +200,12 @@ class PersistentProgram:
                 f"persistent runtime: prefetch_priority must be one of "
                 f"{sorted(PREFETCH_PRIORITIES)}, got {prefetch_priority!r}"
             )
-        self._sms = (
-            torch.cuda.get_device_properties(self.device).multi_processor_count if on_cuda else 1
-        )
         self._fit_programs = num_programs is None and on_cuda
-        if num_programs is None:
-            num_programs = programs_per_sm * self._sms if on_cuda else 4
-        self.num_programs = num_programs
+        if num_programs is None and on_cuda:
+            sms = torch.cuda.get_device_properties(self.device).multi_processor_count
+            num_programs = programs_per_sm * sms
+        elif num_programs is None:
+            num_programs = 4
         self.num_warps = num_warps
         self.task_allocation = task_allocation
         gpu = on_cuda and not interpret
@@ -221,15 +220,13 @@ class PersistentProgram:
             hoist=hoist,
             trace=trace and gpu,
         )
-        self.tasks: TaskGraph = kernel.task_graph(num_programs, allocation=task_allocation)
         self.specs = kernel_specs(kernel)
         self.kinds, self.bodies = self._bodies()
         self.desc_width = descriptor_width(self.specs)
         self.source = generate_program(self.bodies, self.desc_width, KERNEL_NAME, self.options)
         self.fn = load_kernel(KERNEL_NAME, self.source)
         self._allocate()
-        self._allocate_task_arrays()
-        self._tables()
+        self._rebuild(num_programs)
         self.cuda_graph = cuda_graph and on_cuda and self.mode == "persistent"
         self._graph = None
         self._checked = False
@@ -386,7 +383,9 @@ class PersistentProgram:
         """The task graph, its arrays and tables for ``num_programs`` programs (before any
         launch: the kernel's source does not depend on the count)."""
         self.num_programs = num_programs
-        self.tasks = self.kernel.task_graph(num_programs, allocation=self.task_allocation)
+        self.tasks: TaskGraph = self.kernel.task_graph(
+            num_programs, allocation=self.task_allocation
+        )
         self._allocate_task_arrays()
         self._tables()
 
