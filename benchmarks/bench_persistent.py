@@ -332,27 +332,33 @@ def run_torch(model, prompt, ref_tokens, max_seq, device, sync, record, args) ->
             record(copy_bandwidth_GBs=round(bw / 1e9, 1), floor_bytes=nbytes, floor_s=nbytes / bw)
 
 
+# The seventeenth session's defaults: unaligned loads, no pipeline, 64 KB weight tiles.
+S17 = ({"align_hints": False, "pipeline": False}, {"weight_tile_bytes": 64 * 1024})
+UNPIPELINED = {"pipeline": False}  # 64 KB tiles with it (the pipeline spills them)
+
 VARIANTS = {
-    # name: (compile options, TilePolicy options); "default" is the runtime's defaults (two
-    # programs of 4 warps per SM, L2 prefetches at normal priority since the seventeenth session)
+    # name: (compile options, TilePolicy options); "default" is the runtime's defaults: two
+    # programs of 4 warps per SM, L2 prefetches at normal priority (seventeenth session),
+    # aligned loads, static tiles loaded a block ahead, 16 KB weight tiles (eighteenth)
     "default": ({}, {}),
-    "one_per_sm": ({"num_warps": 8, "programs_per_sm": 1}, {}),  # the default until then
+    "s17_default": S17,
+    "one_per_sm": ({**S17[0], "num_warps": 8, "programs_per_sm": 1}, S17[1]),  # s16 default
+    "unaligned": ({"align_hints": False}, {}),
+    "no_pipeline": (UNPIPELINED, {}),
+    "aligned": (UNPIPELINED, S17[1]),
+    "aligned_one_per_sm": ({**UNPIPELINED, "num_warps": 8, "programs_per_sm": 1}, S17[1]),
+    "aligned_tile32k": (UNPIPELINED, {"weight_tile_bytes": 32 * 1024}),
+    "tile64k": ({}, {"weight_tile_bytes": 64 * 1024}),
+    "tile32k": ({}, {"weight_tile_bytes": 32 * 1024}),
+    "tile8k": ({}, {"weight_tile_bytes": 8 * 1024}),
+    "min_blocks512": ({}, {"min_blocks": 512}),
     "evict_last": ({"prefetch_priority": "evict_last"}, {}),
-    "aligned": ({"align_hints": True}, {}),
-    "aligned_pipeline_tile16k": (
-        {"align_hints": True, "pipeline": True},
-        {"weight_tile_bytes": 16 * 1024},
-    ),
     "warps8": ({"num_warps": 8}, {}),
     "no_prefetch": ({"prefetch": False}, {}),
     "prefetch_task": ({"prefetch_task": True}, {}),
-    "pipeline": ({"pipeline": True}, {}),
-    "pipeline_tile16k": ({"pipeline": True}, {"weight_tile_bytes": 16 * 1024}),
-    "min_blocks512": ({}, {"min_blocks": 512}),
     "per_kernel_tasks": ({"task_allocation": "kernel"}, {}),
     "no_hoist": ({"hoist": False}, {}),
     "fuse": ({}, {"fuse_attention_output": True}),
-    "tile32k": ({}, {"weight_tile_bytes": 32 * 1024}),
 }
 
 
@@ -522,10 +528,11 @@ def trace_summary(program) -> dict:
     t0 = stamps[:, 0].min()
     start, woke, end = stamps[:, 0] - t0, stamps[:, 1] - t0, stamps[:, 2] - t0
     depth = np.array([t.depth for t in tg.tasks])
-    kind = {}
+    kind, label_of = {}, {}
     for t in tg.tasks:
         label = program.kernel.roles[t.kernel].part if t.kernel in program.kernel.roles else "?"
         kind.setdefault(label, []).append(t.index)
+        label_of[t.index] = label
     per_kind = {
         k: {
             "tasks": len(ix),
@@ -541,6 +548,12 @@ def trace_summary(program) -> dict:
         levels.append((float(woke[ix].min()), float(end[ix].max())))
     gaps = [levels[d][0] - levels[d - 1][1] for d in range(1, len(levels))]
     spans = [levels[d][1] - levels[d - 1][1] for d in range(1, len(levels))]
+    per_level_kind: dict[str, dict] = {}  # the step's time by the kinds of task a level holds
+    for d, span in enumerate(spans, start=1):
+        label = "+".join(sorted({label_of[int(i)] for i in np.where(depth == d)[0]}))
+        entry = per_level_kind.setdefault(label, {"levels": 0, "us": 0.0})
+        entry["levels"] += 1
+        entry["us"] = round(entry["us"] + span, 1)
     busy = float(np.sum(end - woke))
     total = float(end.max())
     return {
@@ -550,6 +563,7 @@ def trace_summary(program) -> dict:
         "mean_wake_after_previous_level_us": round(float(np.mean(gaps)), 2),
         "busy_fraction": round(busy / (total * program.grid[0]), 3),
         "per_kind": per_kind,
+        "per_level_kind": per_level_kind,
     }
 
 

@@ -163,16 +163,17 @@ def test_program_rebuilt_for_fewer_programs_decodes_the_same():
 
 
 def test_alignment_hints_hold_for_every_address_a_task_reads():
-    """``align_hints``: a body asserts 16-byte alignment (``tl.multiple_of``) only of the
-    tensors whose every address is so aligned; the decode is unchanged."""
+    """``align_hints`` (on by default): a body asserts 16-byte alignment (``tl.multiple_of``)
+    only of the tensors whose every address is so aligned; the decode is unchanged."""
     from mugraph.persistent.codegen import DESC_HEADER, VECTOR_BYTES
 
     model = tiny_model("qwen3", layers=1)
     prompt = [5, 17, 42]
     ref_tokens, _ = hf_greedy(model, prompt, 6)
     decoder = build_decoder(model, 16, tiles=SMALL_TILES)
-    program = decoder.compile(align_hints=True, num_programs=3)
+    program = decoder.compile(num_programs=3)
     assert "tl.multiple_of(" in program.source
+    assert "tl.multiple_of(" not in decoder.compile(align_hints=False, num_programs=3).source
     specs = {s.op: s for s in program.specs}
     desc = program.desc.cpu().numpy()
     hinted = 0
@@ -230,7 +231,7 @@ def _gpu_bodies(decoder, **options) -> dict[str, str]:
 
 def test_pipelined_body_loads_the_first_block_before_the_wait_and_the_next_while_computing():
     decoder = build_decoder(tiny_model("qwen3"), 16, tiles=SMALL_TILES)
-    bodies = _gpu_bodies(decoder, pipeline=True)
+    bodies = _gpu_bodies(decoder)  # pipelined by default
     text = next(t for label, t in bodies.items() if label.endswith("mlp.down"))
     lines = [line.strip() for line in text.splitlines()]
     wait = lines.index("if wait_evt >= 0:")
@@ -245,7 +246,7 @@ def test_pipelined_body_loads_the_first_block_before_the_wait_and_the_next_while
     assert block.index("pid_x = (blk + 1) % 2") < this
     assert this < next(i for i, line in enumerate(block) if line.startswith("tl.store(out0_ptr"))
     # without the option, the body has no carried tiles
-    plain = _gpu_bodies(decoder)
+    plain = _gpu_bodies(decoder, pipeline=False)
     assert not any("ahead" in t for t in plain.values())
 
 
