@@ -143,13 +143,16 @@ def test_a_search_stopped_on_ray_resumes_on_the_local_pool(local_ray, pool_resul
     assert hashes(second) == hashes(pool_result)
 
 
-def _loaded_workers(setup) -> list[tuple[int, int]]:
+def _loaded_workers(setup, prepare: bool = False) -> list[tuple[int, int]]:
     """(pid, rounds held) of each worker of a Ray engine of 2 workers once all have loaded
-    ``setup``; the engine is closed (its workers stay for the next one)."""
+    ``setup`` (with ``prepare``, its program side first, as ``superoptimize`` sends it while
+    it builds the oracle); the engine is closed (its workers stay for the next one)."""
     from mugraph.search.cluster import RayEngine
 
     engine = RayEngine(workers=2)
     engine.start()
+    if prepare:
+        engine.prepare(setup.program_side())
     engine.launch(setup)
     try:
         engine.ready()
@@ -184,6 +187,10 @@ def test_ray_workers_load_the_setup_with_its_rounds_and_stay_for_the_next_search
     assert all(rounds == config.verify_rounds > 0 for _, rounds in first)
     second = _loaded_workers(_search_setup(program, config, None, TwoWorkers, default_cost))
     assert second == first
+    # the program side first: the workers hold the rounds it had them draw
+    third = _loaded_workers(_search_setup(program, config, None, TwoWorkers, default_cost),
+                            prepare=True)  # fmt: skip
+    assert third == first
     result = superoptimize(program, time_limit=120, workers=2, engine="ray", **SMALL)
     assert any("2 workers loaded the search" in line for line in result.log)
 

@@ -138,6 +138,62 @@ def test_zygote_workers_share_the_programs_rounds_and_a_dead_zygote_is_replaced(
     pool_module.shutdown()
 
 
+def test_the_program_side_of_a_setup_draws_the_rounds_and_runs_no_item():
+    """A setup's program side (sent while the driver builds the oracle) loads the program
+    and draws its verification rounds; the complete setup of the same search then finds the
+    same program with its rounds, and carries the oracle. No item runs on the program side."""
+    from mugraph.search import work
+
+    program = tiny_rmsnorm_linear()
+    cfg = default_config(program).with_overrides(**SMALL)
+    oracle = _OracleAdapter(program_terms(program))
+    complete = SearchSetup("program-side-test", program.to_json(), cfg, oracle)
+    side = complete.program_side()
+    assert side.oracle is None and side.oracle_pending and side.token == complete.token
+    assert work.prepare_rounds(side, 1) == cfg.verify_rounds > 0
+    loaded, _, none = work.prepared(side)
+    assert none is None
+    again, config, kept_oracle = work.prepared(complete)
+    assert again is loaded and kept_oracle is oracle and config is cfg
+    assert work.rounds_held() == cfg.verify_rounds  # not drawn again
+    (kernels, cap, choice), *_ = plan_units(program, cfg, oracle)
+    with pytest.raises(MugraphError, match="oracle is not built"):
+        run_item(side, WorkItem(kernels, cap, choice), time.monotonic() + 60)
+    assert run_item(complete, WorkItem(kernels, cap, choice), time.monotonic() + 60).complete
+
+
+def test_the_zygote_draws_the_rounds_while_the_driver_builds_the_oracle(monkeypatch, reference):
+    """The zygote is sent the program side of the search before the oracle is built (it
+    draws the program's rounds meanwhile), then the complete setup, with which it forks the
+    workers: the answer is the one-worker search's."""
+    pool_module.shutdown()
+    events = []
+    load, send = pool_module._Zygote.load, pool_module._Zygote._send_setup
+    build = _OracleAdapter.__init__
+
+    def loading(self, setup, hunger_path):
+        events.append("program side" if setup.oracle_pending else "complete")
+        load(self, setup, hunger_path)
+
+    def sent(self, setup, hunger_path):
+        if not setup.oracle_pending:
+            events.append("complete")
+        send(self, setup, hunger_path)
+
+    def built(self, targets):
+        build(self, targets)
+        events.append("oracle")
+
+    monkeypatch.setattr(pool_module._Zygote, "load", loading)
+    monkeypatch.setattr(pool_module._Zygote, "_send_setup", sent)
+    monkeypatch.setattr(_OracleAdapter, "__init__", built)
+    result = superoptimize(tiny_rmsnorm_linear(), time_limit=120, workers=2, **SMALL)
+    assert events == ["program side", "oracle", "complete"]
+    assert hashes(result) == hashes(reference) and result.stats.states == reference.stats.states
+    assert any("forked holding 4-4 verification rounds" in line for line in result.log)
+    pool_module.shutdown()
+
+
 SCRIPT_TWO_EXPS = """
 import mugraph as mi
 g = mi.new_kernel_graph()

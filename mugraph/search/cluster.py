@@ -9,14 +9,15 @@ cluster (``"auto"``, ``"ray://host:10001"``...; its nodes need mugraph installed
 The workers are Ray actors, one per slot, each holding one CPU of the cluster: a process of
 its own that imports the search once. They are created as soon as the search has joined Ray
 (:meth:`RayEngine.start`), so they boot while the driver builds the oracle and plans the
-units. :meth:`RayEngine.launch` puts the search's setup (program, configuration, the oracle's
-exported tables) in the object store once and has every worker load it: the worker draws the
-program's verification rounds and evaluates the program on them then, before it takes work
-(as the local pool's zygote does, :mod:`mugraph.search.pool`). The driver schedules exactly
-as with the local pool: a batch of work items goes to a worker that has loaded the setup and
-holds no batch. The actors stay for the later searches of this process on the same Ray
-session (:func:`shutdown` ends them); a search running while another holds them gets actors
-of its own, ended with it.
+units. :meth:`RayEngine.prepare` puts the search's program side (program, configuration) in
+the object store and has every worker draw the program's verification rounds and evaluate the
+program on them as soon as it has booted, while the driver builds the oracle (as the local
+pool's zygote does, :mod:`mugraph.search.pool`); :meth:`RayEngine.launch` then brings the
+complete setup (with the oracle's exported tables), which a worker loads before it takes
+work. The driver schedules exactly as with the local pool: a batch of work items goes to a
+worker that has loaded the setup and holds no batch. The actors stay for the later searches
+of this process on the same Ray session (:func:`shutdown` ends them); a search running while
+another holds them gets actors of its own, ended with it.
 
 The "workers are waiting" signal, which makes a long batch hand the rest of its work back:
 a byte in shared memory for the workers on the driver's machine (as with the local pool),
@@ -155,6 +156,16 @@ class RayEngine:
         on 16 cores: the join then competed with the oracle for this process.)"""
         if self._crew is None:
             self._crew = _Crew.acquire(self.ray, self.slots)
+
+    def prepare(self, setup: SearchSetup) -> None:
+        """Have every worker load ``setup`` (the search's program side) and draw the
+        program's verification rounds as soon as it has booted, while this process builds
+        the oracle; :meth:`launch` brings the complete setup. Nothing is waited for: a worker
+        that fails here fails again when it loads the complete setup, which is answered."""
+        self.start()
+        box = [self.ray.put(setup)]  # in a list: passed as a reference, not fetched
+        for slot in self._crew.slots:
+            slot.actor.prepare.remote(setup.token, box)
 
     def launch(self, setup: SearchSetup) -> None:
         """Have every worker load ``setup`` (and draw the program's verification rounds),
@@ -360,6 +371,18 @@ class SearchWorker:
             import mugraph.search.driver  # noqa: F401
         self.setup: SearchSetup | None = None
         self.hungry = _never
+
+    def prepare(self, token: str, setup_box: list) -> None:
+        """Load the search's program side and draw its verification rounds (see
+        :meth:`RayEngine.prepare`); :meth:`load` then finds them ready."""
+        if self.setup is not None and self.setup.token == token:
+            return
+        with contextlib.suppress(Exception):  # answered by load, which tries again
+            import ray
+
+            setup = ray.get(setup_box[0])
+            prepared(setup)
+            prepare_rounds(setup, max(1, setup.threads))
 
     def load(self, token: str, setup_box: list, link: _HungerLink) -> tuple[int, int]:
         """Load the search's setup and draw the program's verification rounds (evaluating

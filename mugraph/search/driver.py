@@ -30,7 +30,7 @@ import time
 import warnings
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -281,15 +281,15 @@ def superoptimize(
     runner = engine_for(engine, cfg.worker_count, start_method=start_method, address=address)
     setup = None
     try:
-        # the workers start (import mugraph) while this process builds the oracle and plans
-        # the units; each takes work as soon as it has loaded the setup
+        # the workers start (import mugraph, draw the program's verification rounds) while
+        # this process builds the oracle and plans the units; each takes work as soon as it
+        # has loaded the setup
         runner.start()
         joined = time.monotonic() - started
-        oracle = _OracleAdapter(program_terms(program)) if cfg.abstract_pruning else None
-        setup = _search_setup(program, cfg, oracle, runner, cost)
-        runner.launch(setup)
+        setup = _search_setup(program, cfg, None, runner, cost)
+        setup = _launch(program, cfg, runner, setup)
         try:
-            units = plan_units(program, cfg, oracle, deadline)
+            units = plan_units(program, cfg, setup.oracle, deadline)
         except SearchTimeout:
             units = []
             warnings.warn(
@@ -308,6 +308,20 @@ def superoptimize(
     if report:
         report(result.summary())
     return result
+
+
+def _launch(program, cfg: SearchConfig, runner, setup):
+    """Build the oracle and launch ``runner`` with ``setup`` completed by it; returns the
+    complete setup. The workers get the program side of the setup first: they draw the
+    program's verification rounds while this process builds the oracle (importing egglog and
+    saturating the e-graph: the longest step of a search's start), instead of after."""
+    if not cfg.abstract_pruning:
+        runner.launch(setup)
+        return setup
+    runner.prepare(setup.program_side())
+    setup = replace(setup, oracle=_OracleAdapter(program_terms(program)))
+    runner.launch(setup)
+    return setup
 
 
 def _search_setup(program, cfg, oracle, runner, cost):

@@ -12,11 +12,12 @@ Why the pool cannot hang on the solver or e-graph libraries
   it (egglog's rayon threads, OpenMP, a CUDA context, a lock another thread held at fork
   time) and never imports the caller's ``__main__``. By default (``start_method="zygote"``)
   one fresh interpreter (``python -m mugraph.search.pool --zygote``) imports the search,
-  loads each search's setup, draws the program's verification rounds and evaluates the
-  program on them, and then forks the workers: they start in milliseconds instead of each
-  importing mugraph, and they share the rounds' memory (one copy in the CPU's cache instead of
-  one per worker). The zygote runs no thread when it forks. ``start_method="exec"`` starts
-  every worker as a fresh interpreter (``python -m mugraph.search.pool``);
+  loads each search's program side, draws the program's verification rounds and evaluates the
+  program on them (while the driver builds the oracle), and then, given the complete setup,
+  forks the workers: they start in milliseconds instead of each importing mugraph, and they
+  share the rounds' memory (one copy in the CPU's cache instead of one per worker). The
+  zygote runs no thread when it forks. ``start_method="exec"`` starts every worker as a fresh
+  interpreter (``python -m mugraph.search.pool``);
   ``"fork" | "spawn" | "forkserver"`` start workers through :mod:`multiprocessing`; with
   ``fork``, this process collects its garbage and freezes the collector's view of every
   object first, so a child never frees an object it inherited.
@@ -116,6 +117,9 @@ class InlineEngine:
 
     def rounds_inherited(self) -> list[int]:
         return []  # this process draws its rounds when it first verifies
+
+    def prepare(self, setup: SearchSetup) -> None:
+        """Nothing to prepare: this process draws its rounds when it first verifies."""
 
     def launch(self, setup: SearchSetup) -> None:
         self.setup = setup
@@ -256,7 +260,7 @@ class _Zygote:
         )
         theirs.close()
         self.conn = Connection(mine.detach())
-        self.token = ""  # the setup the zygote holds (read and written by the sender only)
+        self.held: SearchSetup | None = None  # the setup it holds (the sender's to read)
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
         self._sender = threading.Thread(target=self._send_loop, name="mugraph-zygote",
                                         daemon=True)  # fmt: skip
@@ -270,21 +274,33 @@ class _Zygote:
             with contextlib.suppress(OSError):  # a dead zygote: the channels it had close
                 job()
 
+    def load(self, setup: SearchSetup, hunger_path: str) -> None:
+        """Have the zygote load ``setup`` and draw the program's verification rounds now
+        (a :meth:`~SearchSetup.program_side` while the driver builds the oracle)."""
+        self._outbox.put(lambda: self._send_setup(setup, hunger_path))
+
+    def _send_setup(self, setup: SearchSetup, hunger_path: str) -> None:
+        """(The sender thread) ``setup``, unless the zygote holds it already."""
+        if setup is not self.held:
+            # the cores are idle meanwhile, but for the driver's
+            threads = max(1, min(8, (os.cpu_count() or 1) - 1))
+            self.conn.send(("setup", setup, hunger_path, threads))
+            self.held = setup
+
     def fork(self, setup: SearchSetup, hunger_path: str, count: int) -> list[_Worker]:
         """``count`` workers forked with ``setup`` loaded; they say "ready" when forked."""
         from multiprocessing.reduction import send_handle
 
+        if setup.oracle_pending:
+            raise EngineError("workers are forked with a complete setup, not its program side")
         pairs = [socket.socketpair() for _ in range(count)]
         workers = [_Worker(Connection(mine.detach()), _ForkedChild(), preloaded=True)
                    for mine, _ in pairs]  # fmt: skip
         theirs = [t for _, t in pairs]
-        threads = max(1, min(8, (os.cpu_count() or 1) - 1))  # the cores are idle meanwhile
 
         def send() -> None:
             try:
-                if setup.token != self.token:
-                    self.conn.send(("setup", setup, hunger_path, threads))
-                    self.token = setup.token
+                self._send_setup(setup, hunger_path)
                 self.conn.send(("fork", count))
                 for t in theirs:
                     send_handle(self.conn, t.fileno(), self.process.pid)
@@ -388,11 +404,17 @@ class ProcessPool:
         del self.workers[self.slots :]
         self.workers += [self._spawn() for _ in range(self.slots - len(self.workers))]
 
-    def launch(self, setup: SearchSetup) -> None:
-        """Send ``setup`` to every worker, starting the missing ones, without waiting for them
-        (the caller plans the search meanwhile; a worker takes work once it has loaded it)."""
-        self.setup = setup
-        self._deaths = 0
+    def prepare(self, setup: SearchSetup) -> None:
+        """With the zygote: have it load ``setup`` (the search's program side) and draw the
+        program's verification rounds while the caller builds the oracle, so that it forks
+        the workers as soon as :meth:`launch` brings the complete setup. (Other start
+        methods load the setup once, at :meth:`launch`.)"""
+        self.start()
+        if self._zygote is not None:
+            self._zygote.load(setup, str(self._hunger_path()))
+
+    def _hunger_path(self) -> Path:
+        """The file of the "workers are waiting" byte (made on first use)."""
         if self._hunger is None:
             folder = "/dev/shm" if os.path.isdir("/dev/shm") else None
             fd, name = tempfile.mkstemp(prefix="mugraph-hunger-", dir=folder)
@@ -400,6 +422,14 @@ class ProcessPool:
             self._hunger = mmap.mmap(fd, 8)
             os.close(fd)
             self._hunger_file = Path(name)
+        return self._hunger_file
+
+    def launch(self, setup: SearchSetup) -> None:
+        """Send ``setup`` to every worker, starting the missing ones, without waiting for them
+        (the caller plans the search meanwhile; a worker takes work once it has loaded it)."""
+        self.setup = setup
+        self._deaths = 0
+        self._hunger_path()
         self._hungry = True
         self.set_hungry(False)
         self.start()

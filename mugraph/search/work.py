@@ -19,7 +19,7 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mugraph.errors import MugraphError
@@ -97,6 +97,16 @@ class SearchSetup:
     memo_dir: str = ""  # where workers on ``memo_host`` share continuations ("": they do not)
     memo_host: str = ""
     estimate: bool = False  # workers attach the default cost estimate of what they find
+    # the oracle is still being built: this setup only lets a worker load the program and
+    # draw its verification rounds meanwhile (:meth:`program_side`), never run an item
+    oracle_pending: bool = False
+
+    def program_side(self) -> SearchSetup:
+        """This setup without its oracle (same token): what a worker needs to draw the
+        program's verification rounds, sent before the driver has built the oracle, so that
+        the rounds are ready when the oracle comes (the complete setup then finds the program
+        and its rounds loaded, :func:`prepared`)."""
+        return replace(self, oracle=None, oracle_pending=True)
 
     def shared_memo(self) -> str | None:
         """The shared continuation directory, for a worker on the driver's machine."""
@@ -107,20 +117,22 @@ class SearchSetup:
         return None
 
 
-_SETUPS: dict[str, tuple[Any, SearchConfig, Any]] = {}
+_PROGRAMS: dict[str, Any] = {}  # token -> the program of the search this process serves
 
 
 def prepared(setup: SearchSetup) -> tuple[Any, SearchConfig, Any]:
-    """(program, config, oracle) of ``setup``, kept per process for later items."""
-    ready = _SETUPS.get(setup.token)
-    if ready is None:
-        _SETUPS.clear()
+    """(program, config, oracle) of ``setup``. The program is parsed once per search (token)
+    and kept for later items, with its verification rounds: the complete setup that follows
+    a :meth:`~SearchSetup.program_side` finds them ready."""
+    program = _PROGRAMS.get(setup.token)
+    if program is None:
+        _PROGRAMS.clear()
         _WORKER_MEMO.clear()  # continuations of an earlier search (bounded memory)
         _ROUNDS.clear()  # and its programs' verification rounds
         if setup.threads:  # a worker's share of the cores for the verifier's threads
             field_arith._MAX_WORKERS = setup.threads
-        ready = _SETUPS[setup.token] = (from_json(setup.program_json), setup.config, setup.oracle)
-    return ready
+        program = _PROGRAMS[setup.token] = from_json(setup.program_json)
+    return program, setup.config, setup.oracle
 
 
 def run_batch(
@@ -163,6 +175,8 @@ def run_item(
 ) -> ItemResult:
     """Enumerate one item (this process's clock ``deadline``), verifying what it finds."""
     started, began = time.monotonic(), time.time()
+    if setup.oracle_pending:
+        raise MugraphError("a work item was sent with a setup whose oracle is not built yet")
     program, base, oracle = prepared(setup)
     if started > deadline:
         return ItemResult(item, [], Stats(), timed_out=True)
