@@ -345,6 +345,7 @@ VARIANTS = {
     "one_per_sm": ({**S17[0], "num_warps": 8, "programs_per_sm": 1}, S17[1]),  # s16 default
     "unaligned": ({"align_hints": False}, {}),
     "no_pipeline": (UNPIPELINED, {}),
+    "continuations": ({"continuations": True}, {}),
     "aligned": (UNPIPELINED, S17[1]),
     "aligned_one_per_sm": ({**UNPIPELINED, "num_warps": 8, "programs_per_sm": 1}, S17[1]),
     "aligned_tile32k": (UNPIPELINED, {"weight_tile_bytes": 32 * 1024}),

@@ -1,7 +1,7 @@
 """The persistent kernel compiled for the H100 without one: registers, spills, load widths.
 
     python benchmarks/probe_persistent_offline.py [--models qwen3-0.6b llama-3.2-1b]
-        [--layers 1] [--warps 4] [--variants default aligned pipeline] [--per-body]
+        [--layers 1] [--warps 4] [--variants default unaligned no_pipeline] [--per-body]
 
 Builds ``bench_persistent``'s model shapes (random bfloat16 weights on the CPU, ``--layers``
 decoder layers: every layer has the same bodies), generates the persistent module in GPU mode
@@ -31,11 +31,11 @@ os.environ.pop("TRITON_INTERPRET", None)  # GPU-mode source, compiled, never run
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-VARIANTS = {  # PersistentOptions beyond the GPU mode's defaults
+VARIANTS = {  # PersistentOptions beyond the GPU mode's defaults (aligned and pipelined)
     "default": {},
-    "aligned": {"align_hints": True},
-    "pipeline": {"pipeline": True},
-    "aligned_pipeline": {"align_hints": True, "pipeline": True},
+    "unaligned": {"align_hints": False},
+    "no_pipeline": {"pipeline": False},
+    "s17_default": {"align_hints": False, "pipeline": False},
 }
 SIGNATURE = {  # the dispatcher's arguments (codegen.DISPATCH_SIG)
     "desc_ptr": "*i64",
@@ -119,7 +119,7 @@ def main(argv=None) -> int:
     p.add_argument("--models", nargs="+", default=["qwen3-0.6b", "llama-3.2-1b"])
     p.add_argument("--layers", type=int, default=1)
     p.add_argument("--warps", type=int, default=4)
-    p.add_argument("--variants", nargs="+", default=["default", "aligned"],
+    p.add_argument("--variants", nargs="+", default=["default", "s17_default"],
                    choices=sorted(VARIANTS))
     p.add_argument("--per-body", action="store_true")
     args = p.parse_args(argv)

@@ -588,6 +588,72 @@ def test_task_graph_json_round_trip_and_show(tmp_path, capsys):
     assert "kernels:" in render_text(tg)
 
 
+def test_small_sole_consumers_become_continuations_of_their_event():
+    """A task moving at most ``continuation_bytes`` that alone waits on its event is in no
+    queue: its event names it, and the dependencies stay what they were."""
+    decoder = build_decoder(tiny_model("qwen3", layers=2), 8, tiles=SMALL_TILES)
+    pk = decoder.kernel
+    plain = pk.task_graph(num_programs=3)
+    tg = pk.task_graph(num_programs=3, continuation_bytes=64 * 1024)
+    tg.check()
+    assert not plain.continuations
+    assert [replace(t, program=0) for t in tg.tasks] == [replace(t, program=0) for t in plain.tasks]
+    assert [replace(e, continuation=-1) for e in tg.events] == plain.events
+    parts = {pk.roles[tg.tasks[t].kernel].part for t in tg.continuations}
+    assert "combine" in parts and parts <= {"combine", "new_token", "partial", "final"}
+    for t in tg.tasks:  # a task completes one continuation's event at most
+        assert sum(tg.events[e].continuation >= 0 for e in t.triggers) <= 1
+    for t in tg.continuations:
+        event = tg.events[tg.tasks[t].wait]
+        assert event.consumers == (t,) and event.continuation == t
+        assert tg.tasks[t].program == -1 and not any(t in q for q in tg.queues)
+    assert tg.queued_order == [t for t in tg.order if t not in tg.continuations]
+    assert "continuations" in tg.summary() and "->t" in render_text(tg)
+    again = TaskGraph.from_json(tg.to_json())
+    assert again.events == tg.events and again.continuations == tg.continuations
+    none = pk.task_graph(num_programs=3, continuation_bytes=1)
+    assert not none.continuations
+
+
+def test_check_rejects_a_queued_continuation_and_two_from_one_task():
+    decoder = build_decoder(tiny_model("qwen3"), 8, tiles=SMALL_TILES)
+    tg = decoder.kernel.task_graph(num_programs=3, continuation_bytes=64 * 1024)
+    follow = min(tg.continuations)
+    tg.queues[0].append(follow)
+    tg.queues[0].sort(key=tg.order.index)
+    with pytest.raises(GraphStructureError, match="continuations"):
+        tg.check()
+    # a producer that would be the last of two such events could hand over only one
+    tg = decoder.kernel.task_graph(num_programs=3)
+    shared = next(
+        (a, b)
+        for a in tg.events
+        for b in tg.events
+        if a.index < b.index and set(a.producers) & set(b.producers)
+        and len(a.consumers) == len(b.consumers) == 1
+    )
+    for e in shared:
+        tg.events[e.index] = replace(e, continuation=e.consumers[0])
+        tg.queues = [[t for t in q if t != e.consumers[0]] for q in tg.queues]
+    with pytest.raises(GraphStructureError, match="one continuation at most"):
+        tg.check()
+
+
+@pytest.mark.parametrize("continuations", [True, False])
+def test_decode_with_and_without_continuations(continuations):
+    """The last producer of an event runs its continuation in the same launch (the
+    continuation's wait has nothing left to wait for), with the same tokens either way."""
+    model = tiny_model("llama", layers=2)
+    prompt = [5, 17, 42]
+    ref_tokens, _ = hf_greedy(model, prompt, 5)
+    decoder = build_decoder(model, 16, tiles=SMALL_TILES)
+    program = decoder.compile(num_programs=3, continuations=continuations)
+    assert bool(program.tasks.continuations) == continuations
+    assert ("while task >= 0:" in program.source) == continuations
+    assert ("return cont" in program.source) == continuations
+    assert program.generate(prompt, 5) == ref_tokens
+
+
 # ---- tensor parallelism -------------------------------------------------------------------------
 
 

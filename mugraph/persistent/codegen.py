@@ -14,7 +14,8 @@ kind in every decoder layer) share one body. A body:
    with an acquire atomic, and computes its block-invariant values once (``hoist``);
 4. per block: issues the next block's static loads (``pipeline``: one block ahead, into
    registers), then computes the block graph and stores its outputs;
-5. after its last block: a barrier, then one release atomic per event it triggers.
+5. after its last block: a barrier, then one release atomic per event it triggers; where the
+   event has a continuation and this trigger completed it, the body returns that task.
 
 In persistent mode the wait spins (up to ``max_spins``: a wait that gives up writes the task
 into the meta buffer's error slot instead of hanging the GPU); in topological mode (the CPU
@@ -24,9 +25,10 @@ the next task (``prefetch.global.L2``; every block of it with ``prefetch_task``,
 so weights stream while the current task computes or waits.
 
 The dispatcher: each program reads its queue (a slice of the queue array), runs the body of
-each task's kind, and at the end counts itself done; the last program to finish advances the
-position and the step in the meta buffer, so consecutive launches (or CUDA graph replays)
-decode consecutive tokens without the host.
+each task's kind (and, before the next queued task, any continuation a body returned), and at
+the end counts itself done; the last program to finish advances the position and the step in
+the meta buffer, so consecutive launches (or CUDA graph replays) decode consecutive tokens
+without the host.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ EVICTION_POLICY = re.compile(r', eviction_policy="[a-z_]+"')
 DESC_HEADER = 8  # kind, first block, blocks, wait event, wait count, trigger offset, count, task
 FIELD_KIND, FIELD_FIRST, FIELD_COUNT, FIELD_WAIT, FIELD_WAIT_COUNT = 0, 1, 2, 3, 4
 FIELD_TRIG, FIELD_TRIG_COUNT, FIELD_TASK = 5, 6, 7
+TRIGGER_FIELDS = 3  # per trigger: event, its continuation task (or -1), its count per step
 CACHE_LINE = 128
 PREFETCH_MIN_BYTES = 4096  # smaller static tiles stay in L2 anyway
 PREFETCH_PRIORITIES = frozenset({"evict_normal", "evict_last"})  # of prefetch.global.L2
@@ -87,6 +90,13 @@ class PersistentOptions:
         "evict_last"). Weights are read once per step, so they need not outlive other lines:
         on the H100 (seventeenth session) "evict_normal" ran Llama-3.2-1B's step in 1442
         against 1501 µs (Qwen3-0.6B: 1134 against 1135).
+    continuations: the dispatcher runs the continuation a body returns (a task whose event
+        the body's trigger completed; see :mod:`mugraph.persistent.taskgraph`) before its next
+        queued task. Off by default: on the H100 (eighteenth session, call 4) the step ran
+        slower with them, Qwen3-0.6B 1319 against 994 µs and Llama-3.2-1B 1271 against
+        1182 µs; the traces show the levels of the KV-cache appends and the attention
+        partials slowing (Qwen3: 436 against 184 µs in all), as every producer of such an
+        event waits for its atomic's old value.
     cache_hint: load tiles written in this step with ``.cg`` (L2 only, GPU only).
     hoist: compute block-invariant values once per task rather than once per block.
     trace: record globaltimer stamps per task (start, after the wait, end; GPU only).
@@ -99,6 +109,7 @@ class PersistentOptions:
     pipeline: bool = True
     prefetch_priority: str = "evict_normal"
     align_hints: bool = True
+    continuations: bool = False
     cache_hint: bool = True
     hoist: bool = True
     trace: bool = False
@@ -312,13 +323,29 @@ def _wait_lines(options: PersistentOptions) -> list[str]:
     ]
 
 
-def _trigger_lines() -> list[str]:
-    return [
+def _trigger_lines(continuations: bool) -> list[str]:
+    """One release atomic per event the task triggers. With ``continuations``, where the event
+    has one, the atomic also acquires and its old value tells whether this trigger completed
+    the event: then the body returns the continuation for the dispatcher to run (else -1)."""
+    entry = f"trig_ptr + {TRIGGER_FIELDS} * trig"
+    release = '    tl.atomic_add(evt_ptr + tl.load({}), 1, sem="release", scope="gpu")'
+    head = [
         "tl.debug_barrier()",
         f"trig_first = tl.load(desc + {FIELD_TRIG}).to(tl.int32)",
         f"trig_end = trig_first + tl.load(desc + {FIELD_TRIG_COUNT}).to(tl.int32)",
+    ]
+    if not continuations:
+        return head + ["for trig in range(trig_first, trig_end):", release.format(entry)]
+    return head + [
+        "cont = tl.full([], -1, tl.int32)",
         "for trig in range(trig_first, trig_end):",
-        '    tl.atomic_add(evt_ptr + tl.load(trig_ptr + trig), 1, sem="release", scope="gpu")',
+        f"    follow = tl.load({entry} + 1)",
+        "    if follow >= 0:",
+        f'        old = tl.atomic_add(evt_ptr + tl.load({entry}), 1, sem="acq_rel", scope="gpu")',
+        f"        if old + 1 == tl.load({entry} + 2) * epoch:",
+        "            cont = follow",
+        "    else:",
+        "    " + release.format(entry),
     ]
 
 
@@ -453,9 +480,11 @@ def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> Bo
         block += [f"if blk + {step} < end:", f"    {pf_name}(desc, blk + {step}, pos, meta_ptr)"]
     block += _section(em, em.lines, tail)
     body += ["for blk in range(first, end):"] + [INDENT + line for line in block]
-    body += _trigger_lines()
+    body += _trigger_lines(options.continuations)
     if options.trace:
         body.append(f"tl.store(trace_ptr + tl.load(desc + {FIELD_TASK}) * 3 + 2, {_CLOCK})")
+    if options.continuations:
+        body.append("return cont")
     sig = "desc, evt_ptr, trig_ptr, meta_ptr, scratch_ptr, trace_ptr, pos, step, epoch, program"
     text = ["@triton.jit", f"def {name}({sig}):"] + [INDENT + line for line in body]
     if pf_name:
@@ -489,6 +518,48 @@ DISPATCH_SIG = (
 )
 
 
+def _task_lines(
+    bodies: list[BodySource], desc_width: int, options: PersistentOptions, task: str,
+    prefetch_when: str,
+) -> list[str]:
+    """The dispatcher's part for one task: its descriptor, the L2 prefetch of the next queued
+    task (when ``prefetch_when`` holds: not after a continuation), the body of its kind (with
+    ``continuations``, the continuation it returns in ``cont``)."""
+    d = [
+        f"    desc = desc_ptr + ({task}).to(tl.int64) * {desc_width}",
+        f"    kind = tl.load(desc + {FIELD_KIND}).to(tl.int32)",
+    ]
+    prefetching = [(k, b) for k, b in enumerate(bodies) if b.prefetch_name]
+    if prefetching:
+        blocks = (
+            f"nfirst + tl.load(nxt + {FIELD_COUNT}).to(tl.int32)"
+            if options.prefetch_task
+            else "nfirst + 1"
+        )
+        d += [
+            f"    if {prefetch_when}:",
+            f"        nxt = desc_ptr + tl.load(queue_ptr + qi + 1).to(tl.int64) * {desc_width}",
+            f"        nkind = tl.load(nxt + {FIELD_KIND}).to(tl.int32)",
+            f"        nfirst = tl.load(nxt + {FIELD_FIRST}).to(tl.int32)",
+            f"        nend = {blocks}",
+        ]
+        for k, b in prefetching:
+            d += [
+                f"        if nkind == {k}:",
+                "            for nblk in range(nfirst, nend):",
+                f"                {b.prefetch_name}(nxt, nblk, pos, meta_ptr)",
+            ]
+    call = (
+        "(desc, evt_ptr, trig_ptr, meta_ptr, scratch_ptr, trace_ptr, pos, step, epoch, program)"
+    )
+    if options.continuations:
+        d += ["    queued = tl.full([], 0, tl.int1)", "    cont = tl.full([], -1, tl.int32)"]
+    for k, b in enumerate(bodies):
+        d += [f"    if kind == {k}:  # {', '.join(b.kernels)}"]
+        d.append(f"        {'cont = ' if options.continuations else ''}{b.name}{call}")
+    return d
+
+
 def generate_program(
     bodies: list[BodySource], desc_width: int, name: str, options: PersistentOptions
 ) -> str:
@@ -507,35 +578,18 @@ def generate_program(
         "q_first = tl.load(qstart_ptr + program)",
         "q_end = tl.load(qstart_ptr + program + 1)",
         "for qi in range(q_first, q_end):",
-        f"    desc = desc_ptr + tl.load(queue_ptr + qi).to(tl.int64) * {desc_width}",
-        f"    kind = tl.load(desc + {FIELD_KIND}).to(tl.int32)",
     ]
-    prefetching = [(k, b) for k, b in enumerate(bodies) if b.prefetch_name]
-    if prefetching:
-        blocks = (
-            f"nfirst + tl.load(nxt + {FIELD_COUNT}).to(tl.int32)"
-            if options.prefetch_task
-            else "nfirst + 1"
-        )
+    if options.continuations:
         d += [
-            "    if qi + 1 < q_end:",
-            f"        nxt = desc_ptr + tl.load(queue_ptr + qi + 1).to(tl.int64) * {desc_width}",
-            f"        nkind = tl.load(nxt + {FIELD_KIND}).to(tl.int32)",
-            f"        nfirst = tl.load(nxt + {FIELD_FIRST}).to(tl.int32)",
-            f"        nend = {blocks}",
+            "    task = tl.load(queue_ptr + qi)",
+            "    queued = tl.full([], 1, tl.int1)  # a tensor: it is reassigned in the loop",
+            "    while task >= 0:  # the queued task, then the continuation each body returns",
         ]
-        for k, b in prefetching:
-            d += [
-                f"        if nkind == {k}:",
-                "            for nblk in range(nfirst, nend):",
-                f"                {b.prefetch_name}(nxt, nblk, pos, meta_ptr)",
-            ]
-    for k, b in enumerate(bodies):
-        d += [
-            f"    if kind == {k}:  # {', '.join(b.kernels)}",
-            f"        {b.name}(desc, evt_ptr, trig_ptr, meta_ptr, scratch_ptr, trace_ptr, pos, "
-            "step, epoch, program)",
-        ]
+        per_task = _task_lines(bodies, desc_width, options, "task", "queued & (qi + 1 < q_end)")
+        d += [INDENT + line for line in per_task]
+        d.append("        task = cont")
+    else:
+        d += _task_lines(bodies, desc_width, options, "tl.load(queue_ptr + qi)", "qi + 1 < q_end")
     d += [
         "tl.debug_barrier()",
         f'done = tl.atomic_add(meta_ptr + {int(MetaSlot.DONE)}, 1, sem="acq_rel", scope="gpu")',

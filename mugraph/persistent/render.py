@@ -49,12 +49,25 @@ def render_text(tg: TaskGraph, max_lines: int = 60) -> str:
         for t in queue[:4]:
             task = tg.tasks[t]
             wait = f"waits e{task.wait} ({tg.events[task.wait].count})" if task.wait >= 0 else "-"
-            trig = ", ".join(f"e{e}" for e in task.triggers) or "-"
-            lines.append(f"    t{t} {tg.label(t)}: {wait}; triggers {trig}")
+            lines.append(f"    t{t} {tg.label(t)}: {wait}; triggers {_triggers(tg, task)}")
             shown += 1
         if len(queue) > 4:
             lines.append(f"    ... {len(queue) - 4} more")
+    follow = sorted(tg.continuations)
+    if follow:
+        shown = ", ".join(f"t{t} {tg.label(t)}" for t in follow[:4])
+        more = f" and {len(follow) - 4} more" if len(follow) > 4 else ""
+        lines.append(f"continuations (run by their event's last producer): {shown}{more}")
     return "\n".join(lines)
+
+
+def _triggers(tg: TaskGraph, task) -> str:
+    """A task's events, each with the continuation its last producer runs (``e3->t9``)."""
+    parts = []
+    for e in task.triggers:
+        follow = tg.events[e].continuation
+        parts.append(f"e{e}->t{follow}" if follow >= 0 else f"e{e}")
+    return ", ".join(parts) or "-"
 
 
 def caption(tg: TaskGraph) -> str:
@@ -84,7 +97,8 @@ def layout(tg: TaskGraph, max_tasks: int = MAX_TASKS) -> Layout:
 
 def _task_nodes(tg: TaskGraph, engine: LayeredLayout, texts: dict) -> None:
     for t in tg.tasks:
-        text = _lines((f"t{t.index} {tg.label(t.index)}", "name"), (f"program {t.program}", "type"))
+        where = f"program {t.program}" if t.program >= 0 else "continuation"
+        text = _lines((f"t{t.index} {tg.label(t.index)}", "name"), (where, "type"))
         texts[f"t{t.index}"] = ("op", text)
         engine.add_node(f"t{t.index}", *_box_size(text), 2 * t.depth)
     for e in tg.events:

@@ -13,6 +13,9 @@ the kernel walks (task descriptors, queues, event counters, the meta buffer) and
 - **topological mode** (CPU under ``TRITON_INTERPRET=1``, or on request): one program runs every
   task in the global topological order; each wait only checks that its event has fired.
 
+In both modes, with ``continuations=True``, a continuation (a small task that is its event's
+only consumer) is in no queue: the task whose trigger completes its event runs it.
+
 A step decodes one token: the embedding of the current token (the meta buffer's TOKEN, set by
 ``step(token)`` or left by the previous step's argmax), every layer, the logits, the argmax. The
 KV caches stay on the device; ``generate`` runs greedy decoding without synchronising.
@@ -51,6 +54,12 @@ THREADS_PER_SM = 2048
 # shapes) against 1279 / 1569 µs for one program of 8 warps per SM.
 PROGRAMS_PER_SM = 2
 NUM_WARPS = 4
+# With continuations=True (off by default: slower on the H100, see PersistentOptions), tasks
+# moving at most this many bytes that are their event's only consumer run as continuations of
+# the event's last producer (see mugraph.persistent.taskgraph): the attention combines (about
+# 9 KB in both model shapes), the KV-cache appends (10-36 KB) and the argmax stages;
+# projections move far more and keep their queues.
+CONTINUATION_BYTES = 64 * 1024
 
 
 class PersistentRuntimeError(MugraphError):
@@ -167,6 +176,7 @@ class PersistentProgram:
         pipeline: bool = True,
         prefetch_priority: str = "evict_normal",
         align_hints: bool = True,
+        continuations: bool = False,
         cuda_graph: bool = True,
         hoist: bool = True,
         trace: bool = False,
@@ -208,6 +218,7 @@ class PersistentProgram:
             num_programs = 4
         self.num_warps = num_warps
         self.task_allocation = task_allocation
+        self.continuation_bytes = CONTINUATION_BYTES if continuations else 0
         gpu = on_cuda and not interpret
         self.options = PersistentOptions(
             interpret=interpret,
@@ -216,6 +227,7 @@ class PersistentProgram:
             pipeline=pipeline,
             prefetch_priority=prefetch_priority,
             align_hints=align_hints,
+            continuations=continuations,
             cache_hint=gpu,
             hoist=hoist,
             trace=trace and gpu,
@@ -293,7 +305,7 @@ class PersistentProgram:
         graph = self.kernel.graph
         tg = self.tasks
         desc = np.zeros((len(tg.tasks), self.desc_width), dtype=np.int64)
-        triggers: list[int] = []
+        triggers: list[int] = []  # per trigger: event, its continuation (or -1), its count
         specs = {s.op: s for s in self.specs}
         for t in tg.tasks:
             op = graph.ops[t.kernel]
@@ -301,8 +313,9 @@ class PersistentProgram:
             row[0], row[1], row[2] = self.kinds[t.kernel], t.first_block, t.num_blocks
             row[3] = t.wait
             row[4] = tg.events[t.wait].count if t.wait >= 0 else 0
-            row[5], row[6], row[7] = len(triggers), len(t.triggers), t.index
-            triggers += t.triggers
+            row[5], row[6], row[7] = len(triggers) // 3, len(t.triggers), t.index
+            for e in t.triggers:
+                triggers += [e, tg.events[e].continuation, tg.events[e].count]
             addresses = [self._address(r) for r in op.inputs]
             addresses += [self._address(TensorRef(t.kernel, j)) for j in range(len(op.outputs))]
             role = self.kernel.roles.get(t.kernel)
@@ -315,12 +328,14 @@ class PersistentProgram:
         if self.mode == "persistent":
             queues = tg.queues
         else:
-            queues = [tg.order]
+            queues = [tg.queued_order]
         flat = [t for q in queues for t in q]
         starts = np.cumsum([0] + [len(q) for q in queues])
         dev = self.device
         self.desc = torch.as_tensor(desc, device=dev)
-        self.triggers = torch.as_tensor(np.array(triggers or [0], dtype=np.int32), device=dev)
+        self.triggers = torch.as_tensor(
+            np.array(triggers or [0, -1, 0], dtype=np.int32), device=dev
+        )
         self.queue = torch.as_tensor(np.array(flat, dtype=np.int32), device=dev)
         self.qstart = torch.as_tensor(starts.astype(np.int32), device=dev)
         self.grid = (len(queues),)
@@ -384,7 +399,9 @@ class PersistentProgram:
         launch: the kernel's source does not depend on the count)."""
         self.num_programs = num_programs
         self.tasks: TaskGraph = self.kernel.task_graph(
-            num_programs, allocation=self.task_allocation
+            num_programs,
+            allocation=self.task_allocation,
+            continuation_bytes=self.continuation_bytes,
         )
         self._allocate_task_arrays()
         self._tables()

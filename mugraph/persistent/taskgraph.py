@@ -14,11 +14,18 @@ and every task in an event's set adds one to it when done. Tasks with the same s
 event. Under tensor parallelism an all-reduce task also depends on the tasks that produce its
 tile on the other ranks (*remote producers*); those tasks trigger the event on every rank.
 
+**Continuations**: a small task (at most ``continuation_bytes`` moved) that is the only
+consumer of its event is not queued: the producer whose trigger completes the event (it learns
+so from the atomic's old value) runs it at once, on its own program. The task needs no program
+to poll for it and the last producer's data is still in that SM's L2 slice path; a level of
+the step is gone when, say, an attention combine follows its partial products this way.
+
 **Queues**: tasks are ordered by depth (longest chain of dependencies), then kernel, then
 block: a topological order. Each program runs its queue in that order, and every wait points
 backwards in it, so a persistent launch with all programs resident cannot deadlock (the first
-unfinished task in the global order always has its dependencies done). Tasks are assigned to
-programs by list scheduling on estimated times (bytes moved / bandwidth + an overhead).
+unfinished task in the global order always has its dependencies done; a continuation never
+waits, its event is complete when it starts). Tasks are assigned to programs by list
+scheduling on estimated times (bytes moved / bandwidth + an overhead).
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from __future__ import annotations
 import heapq
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from mugraph.errors import GraphStructureError, SerializationError, UnsupportedError
 from mugraph.ir import tiling
@@ -105,6 +112,7 @@ class Task:
     wait: int  # event index, -1 for none
     triggers: tuple[int, ...]  # events of this rank it adds one to
     remote_triggers: tuple[tuple[int, int], ...] = ()  # (rank, event) on other ranks
+    # program is -1 for a continuation: it runs on the program of its event's last producer
 
 
 @dataclass(frozen=True)
@@ -113,6 +121,7 @@ class Event:
     producers: tuple[int, ...]  # local tasks that trigger it
     consumers: tuple[int, ...]
     remote_producers: tuple[tuple[int, int], ...] = ()  # (rank, task)
+    continuation: int = -1  # the consumer its last producer runs (-1: none)
 
     @property
     def count(self) -> int:
@@ -138,6 +147,17 @@ class TaskGraph:
                 return k
         raise KeyError(op)
 
+    @property
+    def continuations(self) -> frozenset[int]:
+        """Tasks run by their event's last producer instead of from a queue."""
+        return frozenset(e.continuation for e in self.events if e.continuation >= 0)
+
+    @property
+    def queued_order(self) -> list[int]:
+        """The global order without the continuations (the one queue of topological mode)."""
+        skip = self.continuations
+        return [t for t in self.order if t not in skip]
+
     def dependencies(self, task: int) -> frozenset[int]:
         """The local tasks ``task`` waits for directly (its event's producers)."""
         w = self.tasks[task].wait
@@ -155,23 +175,44 @@ class TaskGraph:
         triggers = sum(len(t.triggers) + len(t.remote_triggers) for t in self.tasks)
         depth = 1 + max((t.depth for t in self.tasks), default=-1)
         busiest = max((len(q) for q in self.queues), default=0)
+        follow = len(self.continuations)
         return (
             f"task graph: {len(self.kernels)} kernels, {len(self.tasks)} tasks, "
             f"{len(self.events)} events ({waits} waits, {triggers} triggers), depth {depth}, "
             f"{self.num_programs} programs (longest queue {busiest})"
+            + (f", {follow} continuations" if follow else "")
         )
 
     def check(self) -> None:
-        """Every queue follows the global order and every wait points backwards in it."""
+        """Every queue follows the global order and every wait points backwards in it; the
+        queues hold every task but the continuations, exactly once."""
         position = {t: i for i, t in enumerate(self.order)}
-        seen = set()
+        seen: list[int] = []
         for program, queue in enumerate(self.queues):
             for a, b in zip(queue, queue[1:], strict=False):
                 if position[a] >= position[b]:
                     raise GraphStructureError(f"queue {program} is out of order at task {b}")
-            seen.update(queue)
-        if seen != set(range(len(self.tasks))):
-            raise GraphStructureError("the queues do not hold every task exactly once")
+            seen += queue
+        follow = self.continuations
+        if len(seen) != len(set(seen)) or set(seen) != set(range(len(self.tasks))) - follow:
+            raise GraphStructureError(
+                "the queues do not hold every task but the continuations exactly once"
+            )
+        handing: set[int] = set()
+        for e in self.events:
+            if e.continuation < 0:
+                continue
+            if e.consumers != (e.continuation,) or e.remote_producers:
+                raise GraphStructureError(
+                    f"event e{e.index}: continuation t{e.continuation} is not its only, local "
+                    "consumer"
+                )
+            if not handing.isdisjoint(e.producers):
+                raise GraphStructureError(
+                    f"event e{e.index}: a producer already completes another event with a "
+                    "continuation (a task runs one continuation at most)"
+                )
+            handing.update(e.producers)
         for t in self.tasks:
             for p in self.dependencies(t.index):
                 if position[p] >= position[t.index]:
@@ -221,6 +262,7 @@ class TaskGraph:
                     tuple(e["producers"]),
                     tuple(e["consumers"]),
                     tuple(tuple(r) for r in e["remote_producers"]),
+                    e.get("continuation", -1),
                 )
                 for e in doc["events"]
             ]
@@ -397,6 +439,7 @@ def build_task_graph(
     allocation: str = "level",
     tasks_per_kernel: int | None = None,
     reduce: bool = True,
+    continuation_bytes: int = 0,
     task_overhead_s: float = 2e-6,
     bandwidth_per_program: float = 2.5e10,
 ) -> TaskGraph:
@@ -404,7 +447,8 @@ def build_task_graph(
 
     ``allocation`` decides how many tasks each kernel gets (:func:`allocate_tasks`); a
     kernel's blocks are spread evenly over its tasks. ``reduce`` drops dependencies implied by
-    others before making events.
+    others before making events. A task moving at most ``continuation_bytes`` that is its
+    event's only consumer becomes a continuation (0: none).
     """
     if not isinstance(num_programs, int) or num_programs < 1:
         raise GraphStructureError(
@@ -465,8 +509,12 @@ def build_task_graph(
     kept = _transitive_reduction(raw) if reduce else [frozenset(s) for s in raw]
     order = sorted(range(len(raw)), key=lambda t: (depth[t], owners[t][0], t))
     events, waits, triggers, remote_triggers = _events(kept, remote, src)
+    cost = {t: owners[t][2] * kernels[owners[t][0]].bytes_per_block for t in range(len(raw))}
+    events = _with_continuations(events, cost, continuation_bytes)
+    follow = {e.continuation for e in events if e.continuation >= 0}
     programs = _schedule(
-        order, raw, owners, kernels, num_programs, task_overhead_s, bandwidth_per_program
+        order, raw, owners, kernels, num_programs, task_overhead_s, bandwidth_per_program,
+        follow,
     )
     tasks = [
         Task(
@@ -484,7 +532,8 @@ def build_task_graph(
     ]
     queues: list[list[int]] = [[] for _ in range(num_programs)]
     for t in order:
-        queues[programs[t]].append(t)
+        if t not in follow:
+            queues[programs[t]].append(t)
     graph_out = TaskGraph(
         num_programs,
         list(kernels.values()),
@@ -564,8 +613,28 @@ def _events(kept, remote, src: _Source):
     return events, waits, triggers, remote_triggers
 
 
-def _schedule(order, raw, owners, kernels, num_programs, overhead, bandwidth) -> list[int]:
-    """List scheduling: each task (in order) goes to the program free earliest."""
+def _with_continuations(events: list[Event], cost: dict[int, int], limit: int) -> list[Event]:
+    """``events`` with their continuation set where the only consumer is local and moves at
+    most ``limit`` bytes, and no producer already completes another event with one: a task
+    hands its dispatcher one continuation at most (were it the last producer of two such
+    events, the second continuation would never run)."""
+    out = []
+    handing: set[int] = set()  # tasks that trigger an event with a continuation
+    for e in events:
+        small = len(e.consumers) == 1 and cost[e.consumers[0]] <= limit
+        if small and not e.remote_producers and handing.isdisjoint(e.producers):
+            e = replace(e, continuation=e.consumers[0])
+            handing.update(e.producers)
+        out.append(e)
+    return out
+
+
+def _schedule(
+    order, raw, owners, kernels, num_programs, overhead, bandwidth, follow=frozenset()
+) -> list[int]:
+    """List scheduling: each task (in order) goes to the program free earliest. A
+    continuation (in ``follow``) takes no program: it starts when its producers are done
+    (its program is -1)."""
     free = [(0.0, p) for p in range(num_programs)]
     heapq.heapify(free)
     finish = [0.0] * len(raw)
@@ -574,6 +643,9 @@ def _schedule(order, raw, owners, kernels, num_programs, overhead, bandwidth) ->
         k, _, nb = owners[t]
         cost = overhead + nb * kernels[k].bytes_per_block / bandwidth
         ready = max((finish[p] for p in raw[t]), default=0.0)
+        if t in follow:
+            finish[t], program[t] = ready + cost, -1
+            continue
         at, p = heapq.heappop(free)
         start = max(at, ready)
         finish[t] = start + cost
@@ -591,14 +663,3 @@ def task_ancestors(graph: TaskGraph) -> list[int]:
             bits |= anc[p] | (1 << p)
         anc[t] = bits
     return anc
-
-
-def describe_program(graph: TaskGraph, program: int) -> list[str]:
-    """One line per task of a program's queue (for the text rendering)."""
-    lines = []
-    for t in graph.queues[program]:
-        task = graph.tasks[t]
-        wait = f"wait e{task.wait}" if task.wait >= 0 else "no wait"
-        trig = ", ".join(f"e{e}" for e in task.triggers) or "-"
-        lines.append(f"    t{t} {graph.label(t)}: {wait}; triggers {trig}")
-    return lines

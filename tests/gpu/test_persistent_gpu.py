@@ -35,8 +35,9 @@ def _model(dtype, layers=2):
     [
         (torch.float32, {}),
         (torch.bfloat16, {}),
-        (torch.float32, {"pipeline": True, "prefetch_task": True}),
-        (torch.bfloat16, {"pipeline": True, "programs_per_sm": 1, "num_warps": 8}),
+        (torch.float32, {"pipeline": False, "prefetch_task": True}),
+        (torch.bfloat16, {"align_hints": False, "programs_per_sm": 1, "num_warps": 8}),
+        (torch.bfloat16, {"continuations": True}),
     ],
 )
 def test_persistent_mode_matches_transformers(dtype, options):
