@@ -353,6 +353,8 @@ VARIANTS = {
     "tile32k": ({}, {"weight_tile_bytes": 32 * 1024}),
     "tile8k": ({}, {"weight_tile_bytes": 8 * 1024}),
     "min_blocks512": ({}, {"min_blocks": 512}),
+    "attn_chunk32": ({}, {"attention_chunk": 32}),  # twice the attention tasks, half as long
+    "attn_chunk128": ({}, {"attention_chunk": 128}),
     "evict_last": ({"prefetch_priority": "evict_last"}, {}),
     "warps8": ({"num_warps": 8}, {}),
     "no_prefetch": ({"prefetch": False}, {}),

@@ -14,8 +14,9 @@ kind in every decoder layer) share one body. A body:
    with an acquire atomic, and computes its block-invariant values once (``hoist``);
 4. per block: issues the next block's static loads (``pipeline``: one block ahead, into
    registers), then computes the block graph and stores its outputs;
-5. after its last block: a barrier, then one release atomic per event it triggers; where the
-   event has a continuation and this trigger completed it, the body returns that task.
+5. after its last block: a barrier, then one release atomic per event it triggers; with
+   ``continuations``, where the event has one and this trigger completed the event, the body
+   returns that task.
 
 In persistent mode the wait spins (up to ``max_spins``: a wait that gives up writes the task
 into the meta buffer's error slot instead of hanging the GPU); in topological mode (the CPU
@@ -25,7 +26,7 @@ the next task (``prefetch.global.L2``; every block of it with ``prefetch_task``,
 so weights stream while the current task computes or waits.
 
 The dispatcher: each program reads its queue (a slice of the queue array), runs the body of
-each task's kind (and, before the next queued task, any continuation a body returned), and at
+each task's kind (with ``continuations``, then the continuation the body returned), and at
 the end counts itself done; the last program to finish advances the position and the step in
 the meta buffer, so consecutive launches (or CUDA graph replays) decode consecutive tokens
 without the host.

@@ -32,6 +32,7 @@ from mugraph.ir.tensor import TensorRef
 from mugraph.persistent.codegen import (
     DESC_HEADER,
     PREFETCH_PRIORITIES,
+    TRIGGER_FIELDS,
     VECTOR_BYTES,
     ArgSpec,
     BodySource,
@@ -305,7 +306,7 @@ class PersistentProgram:
         graph = self.kernel.graph
         tg = self.tasks
         desc = np.zeros((len(tg.tasks), self.desc_width), dtype=np.int64)
-        triggers: list[int] = []  # per trigger: event, its continuation (or -1), its count
+        triggers: list[int] = []  # TRIGGER_FIELDS each: event, its continuation or -1, count
         specs = {s.op: s for s in self.specs}
         for t in tg.tasks:
             op = graph.ops[t.kernel]
@@ -313,7 +314,7 @@ class PersistentProgram:
             row[0], row[1], row[2] = self.kinds[t.kernel], t.first_block, t.num_blocks
             row[3] = t.wait
             row[4] = tg.events[t.wait].count if t.wait >= 0 else 0
-            row[5], row[6], row[7] = len(triggers) // 3, len(t.triggers), t.index
+            row[5], row[6], row[7] = len(triggers) // TRIGGER_FIELDS, len(t.triggers), t.index
             for e in t.triggers:
                 triggers += [e, tg.events[e].continuation, tg.events[e].count]
             addresses = [self._address(r) for r in op.inputs]

@@ -16,9 +16,9 @@ tile on the other ranks (*remote producers*); those tasks trigger the event on e
 
 **Continuations**: a small task (at most ``continuation_bytes`` moved) that is the only
 consumer of its event is not queued: the producer whose trigger completes the event (it learns
-so from the atomic's old value) runs it at once, on its own program. The task needs no program
-to poll for it and the last producer's data is still in that SM's L2 slice path; a level of
-the step is gone when, say, an attention combine follows its partial products this way.
+so from the atomic's old value) runs it at once, on its own program, and no program polls
+for it (an attention combine after its partial products, say). The runtime builds them only
+when asked (``continuations=True``): on the H100 they made the decode step slower.
 
 **Queues**: tasks are ordered by depth (longest chain of dependencies), then kernel, then
 block: a topological order. Each program runs its queue in that order, and every wait points
