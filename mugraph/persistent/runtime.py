@@ -219,7 +219,6 @@ class PersistentProgram:
             num_programs = 4
         self.num_warps = num_warps
         self.task_allocation = task_allocation
-        self.continuation_bytes = CONTINUATION_BYTES if continuations else 0
         gpu = on_cuda and not interpret
         self.options = PersistentOptions(
             interpret=interpret,
@@ -402,7 +401,7 @@ class PersistentProgram:
         self.tasks: TaskGraph = self.kernel.task_graph(
             num_programs,
             allocation=self.task_allocation,
-            continuation_bytes=self.continuation_bytes,
+            continuation_bytes=CONTINUATION_BYTES if self.options.continuations else 0,
         )
         self._allocate_task_arrays()
         self._tables()

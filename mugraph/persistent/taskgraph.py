@@ -509,8 +509,9 @@ def build_task_graph(
     kept = _transitive_reduction(raw) if reduce else [frozenset(s) for s in raw]
     order = sorted(range(len(raw)), key=lambda t: (depth[t], owners[t][0], t))
     events, waits, triggers, remote_triggers = _events(kept, remote, src)
-    cost = {t: owners[t][2] * kernels[owners[t][0]].bytes_per_block for t in range(len(raw))}
-    events = _with_continuations(events, cost, continuation_bytes)
+    if continuation_bytes > 0:
+        moved = {t: owners[t][2] * kernels[owners[t][0]].bytes_per_block for t in range(len(raw))}
+        events = _with_continuations(events, moved, continuation_bytes)
     follow = {e.continuation for e in events if e.continuation >= 0}
     programs = _schedule(
         order, raw, owners, kernels, num_programs, task_overhead_s, bandwidth_per_program,
@@ -613,7 +614,7 @@ def _events(kept, remote, src: _Source):
     return events, waits, triggers, remote_triggers
 
 
-def _with_continuations(events: list[Event], cost: dict[int, int], limit: int) -> list[Event]:
+def _with_continuations(events: list[Event], moved: dict[int, int], limit: int) -> list[Event]:
     """``events`` with their continuation set where the only consumer is local and moves at
     most ``limit`` bytes, and no producer already completes another event with one: a task
     hands its dispatcher one continuation at most (were it the last producer of two such
@@ -621,7 +622,7 @@ def _with_continuations(events: list[Event], cost: dict[int, int], limit: int) -
     out = []
     handing: set[int] = set()  # tasks that trigger an event with a continuation
     for e in events:
-        small = len(e.consumers) == 1 and cost[e.consumers[0]] <= limit
+        small = len(e.consumers) == 1 and moved[e.consumers[0]] <= limit
         if small and not e.remote_producers and handing.isdisjoint(e.producers):
             e = replace(e, continuation=e.consumers[0])
             handing.update(e.producers)
