@@ -356,6 +356,11 @@ VARIANTS = {
     "attn_chunk32": ({}, {"attention_chunk": 32}),  # twice the attention tasks, half as long
     "attn_chunk128": ({}, {"attention_chunk": 128}),
     "evict_last": ({"prefetch_priority": "evict_last"}, {}),
+    "poll_load": ({"poll_load": True}, {}),
+    "pf4": ({"prefetch_distance": 4}, {}),
+    "pf8": ({"prefetch_distance": 8}, {}),
+    "ppsm3": ({"programs_per_sm": 3}, {}),
+    "lookahead": ({"lookahead": True}, {}),
     "warps8": ({"num_warps": 8}, {}),
     "no_prefetch": ({"prefetch": False}, {}),
     "prefetch_task": ({"prefetch_task": True}, {}),
@@ -517,9 +522,39 @@ def run_variant(
         sync()
         summary = trace_summary(traced)
         record(**{key("trace"): summary})
-        (Path(args.out) / f"{args.model}{suffix.replace('@', '-')}_trace.json").write_text(
-            json.dumps(summary, indent=1)
-        )
+        stem = f"{args.model}{suffix.replace('@', '-')}_trace"
+        (Path(args.out) / f"{stem}.json").write_text(json.dumps(summary, indent=1))
+        save_trace(traced, Path(args.out) / f"{stem}.npz")
+
+
+def save_trace(program, path: Path) -> None:
+    """The raw stamps of the traced step beside each task's level, kind, program and blocks
+    (for analyses the summary does not make)."""
+    import numpy as np
+
+    tg = program.tasks
+    roles = program.kernel.roles
+    np.savez_compressed(
+        path,
+        stamps=program.trace.view(-1, 3).cpu().numpy(),
+        depth=np.array([t.depth for t in tg.tasks]),
+        blocks=np.array([t.num_blocks for t in tg.tasks]),
+        program=np.array(task_programs(program)),
+        kind=np.array([roles[t.kernel].part if t.kernel in roles else "?" for t in tg.tasks]),
+    )
+
+
+def task_programs(program) -> list[int]:
+    """The program whose queue holds each task (-1: none, e.g. a continuation)."""
+    from mugraph.persistent.codegen import QUEUE_KIND_BITS
+
+    owner = [-1] * len(program.tasks.tasks)
+    queue = [entry >> QUEUE_KIND_BITS for entry in program.queue.cpu().tolist()]
+    starts = program.qstart.cpu().tolist()
+    for p in range(len(starts) - 1):
+        for task in queue[starts[p] : starts[p + 1]]:
+            owner[task] = p
+    return owner
 
 
 def trace_summary(program) -> dict:

@@ -36,6 +36,7 @@ VARIANTS = {  # PersistentOptions beyond the GPU mode's defaults (aligned and pi
     "unaligned": {"align_hints": False},
     "no_pipeline": {"pipeline": False},
     "s17_default": {"align_hints": False, "pipeline": False},
+    "lookahead": {"lookahead": True},
 }
 SIGNATURE = {  # the dispatcher's arguments (codegen.DISPATCH_SIG)
     "desc_ptr": "*i64",

@@ -207,6 +207,8 @@ def test_runtime_rejects_bad_options():
         decoder.compile(prefetch_priority="evict_first")
     with pytest.raises(mugraph.UnsupportedError, match="programs_per_sm"):
         decoder.compile(programs_per_sm=0)
+    with pytest.raises(mugraph.UnsupportedError, match="prefetch_distance"):
+        decoder.compile(prefetch_distance=0)
 
 
 def test_runtime_rejects_bad_steps():
@@ -250,6 +252,56 @@ def test_pipelined_body_loads_the_first_block_before_the_wait_and_the_next_while
     assert not any("ahead" in t for t in plain.values())
 
 
+def test_prefetch_distance_keeps_blocks_in_flight_from_the_task_start():
+    decoder = build_decoder(tiny_model("qwen3"), 16, tiles=SMALL_TILES)
+    default = next(t for label, t in _gpu_bodies(decoder).items() if label.endswith("mlp.down"))
+    far = next(
+        t
+        for label, t in _gpu_bodies(decoder, prefetch_distance=4).items()
+        if label.endswith("mlp.down")
+    )
+    assert "if blk + 2 < end:" in default and "pblk" not in default
+    lines = [line.strip() for line in far.splitlines()]
+    wait = lines.index("if wait_evt >= 0:")
+    start = lines.index("for pblk in range(first + 2, tl.minimum(first + 4, end)):")
+    assert start < wait and lines[start + 1] == "body_prefetch(desc, pblk, pos, meta_ptr)"
+    assert "if blk + 4 < end:" in lines
+    plain = next(
+        t for label, t in _gpu_bodies(decoder, pipeline=False).items() if label.endswith("mlp.down")
+    )
+    assert "if blk + 1 < end:" in plain and "pblk" not in plain
+
+
+def test_lookahead_dispatcher_reads_entries_ahead_and_prefetches_inside_the_wait():
+    from mugraph.persistent.codegen import PersistentOptions
+    from mugraph.persistent.runtime import kernel_specs, program_source
+
+    decoder = build_decoder(tiny_model("qwen3"), 16, tiles=SMALL_TILES)
+    specs = kernel_specs(decoder.kernel)
+    ahead = program_source(specs, PersistentOptions(interpret=False, lookahead=True))
+    lines = [line.strip() for line in ahead.splitlines()]
+    assert "ahead = tl.load(queue_ptr + qi + 1, mask=qi + 1 < q_end, other=-1)" in lines
+    assert "kind = entry & 255" in lines and "entry = ahead" in lines
+    assert "def mg_prefetch_next(nxt, nkind, pos, meta_ptr):" in lines
+    call = lines.index("mg_prefetch_next(nxt, nkind, pos, meta_ptr)")
+    assert lines[call - 1].startswith("if (tl.atomic_add(evt_ptr + wait_evt")  # not yet fired
+    assert "pnxt" not in ahead  # the dispatcher itself prefetches nothing
+    plain = program_source(specs, PersistentOptions(interpret=False))
+    assert "mg_prefetch_next" not in plain and "pnxt = desc_ptr" in plain
+    assert "kind = tl.load(desc + 0).to(tl.int32)" in plain
+
+
+def test_queue_entries_pack_task_and_kind():
+    from mugraph.persistent.codegen import QUEUE_KIND_BITS
+    from mugraph.persistent.runtime import queue_entry
+
+    assert queue_entry(5, 3) == 5 << QUEUE_KIND_BITS | 3
+    with pytest.raises(mugraph.UnsupportedError, match="queue entry"):
+        queue_entry(1, 1 << QUEUE_KIND_BITS)
+    with pytest.raises(mugraph.UnsupportedError, match="queue entry"):
+        queue_entry(1 << 24, 0)
+
+
 def test_l2_prefetches_use_normal_priority_and_can_cover_the_whole_next_task():
     from mugraph.persistent.codegen import BodySource, PersistentOptions, generate_program
 
@@ -263,7 +315,7 @@ def test_l2_prefetches_use_normal_priority_and_can_cover_the_whole_next_task():
     whole = generate_program([body], 16, "k", PersistentOptions(interpret=False,
                                                                 prefetch_task=True))
     assert "nend = nfirst + 1" in first_only
-    assert "nend = nfirst + tl.load(nxt + 2).to(tl.int32)" in whole
+    assert "nend = nfirst + tl.load(pnxt + 2).to(tl.int32)" in whole
     assert "for nblk in range(nfirst, nend):" in whole
 
 
@@ -639,18 +691,22 @@ def test_check_rejects_a_queued_continuation_and_two_from_one_task():
         tg.check()
 
 
-@pytest.mark.parametrize("continuations", [True, False])
-def test_decode_with_and_without_continuations(continuations):
+@pytest.mark.parametrize(
+    ("continuations", "lookahead"), [(True, False), (False, False), (False, True)]
+)
+def test_decode_with_and_without_continuations(continuations, lookahead):
     """The last producer of an event runs its continuation in the same launch (the
-    continuation's wait has nothing left to wait for), with the same tokens either way."""
+    continuation's wait has nothing left to wait for), with the same tokens either way; the
+    same with the dispatcher reading its queue a task ahead."""
     model = tiny_model("llama", layers=2)
     prompt = [5, 17, 42]
     ref_tokens, _ = hf_greedy(model, prompt, 5)
     decoder = build_decoder(model, 16, tiles=SMALL_TILES)
-    program = decoder.compile(num_programs=3, continuations=continuations)
+    program = decoder.compile(num_programs=3, continuations=continuations, lookahead=lookahead)
     assert bool(program.tasks.continuations) == continuations
     assert ("while task >= 0:" in program.source) == continuations
     assert ("return cont" in program.source) == continuations
+    assert ("entry = ahead" in program.source) == lookahead
     assert program.generate(prompt, 5) == ref_tokens
 
 

@@ -23,13 +23,14 @@ into the meta buffer's error slot instead of hanging the GPU); in topological mo
 interpreter, programs run one after another) ``max_spins`` is 1, so the same code only checks
 that the event has fired. On a GPU the dispatcher also prefetches into L2 the static tiles of
 the next task (``prefetch.global.L2``; every block of it with ``prefetch_task``, else its first),
-so weights stream while the current task computes or waits.
+so weights stream while the current task computes or waits (with ``lookahead``, the body's
+wait issues that prefetch, only when its event has not fired).
 
-The dispatcher: each program reads its queue (a slice of the queue array), runs the body of
-each task's kind (with ``continuations``, then the continuation the body returned), and at
-the end counts itself done; the last program to finish advances the position and the step in
-the meta buffer, so consecutive launches (or CUDA graph replays) decode consecutive tokens
-without the host.
+The dispatcher: each program reads its queue (a slice of the queue array; an entry packs the
+task and the kind of its body), runs the body of each task's kind (with ``continuations``,
+then the continuation the body returned), and at the end counts itself done; the last
+program to finish advances the position and the step in the meta buffer, so consecutive
+launches (or CUDA graph replays) decode consecutive tokens without the host.
 """
 
 from __future__ import annotations
@@ -60,6 +61,13 @@ DESC_HEADER = 8  # kind, first block, blocks, wait event, wait count, trigger of
 FIELD_KIND, FIELD_FIRST, FIELD_COUNT, FIELD_WAIT, FIELD_WAIT_COUNT = 0, 1, 2, 3, 4
 FIELD_TRIG, FIELD_TRIG_COUNT, FIELD_TASK = 5, 6, 7
 TRIGGER_FIELDS = 3  # per trigger: event, its continuation task (or -1), its count per step
+QUEUE_KIND_BITS = 8  # a queue entry is task << QUEUE_KIND_BITS | kind
+KIND_MASK = (1 << QUEUE_KIND_BITS) - 1
+PREFETCH_NEXT = "mg_prefetch_next"  # the L2 prefetch of the next queued task (lookahead)
+BODY_SIG = (
+    "desc, evt_ptr, trig_ptr, meta_ptr, scratch_ptr, trace_ptr, pos, step, epoch, program, "
+    "nxt, nkind"
+)
 CACHE_LINE = 128
 PREFETCH_MIN_BYTES = 4096  # smaller static tiles stay in L2 anyway
 PREFETCH_PRIORITIES = frozenset({"evict_normal", "evict_last"})  # of prefetch.global.L2
@@ -76,6 +84,12 @@ class PersistentOptions:
     prefetch: L2 prefetch of the next block's static tiles (GPU only).
     prefetch_task: the dispatcher prefetches every block of the next task, not only its
         first (with ``prefetch``).
+    prefetch_distance: how many blocks ahead of the one it computes a body prefetches into L2
+        (with ``prefetch``; None: the nearest block that no register load covers, 2 with
+        ``pipeline``, else 1). The blocks between the first and that distance are prefetched
+        before the wait, so a task keeps about this many blocks of weights in flight from its
+        start. On the H100 (nineteenth session, call 2) farther was slower: Qwen3-0.6B 972
+        (default), 1003 (4), 1019 µs (8); Llama-3.2-1B 1177, 1202, 1309 µs.
     pipeline: a task's static tiles are loaded one block ahead, into registers: the first
         block's before the wait, the next block's before the current one computes. With
         16 KB weight tiles (``TilePolicy``) and ``align_hints``, on the H100 (eighteenth
@@ -98,6 +112,20 @@ class PersistentOptions:
         1182 µs; the traces show the levels of the KV-cache appends and the attention
         partials slowing (Qwen3: 436 against 184 µs in all), as every producer of such an
         event waits for its atomic's old value.
+    lookahead: the dispatcher reads each queue entry (task and kind: one load) one task
+        ahead, and the L2 prefetch of the next task's first block runs inside the current
+        task's wait, only when its event has not fired yet. Without it, the dispatcher loads
+        the task's kind from its descriptor, then (to prefetch the next task) that task's
+        descriptor and addresses, before every body. Off by default: on the H100 (nineteenth
+        session, call 3) it cut the median time from a task's end to the next task's start
+        on one program from 1.0-1.25 to 0.25 µs, yet the step did not get faster
+        (Qwen3-0.6B 999 against 974 µs, Llama-3.2-1B 1178 against 1175): the levels'
+        time is the wake after the producers' last trigger and the body's work, which
+        grew. With ``continuations`` the dispatcher is the previous one.
+    poll_load: a wait polls its event with ``ld.acquire.gpu`` loads (GPU only) instead of
+        acquire atomic adds of 0, which the L2 serializes when every program of a level polls
+        one counter. Off by default: on the H100 (nineteenth session, call 1) Qwen3-0.6B 981
+        against 971 µs, Llama-3.2-1B 1192 against 1174.
     cache_hint: load tiles written in this step with ``.cg`` (L2 only, GPU only).
     hoist: compute block-invariant values once per task rather than once per block.
     trace: record globaltimer stamps per task (start, after the wait, end; GPU only).
@@ -107,10 +135,13 @@ class PersistentOptions:
     max_spins: int = 1 << 22
     prefetch: bool = True
     prefetch_task: bool = False
+    prefetch_distance: int | None = None
     pipeline: bool = True
     prefetch_priority: str = "evict_normal"
     align_hints: bool = True
     continuations: bool = False
+    lookahead: bool = False
+    poll_load: bool = False
     cache_hint: bool = True
     hoist: bool = True
     trace: bool = False
@@ -308,18 +339,36 @@ def _pid_lines(grid: tuple[int, int, int], blk: str) -> list[str]:
     return lines
 
 
+def prefetches_next(options: PersistentOptions) -> bool:
+    """Whether a body's wait prefetches the next queued task (see ``lookahead``)."""
+    return options.prefetch and options.lookahead and not options.continuations and (
+        not options.interpret
+    )
+
+
 def _wait_lines(options: PersistentOptions) -> list[str]:
-    """Wait for the task's event (once per task, before its first block)."""
+    """Wait for the task's event (once per task, before its first block): one poll, and only
+    when the event has not fired, the next task's prefetch (``lookahead``) and the spin."""
     spins = 1 if options.interpret else options.max_spins
     poll = 'tl.atomic_add(evt_ptr + wait_evt, 0, sem="acquire", scope="gpu")'
+    if options.poll_load and not options.interpret:
+        poll = (
+            'tl.inline_asm_elementwise("ld.acquire.gpu.global.b32 $0, [$1];", "=r,l", '
+            "[evt_ptr + wait_evt], dtype=tl.int32, is_pure=False, pack=1)"
+        )
+    prefetch = [f"        {PREFETCH_NEXT}(nxt, nkind, pos, meta_ptr)"] if prefetches_next(
+        options
+    ) else []
     return [
         "if wait_evt >= 0:",
-        "    spins = tl.full([], 0, tl.int32)",
-        f"    while (({poll}) < wait_target) & (spins < {spins}):",
-        "        spins += 1",
-        f"    if spins >= {spins}:",
-        f"        if ({poll}) < wait_target:",
-        f"            tl.atomic_xchg(meta_ptr + {int(MetaSlot.ERROR)}, "
+        f"    if ({poll}) < wait_target:",
+        *prefetch,
+        "        spins = tl.full([], 0, tl.int32)",
+        f"        while (({poll}) < wait_target) & (spins < {spins}):",
+        "            spins += 1",
+        f"        if spins >= {spins}:",
+        f"            if ({poll}) < wait_target:",
+        f"                tl.atomic_xchg(meta_ptr + {int(MetaSlot.ERROR)}, "
         f"tl.load(desc + {FIELD_TASK}).to(tl.int32) + 1)",
     ]
 
@@ -468,6 +517,15 @@ def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> Bo
     ahead = list(em.pipelined.values())
     if ahead:  # the first block's static tiles stream while the task waits
         body += _pid_lines(grid, "first") + [f"{p.carried} = {p.first}" for p in ahead]
+    # with pipelined loads, the loop's register loads cover block + 1, its L2 prefetch the
+    # block ``distance`` ahead; the blocks in between are prefetched now, before the wait
+    near = 2 if ahead else 1
+    distance = max(near, options.prefetch_distance or near)
+    if pf_name and distance > near:
+        body += [
+            f"for pblk in range(first + {near}, tl.minimum(first + {distance}, end)):",
+            f"    {pf_name}(desc, pblk, pos, meta_ptr)",
+        ]
     body += _wait_lines(options)
     if options.trace:
         body.append(f"tl.store(trace_ptr + tl.load(desc + {FIELD_TASK}) * 3 + 1, {_CLOCK})")
@@ -477,8 +535,10 @@ def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> Bo
         block += _pid_lines(grid, "(blk + 1)") + [f"{p.carried} = {p.next}" for p in ahead]
     block += _pid_lines(grid, "blk")
     if pf_name:
-        step = 2 if ahead else 1  # with pipelined loads, block + 1 is being loaded already
-        block += [f"if blk + {step} < end:", f"    {pf_name}(desc, blk + {step}, pos, meta_ptr)"]
+        block += [
+            f"if blk + {distance} < end:",
+            f"    {pf_name}(desc, blk + {distance}, pos, meta_ptr)",
+        ]
     block += _section(em, em.lines, tail)
     body += ["for blk in range(first, end):"] + [INDENT + line for line in block]
     body += _trigger_lines(options.continuations)
@@ -486,8 +546,7 @@ def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> Bo
         body.append(f"tl.store(trace_ptr + tl.load(desc + {FIELD_TASK}) * 3 + 2, {_CLOCK})")
     if options.continuations:
         body.append("return cont")
-    sig = "desc, evt_ptr, trig_ptr, meta_ptr, scratch_ptr, trace_ptr, pos, step, epoch, program"
-    text = ["@triton.jit", f"def {name}({sig}):"] + [INDENT + line for line in body]
+    text = ["@triton.jit", f"def {name}({BODY_SIG}):"] + [INDENT + line for line in body]
     if pf_name:
         static_args = {
             a
@@ -521,37 +580,27 @@ DISPATCH_SIG = (
 
 def _task_lines(
     bodies: list[BodySource], desc_width: int, options: PersistentOptions, task: str,
-    prefetch_when: str,
+    kind: str | None, prefetch_when: str | None, nxt: str = "desc", nkind: str = "-1",
 ) -> list[str]:
-    """The dispatcher's part for one task: its descriptor, the L2 prefetch of the next queued
-    task (when ``prefetch_when`` holds: not after a continuation), the body of its kind (with
-    ``continuations``, the continuation it returns in ``cont``)."""
-    d = [
-        f"    desc = desc_ptr + ({task}).to(tl.int64) * {desc_width}",
-        f"    kind = tl.load(desc + {FIELD_KIND}).to(tl.int32)",
-    ]
+    """The dispatcher's part for one task: its descriptor, its kind (``kind``, else read from
+    the descriptor), the L2 prefetch of the next queued task when ``prefetch_when`` is given
+    and holds, and the body of its kind (with ``continuations``, the continuation it returns
+    in ``cont``); ``nxt`` / ``nkind`` tell the body the next task for its wait's prefetch."""
+    d = [f"    desc = desc_ptr + ({task}).to(tl.int64) * {desc_width}"]
+    d.append(f"    kind = {kind or f'tl.load(desc + {FIELD_KIND}).to(tl.int32)'}")
     prefetching = [(k, b) for k, b in enumerate(bodies) if b.prefetch_name]
-    if prefetching:
-        blocks = (
-            f"nfirst + tl.load(nxt + {FIELD_COUNT}).to(tl.int32)"
-            if options.prefetch_task
-            else "nfirst + 1"
-        )
+    if prefetching and prefetch_when:
+        entry = "tl.load(queue_ptr + qi + 1)"
         d += [
             f"    if {prefetch_when}:",
-            f"        nxt = desc_ptr + tl.load(queue_ptr + qi + 1).to(tl.int64) * {desc_width}",
-            f"        nkind = tl.load(nxt + {FIELD_KIND}).to(tl.int32)",
-            f"        nfirst = tl.load(nxt + {FIELD_FIRST}).to(tl.int32)",
-            f"        nend = {blocks}",
+            f"        pnxt = desc_ptr + ({entry} >> {QUEUE_KIND_BITS}).to(tl.int64) * "
+            f"{desc_width}",
+            f"        pkind = tl.load(pnxt + {FIELD_KIND}).to(tl.int32)",
         ]
-        for k, b in prefetching:
-            d += [
-                f"        if nkind == {k}:",
-                "            for nblk in range(nfirst, nend):",
-                f"                {b.prefetch_name}(nxt, nblk, pos, meta_ptr)",
-            ]
+        d += [INDENT + line for line in _prefetch_ladder(prefetching, options, "pnxt", "pkind")]
     call = (
-        "(desc, evt_ptr, trig_ptr, meta_ptr, scratch_ptr, trace_ptr, pos, step, epoch, program)"
+        "(desc, evt_ptr, trig_ptr, meta_ptr, scratch_ptr, trace_ptr, pos, step, epoch, program, "
+        f"{nxt}, {nkind})"
     )
     if options.continuations:
         d += ["    queued = tl.full([], 0, tl.int1)", "    cont = tl.full([], -1, tl.int32)"]
@@ -559,6 +608,50 @@ def _task_lines(
         d += [f"    if kind == {k}:  # {', '.join(b.kernels)}"]
         d.append(f"        {'cont = ' if options.continuations else ''}{b.name}{call}")
     return d
+
+
+def _prefetch_ladder(
+    prefetching: list[tuple[int, BodySource]], options: PersistentOptions, nxt: str, nkind: str
+) -> list[str]:
+    """The L2 prefetch of task ``nxt`` (of kind ``nkind``): its first block, or all of its
+    blocks with ``prefetch_task``."""
+    count = f"tl.load({nxt} + {FIELD_COUNT}).to(tl.int32)" if options.prefetch_task else "1"
+    lines = [
+        f"    nfirst = tl.load({nxt} + {FIELD_FIRST}).to(tl.int32)",
+        f"    nend = nfirst + {count}",
+    ]
+    for k, b in prefetching:
+        lines += [
+            f"    if {nkind} == {k}:",
+            "        for nblk in range(nfirst, nend):",
+            f"            {b.prefetch_name}({nxt}, nblk, pos, meta_ptr)",
+        ]
+    return lines
+
+
+def _prefetch_next_function(bodies: list[BodySource], options: PersistentOptions) -> list[str]:
+    """``mg_prefetch_next``, which a body's wait calls (``lookahead``): the ladder over kinds
+    (a task of kind -1, none, prefetches nothing)."""
+    prefetching = [(k, b) for k, b in enumerate(bodies) if b.prefetch_name]
+    ladder = _prefetch_ladder(prefetching, options, "nxt", "nkind") if prefetching else []
+    body = ["    if nkind >= 0:"] + [INDENT + line for line in ladder] if ladder else ["    pass"]
+    return ["@triton.jit", f"def {PREFETCH_NEXT}(nxt, nkind, pos, meta_ptr):", *body, "", ""]
+
+
+def _lookahead_loop(bodies: list[BodySource], desc_width: int, options) -> list[str]:
+    """The queue loop with each entry read one task ahead (``lookahead``)."""
+    return [
+        "entry = tl.load(queue_ptr + q_first, mask=q_first < q_end, other=-1)",
+        "for qi in range(q_first, q_end):",
+        "    ahead = tl.load(queue_ptr + qi + 1, mask=qi + 1 < q_end, other=-1)",
+        *_task_lines(
+            bodies, desc_width, options, f"entry >> {QUEUE_KIND_BITS}",
+            f"entry & {KIND_MASK}", None,
+            nxt=f"desc_ptr + (ahead >> {QUEUE_KIND_BITS}).to(tl.int64) * {desc_width}",
+            nkind=f"tl.where(ahead >= 0, ahead & {KIND_MASK}, -1)",
+        ),
+        "    entry = ahead",
+    ]
 
 
 def generate_program(
@@ -569,6 +662,8 @@ def generate_program(
     helpers = {name: text for b in bodies for name, text in b.helpers.items()}
     for text in helpers.values():
         lines += [text, ""]
+    if prefetches_next(options):
+        lines += _prefetch_next_function(bodies, options)
     for b in bodies:
         lines += [b.text, ""]
     d = [
@@ -578,19 +673,25 @@ def generate_program(
         "epoch = step + 1",
         "q_first = tl.load(qstart_ptr + program)",
         "q_end = tl.load(qstart_ptr + program + 1)",
-        "for qi in range(q_first, q_end):",
     ]
+    entry = f"tl.load(queue_ptr + qi) >> {QUEUE_KIND_BITS}"
     if options.continuations:
         d += [
-            "    task = tl.load(queue_ptr + qi)",
+            "for qi in range(q_first, q_end):",
+            f"    task = {entry}",
             "    queued = tl.full([], 1, tl.int1)  # a tensor: it is reassigned in the loop",
             "    while task >= 0:  # the queued task, then the continuation each body returns",
         ]
-        per_task = _task_lines(bodies, desc_width, options, "task", "queued & (qi + 1 < q_end)")
+        per_task = _task_lines(
+            bodies, desc_width, options, "task", None, "queued & (qi + 1 < q_end)"
+        )
         d += [INDENT + line for line in per_task]
         d.append("        task = cont")
+    elif options.lookahead:
+        d += _lookahead_loop(bodies, desc_width, options)
     else:
-        d += _task_lines(bodies, desc_width, options, "tl.load(queue_ptr + qi)", "qi + 1 < q_end")
+        d += ["for qi in range(q_first, q_end):"]
+        d += _task_lines(bodies, desc_width, options, entry, None, "qi + 1 < q_end")
     d += [
         "tl.debug_barrier()",
         f'done = tl.atomic_add(meta_ptr + {int(MetaSlot.DONE)}, 1, sem="acq_rel", scope="gpu")',

@@ -32,6 +32,7 @@ from mugraph.ir.tensor import TensorRef
 from mugraph.persistent.codegen import (
     DESC_HEADER,
     PREFETCH_PRIORITIES,
+    QUEUE_KIND_BITS,
     TRIGGER_FIELDS,
     VECTOR_BYTES,
     ArgSpec,
@@ -144,6 +145,16 @@ def _arg(role: str, index: int, t, binding, tl_dtype) -> ArgSpec:
     return ArgSpec(role, index, tl_dtype[t.dtype], t.strides, align=align)
 
 
+def queue_entry(task: int, kind: int) -> int:
+    """A queue's int32 entry: the task and its body's kind, read by one load."""
+    if kind >> QUEUE_KIND_BITS or task >= 1 << (31 - QUEUE_KIND_BITS):
+        raise UnsupportedError(
+            f"persistent runtime: task {task} of kind {kind} does not fit a queue entry "
+            f"({31 - QUEUE_KIND_BITS} bits of task, {QUEUE_KIND_BITS} of kind)"
+        )
+    return task << QUEUE_KIND_BITS | kind
+
+
 def address_alignment(binding, itemsize: int) -> int:
     """The largest power of two, at most ``VECTOR_BYTES``, dividing every address a tensor
     bound so takes: an attached view's first element, a run-time row's (base plus a multiple
@@ -174,10 +185,13 @@ class PersistentProgram:
         num_warps: int = NUM_WARPS,
         prefetch: bool = True,
         prefetch_task: bool = False,
+        prefetch_distance: int | None = None,
         pipeline: bool = True,
         prefetch_priority: str = "evict_normal",
         align_hints: bool = True,
         continuations: bool = False,
+        lookahead: bool = False,
+        poll_load: bool = False,
         cuda_graph: bool = True,
         hoist: bool = True,
         trace: bool = False,
@@ -206,6 +220,13 @@ class PersistentProgram:
                 f"persistent runtime: programs_per_sm must be a positive int, got "
                 f"{programs_per_sm!r}"
             )
+        if prefetch_distance is not None and (
+            not isinstance(prefetch_distance, int) or prefetch_distance < 1
+        ):
+            raise UnsupportedError(
+                f"persistent runtime: prefetch_distance must be a positive int (blocks), got "
+                f"{prefetch_distance!r}"
+            )
         if prefetch_priority not in PREFETCH_PRIORITIES:
             raise UnsupportedError(
                 f"persistent runtime: prefetch_priority must be one of "
@@ -224,10 +245,13 @@ class PersistentProgram:
             interpret=interpret,
             prefetch=prefetch and gpu,
             prefetch_task=prefetch_task,
+            prefetch_distance=prefetch_distance,
             pipeline=pipeline,
             prefetch_priority=prefetch_priority,
             align_hints=align_hints,
             continuations=continuations,
+            lookahead=lookahead,
+            poll_load=poll_load,
             cache_hint=gpu,
             hoist=hoist,
             trace=trace and gpu,
@@ -329,7 +353,7 @@ class PersistentProgram:
             queues = tg.queues
         else:
             queues = [tg.queued_order]
-        flat = [t for q in queues for t in q]
+        flat = [queue_entry(t, self.kinds[tg.tasks[t].kernel]) for q in queues for t in q]
         starts = np.cumsum([0] + [len(q) for q in queues])
         dev = self.device
         self.desc = torch.as_tensor(desc, device=dev)
