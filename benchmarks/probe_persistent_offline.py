@@ -2,6 +2,7 @@
 
     python benchmarks/probe_persistent_offline.py [--models qwen3-0.6b llama-3.2-1b]
         [--layers 1] [--warps 4] [--variants default unaligned no_pipeline] [--per-body]
+        [--attention-chunk 64]
 
 Builds ``bench_persistent``'s model shapes (random bfloat16 weights on the CPU, ``--layers``
 decoder layers: every layer has the same bodies), generates the persistent module in GPU mode
@@ -123,11 +124,13 @@ def main(argv=None) -> int:
     p.add_argument("--variants", nargs="+", default=["default", "s17_default"],
                    choices=sorted(VARIANTS))
     p.add_argument("--per-body", action="store_true")
+    p.add_argument("--attention-chunk", type=int, default=TilePolicy.attention_chunk,
+                   help="cached positions per attention block (TilePolicy.attention_chunk)")
     args = p.parse_args(argv)
     rows = []
     for model_name in args.models:
         model = make_model(model_name, args.layers, "cpu", torch.bfloat16)
-        decoder = build_decoder(model, 1024, tiles=TilePolicy())
+        decoder = build_decoder(model, 1024, tiles=TilePolicy(attention_chunk=args.attention_chunk))
         specs = kernel_specs(decoder.kernel)
         for variant in args.variants:
             options = PersistentOptions(interpret=False, **VARIANTS[variant])

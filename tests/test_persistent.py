@@ -365,7 +365,11 @@ def test_attention_kernels_compute_attention_with_the_reference_semantics():
     kt = g.new_input((kv * d, seq), dtype=F32)
     vc = g.new_input((seq, kv * d), dtype=F32)
     mask = g.new_input((1, seq), dtype=F32)
-    rows = [g.new_input(dims, dtype=F32) for dims in ((1, d), (1, d), (d, d), (1, 1))]
+    group = heads // kv
+    rows = [
+        g.new_input(dims, dtype=F32)
+        for dims in ((1, d), (1, d), (2 * group, 2 * group), (2, 2), (1, 1))
+    ]
     hi = L.HeadInputs(*rows, q_norm=None, k_norm=None)
     o_part, l_part = L.attention_partials(g, q, kt, vc, mask, hi, shape)
     o_new, l_new, k_row, v_row = L.attention_new_token(g, q, k, v, hi, shape)
@@ -391,7 +395,8 @@ def test_attention_kernels_compute_attention_with_the_reference_semantics():
         m,
         cos,
         sin,
-        L.rotate_half_matrix(d).astype(np.float64),
+        L.rotate_half_pairs(group).astype(np.float64),
+        L.rotate_half_pairs(1).astype(np.float64),
         np.array([[1e-6]]),
     ]
     out, k_out = run_kernel_graph(REFERENCE, g.ops, g.outputs, inputs)
@@ -411,6 +416,24 @@ def test_attention_kernels_compute_attention_with_the_reference_semantics():
         expect.append(p / p.sum() @ values[:, h // (heads // kv)])
     np.testing.assert_allclose(out, np.concatenate(expect)[None], rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(k_out, kr.reshape(1, -1), rtol=1e-12)
+
+
+def test_rotate_half_pairs_rotate_each_row_by_halves():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(3, 8))
+    halves = L.rotate_half_pairs(3).astype(np.float64) @ x.reshape(6, 4)
+    expect = np.concatenate([-x[:, 4:], x[:, :4]], 1)  # transformers' rotate_half
+    np.testing.assert_array_equal(halves.reshape(3, 8), expect)
+
+
+def test_attention_layers_reject_rope_inputs_of_the_wrong_shape():
+    heads, kv, d, seq = 4, 2, 8, 16
+    shape = L.AttentionShape(heads, kv, d, seq, chunk=4)
+    g = mugraph.new_kernel_graph()
+    q, k, v = (g.new_input((1, n * d), dtype=F32) for n in (heads, kv, kv))
+    rows = [g.new_input(dims, dtype=F32) for dims in ((1, d), (1, d), (d, d), (2, 2), (1, 1))]
+    with pytest.raises(ShapeError, match=r"rot_q must be \[4, 4\]"):
+        L.attention_new_token(g, q, k, v, L.HeadInputs(*rows, q_norm=None, k_norm=None), shape)
 
 
 def test_persistent_kernel_graph_is_printable_and_drawable():
@@ -689,6 +712,18 @@ def test_check_rejects_a_queued_continuation_and_two_from_one_task():
         tg.queues = [[t for t in q if t != e.consumers[0]] for q in tg.queues]
     with pytest.raises(GraphStructureError, match="one continuation at most"):
         tg.check()
+
+
+def test_level_allocation_gives_every_block_a_task_when_programs_suffice():
+    pk = build_decoder(tiny_model("qwen3"), 16, tiles=SMALL_TILES).kernel
+    kinds = {k: role.part for k, role in pk.roles.items()}
+    spare = pk.task_graph(num_programs=512)  # more programs than any level's blocks
+    for k, kernel in enumerate(pk.graph.ops):
+        if k in kinds:
+            assert spare.kernel(k).num_tasks == kernel.attr("graph").num_blocks, kinds[k]
+    few = pk.task_graph(num_programs=3)  # fewer: tasks in proportion to the bytes moved
+    new_token = next(k for k, part in kinds.items() if part == "new_token")
+    assert few.kernel(new_token).num_tasks < pk.graph.ops[new_token].attr("graph").num_blocks
 
 
 @pytest.mark.parametrize(

@@ -283,9 +283,9 @@ class PersistentKernel:
     def _eps(self, eps: float) -> DTensor:
         return self._constant(f"eps={eps!r}", lambda: [[float(eps)]]).dtensor
 
-    def _rot(self, head_dim: int) -> DTensor:
+    def _rot(self, rows: int) -> DTensor:
         return self._constant(
-            f"rotate_half{head_dim}", lambda: L.rotate_half_matrix(head_dim)
+            f"rotate_half_pairs{rows}", lambda: L.rotate_half_pairs(rows)
         ).dtensor
 
     def _mask_row(self) -> DTensor:
@@ -609,7 +609,8 @@ class PersistentKernel:
             heads = L.HeadInputs(
                 cos=self.attach_row(rope.cos, "pos").dtensor,
                 sin=self.attach_row(rope.sin, "pos").dtensor,
-                rot=self._rot(head_dim),
+                rot_q=self._rot(shape.group),
+                rot_k=self._rot(1),
                 eps=self._eps(eps),
                 q_norm=self._read(record.name, "q_norm", q_norm) if q_norm is not None else None,
                 k_norm=self._read(record.name, "k_norm", k_norm) if k_norm is not None else None,

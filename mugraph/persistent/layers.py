@@ -19,8 +19,9 @@ for one token per step (decode at batch 1), where a projection is a matrix-vecto
   the cache (the cache append); ``attention_combine`` adds the partial sums and divides.
   Partial sums carry no running maximum across kernels (as in the library's FlashDecoding
   form): scores above ~88 would overflow float32.
-- RoPE is ``x * cos + (x @ R) * sin`` with ``R`` the signed permutation matrix of
-  ``rotate_half``, so it stays inside the operator set (a small matmul per head).
+- RoPE is ``x * cos + rotate_half(x) * sin``, with ``rotate_half`` a (2r, 2r) signed
+  permutation multiplying the rows of ``x`` viewed as halves (:func:`rotate`), so it stays
+  inside the operator set with a product far smaller than ``x @ R`` by a (d, d) matrix.
 - argmax is a two-stage maximum (``argmax_partials``, ``argmax_final``); the code generator of
   the persistent kernel tracks the position of the maximum beside its value
   (:mod:`mugraph.persistent.codegen`), the μGraph itself computes the maximum logit.
@@ -78,19 +79,26 @@ def row_dot(tb: ThreadBlockGraph, w: STensor, x: STensor) -> STensor:
     return tb.reshape(products, (1, w.dims[0]))
 
 
-def rotate(tb: ThreadBlockGraph, x: STensor, cos: STensor, sin: STensor, rot: STensor) -> STensor:
-    """RoPE on rows of ``x``: ``x * cos + (x @ R) * sin``."""
-    return tb.add(tb.mul(x, cos), tb.mul(tb.matmul(x, rot), sin))
+def rotate(tb: ThreadBlockGraph, x: STensor, cos: STensor, sin: STensor, pairs: STensor) -> STensor:
+    """RoPE on the rows of ``x`` (r, d): ``x * cos + rotate_half(x) * sin``. Viewed as (2r, d/2),
+    row ``2i`` of ``x`` is the first half of its row ``i`` and row ``2i + 1`` the second, so
+    ``rotate_half`` (``cat(-x[d/2:], x[:d/2])`` per row) is ``pairs @ x`` with ``pairs`` from
+    :func:`rotate_half_pairs`: a (2r, 2r) product where a (d, d) one (``x @ R``) would read and
+    multiply a d x d matrix in every block."""
+    rows, d = x.dims
+    halves = tb.reshape(x, (2 * rows, d // 2))
+    rotated = tb.reshape(tb.matmul(pairs, halves), (rows, d))
+    return tb.add(tb.mul(x, cos), tb.mul(rotated, sin))
 
 
-def rotate_half_matrix(head_dim: int) -> np.ndarray:
-    """R with ``x @ R == cat(-x[half:], x[:half])`` (transformers' ``rotate_half``)."""
-    half = head_dim // 2
-    r = np.zeros((head_dim, head_dim), dtype=np.float32)
-    for j in range(half):
-        r[j + half, j] = -1.0
-        r[j, j + half] = 1.0
-    return r
+def rotate_half_pairs(rows: int) -> np.ndarray:
+    """P (2 rows, 2 rows) with ``P @ h == [-h[1], h[0], -h[3], h[2], ...]``: on the halves of
+    ``rows`` rows (see :func:`rotate`), transformers' ``rotate_half`` of each row."""
+    p = np.zeros((2 * rows, 2 * rows), dtype=np.float32)
+    for i in range(rows):
+        p[2 * i, 2 * i + 1] = -1.0
+        p[2 * i + 1, 2 * i] = 1.0
+    return p
 
 
 # ---- kernels ---------------------------------------------------------------------------------
@@ -259,14 +267,15 @@ class HeadInputs:
 
     cos: DTensor  # (1, head_dim): a dynamic view of the cos table at the current position
     sin: DTensor
-    rot: DTensor  # (head_dim, head_dim): rotate_half as a matrix
+    rot_q: DTensor  # (2 group, 2 group): rotate_half of a KV head's query rows (rotate_half_pairs)
+    rot_k: DTensor  # (2, 2): the same for its one key row
     eps: DTensor  # (1, 1)
     q_norm: DTensor | None  # (1, head_dim) per-head RMSNorm weights (Qwen3), or None
     k_norm: DTensor | None
 
     def tensors(self) -> list[DTensor]:
         extra = [t for t in (self.q_norm, self.k_norm) if t is not None]
-        return [self.cos, self.sin, self.rot, self.eps, *extra]
+        return [self.cos, self.sin, self.rot_q, self.rot_k, self.eps, *extra]
 
 
 class _HeadOps:
@@ -276,23 +285,27 @@ class _HeadOps:
         self.tb = tb
         self.cos = tb.new_input(heads.cos, REPLICATE, -1)
         self.sin = tb.new_input(heads.sin, REPLICATE, -1)
-        self.rot = tb.new_input(heads.rot, REPLICATE, -1)
+        self.rot_q = tb.new_input(heads.rot_q, REPLICATE, -1)
+        self.rot_k = tb.new_input(heads.rot_k, REPLICATE, -1)
         self.eps = tb.new_input(heads.eps, REPLICATE, -1)
         self.q_norm = tb.new_input(heads.q_norm, REPLICATE, -1) if heads.q_norm else None
         self.k_norm = tb.new_input(heads.k_norm, REPLICATE, -1) if heads.k_norm else None
 
-    def prepare(self, x: STensor, norm: STensor | None) -> STensor:
+    def prepare(self, x: STensor, norm: STensor | None, pairs: STensor) -> STensor:
         """Per-head RMSNorm (when the model has one), then RoPE."""
         if norm is not None:
             x = self.tb.mul(rms_normalize(self.tb, x, self.eps), norm)
-        return rotate(self.tb, x, self.cos, self.sin, self.rot)
+        return rotate(self.tb, x, self.cos, self.sin, pairs)
 
 
 def _check_heads(layer: str, shape: AttentionShape, heads: HeadInputs) -> None:
     d = shape.head_dim
     for name, t in (("cos", heads.cos), ("sin", heads.sin)):
         _require(tuple(t.dims) == (1, d), layer, f"{name} must be (1, {d}), got {list(t.dims)}")
-    _require(tuple(heads.rot.dims) == (d, d), layer, f"rot must be ({d}, {d})")
+    _require(d % 2 == 0, layer, f"head_dim {d} must be even (RoPE)")
+    for name, t, rows in (("rot_q", heads.rot_q, shape.group), ("rot_k", heads.rot_k, 1)):
+        want = (2 * rows, 2 * rows)
+        _require(tuple(t.dims) == want, layer, f"{name} must be {list(want)}, got {list(t.dims)}")
     for name, t in (("q_norm", heads.q_norm), ("k_norm", heads.k_norm)):
         if t is not None:
             _require(tuple(t.dims) == (1, d), layer, f"{name} must be (1, {d}), got {list(t.dims)}")
@@ -326,13 +339,14 @@ def attention_partials(
         tuple(v_cache.dims) == (shape.max_seq, h * d), layer, "value cache has the wrong shape"
     )
     _require(tuple(mask.dims) == (1, shape.max_seq), layer, f"mask must be (1, {shape.max_seq})")
+    _check_heads(layer, shape, heads)
     tb = new_threadblock_graph((h, shape.num_chunks, 1), BLOCK_DIM)
     tq = tb.new_input(q, ALONG_X_DIM1, -1)
     tk = tb.new_input(k_cache_t, (0, 1, -1), -1)
     tv = tb.new_input(v_cache, (1, 0, -1), -1)
     tm = tb.new_input(mask, (-1, 1, -1), -1)
     ops = _HeadOps(tb, heads)
-    qh = ops.prepare(tb.reshape(tq, (gq, d)), ops.q_norm)
+    qh = ops.prepare(tb.reshape(tq, (gq, d)), ops.q_norm, ops.rot_q)
     scores = tb.add(tb.mul_scalar(tb.matmul(qh, tk), shape.scale), tm)
     e = tb.exp(scores)
     tb.new_output(tb.matmul(e, tv), (0, 1, -1))
@@ -362,13 +376,14 @@ def attention_new_token(
         _require(
             tuple(t.dims) == (1, h * d), layer, f"{name} must be (1, {h * d}), got {list(t.dims)}"
         )
+    _check_heads(layer, shape, heads)
     tb = new_threadblock_graph((h, 1, 1), BLOCK_DIM)
     tq = tb.new_input(q, ALONG_X_DIM1, -1)
     tk = tb.new_input(k, ALONG_X_DIM1, -1)
     tv = tb.new_input(v, ALONG_X_DIM1, -1)
     ops = _HeadOps(tb, heads)
-    qh = ops.prepare(tb.reshape(tq, (gq, d)), ops.q_norm)
-    kh = ops.prepare(tk, ops.k_norm)
+    qh = ops.prepare(tb.reshape(tq, (gq, d)), ops.q_norm, ops.rot_q)
+    kh = ops.prepare(tk, ops.k_norm, ops.rot_k)
     score = tb.mul_scalar(tb.reduction(tb.mul(qh, kh), 1), shape.scale)
     e = tb.exp(score)
     tb.new_output(tb.mul(e, tv), ALONG_X_DIM0)

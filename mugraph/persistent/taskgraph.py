@@ -414,7 +414,10 @@ def allocate_tasks(
 
     "kernel": up to ``tasks_per_kernel`` (default ``num_programs``) per kernel;
     "level": the kernels at one depth share ``num_programs`` tasks in proportion to the bytes
-    their blocks move, so each program runs about one task per level (one wait, one trigger).
+    their blocks move, so each program runs about one task per level (one wait, one trigger);
+    where the level's blocks are no more than the programs, every block is a task (a kernel
+    of small blocks would otherwise get one task, whose blocks run one after another: the
+    KV-cache append beside the attention partials, nineteenth session).
     """
     blocks = {k: graph.ops[k].attr("graph").num_blocks for k in ops}
     if allocation == "kernel":
@@ -425,10 +428,15 @@ def allocate_tasks(
     depth = kernel_depths(graph, ops)
     weight = {k: blocks[k] * _block_bytes(graph, graph.ops[k]) for k in ops}
     total: dict[int, int] = {}
+    level_blocks: dict[int, int] = {}
     for k in ops:
         total[depth[k]] = total.get(depth[k], 0) + weight[k]
+        level_blocks[depth[k]] = level_blocks.get(depth[k], 0) + blocks[k]
     return {
-        k: max(1, min(blocks[k], round(num_programs * weight[k] / total[depth[k]]))) for k in ops
+        k: blocks[k]
+        if level_blocks[depth[k]] <= num_programs
+        else max(1, min(blocks[k], round(num_programs * weight[k] / total[depth[k]])))
+        for k in ops
     }
 
 
