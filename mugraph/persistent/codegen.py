@@ -341,8 +341,11 @@ def _pid_lines(grid: tuple[int, int, int], blk: str) -> list[str]:
 
 def prefetches_next(options: PersistentOptions) -> bool:
     """Whether a body's wait prefetches the next queued task (see ``lookahead``)."""
-    return options.prefetch and options.lookahead and not options.continuations and (
-        not options.interpret
+    return (
+        options.prefetch
+        and options.lookahead
+        and not options.continuations
+        and not options.interpret
     )
 
 
@@ -350,15 +353,10 @@ def _wait_lines(options: PersistentOptions) -> list[str]:
     """Wait for the task's event (once per task, before its first block): one poll, and only
     when the event has not fired, the next task's prefetch (``lookahead``) and the spin."""
     spins = 1 if options.interpret else options.max_spins
-    poll = 'tl.atomic_add(evt_ptr + wait_evt, 0, sem="acquire", scope="gpu")'
-    if options.poll_load and not options.interpret:
-        poll = (
-            'tl.inline_asm_elementwise("ld.acquire.gpu.global.b32 $0, [$1];", "=r,l", '
-            "[evt_ptr + wait_evt], dtype=tl.int32, is_pure=False, pack=1)"
-        )
-    prefetch = [f"        {PREFETCH_NEXT}(nxt, nkind, pos, meta_ptr)"] if prefetches_next(
-        options
-    ) else []
+    poll = _poll(options)
+    prefetch = []
+    if prefetches_next(options):
+        prefetch.append(f"        {PREFETCH_NEXT}(nxt, nkind, pos, meta_ptr)")
     return [
         "if wait_evt >= 0:",
         f"    if ({poll}) < wait_target:",
@@ -371,6 +369,16 @@ def _wait_lines(options: PersistentOptions) -> list[str]:
         f"                tl.atomic_xchg(meta_ptr + {int(MetaSlot.ERROR)}, "
         f"tl.load(desc + {FIELD_TASK}).to(tl.int32) + 1)",
     ]
+
+
+def _poll(options: PersistentOptions) -> str:
+    """One read of the task's event counter, with acquire semantics."""
+    if options.poll_load and not options.interpret:
+        return (
+            'tl.inline_asm_elementwise("ld.acquire.gpu.global.b32 $0, [$1];", "=r,l", '
+            "[evt_ptr + wait_evt], dtype=tl.int32, is_pure=False, pack=1)"
+        )
+    return 'tl.atomic_add(evt_ptr + wait_evt, 0, sem="acquire", scope="gpu")'
 
 
 def _trigger_lines(continuations: bool) -> list[str]:
