@@ -735,6 +735,9 @@ def test_units_run_while_the_rest_are_planned_and_the_answer_stays(
     # the first item began before the planner handed over its last units
     assert clock + result.first_work[0] < times[-1]
     assert list(result.phases)[:3] == ["engine", "oracle", "plan"]
+    if workers > 1:  # the zygote's workers: when they were ready, when it drew the rounds
+        (started,) = [line for line in result.log if "workers loaded the search" in line]
+        assert " s into the search (the zygote had drawn the rounds at " in started
 
 
 def test_a_search_stopped_while_planning_resumes_to_the_same_result(

@@ -287,10 +287,10 @@ def superoptimize(
     report = _progress_printer(progress)
     started = time.monotonic()
     deadline = started + cfg.time_limit
-    from mugraph.search.pool import engine_for
-
-    runner = engine_for(engine, cfg.worker_count, start_method=start_method, address=address)
     with _FrozenHeap() as heap:
+        from mugraph.search.pool import engine_for
+
+        runner = engine_for(engine, cfg.worker_count, start_method=start_method, address=address)
         search = _Search(program, cfg, runner, cost, started, deadline, report, target_cost)
         _search_on(search, runner, checkpoint, heap)
         result = search.finish()
