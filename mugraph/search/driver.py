@@ -775,8 +775,8 @@ def plan_chunks(
 class _Planner:
     """:func:`plan_chunks` in a thread, started when the workers are launched: the search
     takes each list of units as it comes (:meth:`take`). Planning is plain Python on the
-    program and the configuration (no oracle, no e-graph library); the thread holds the GIL
-    only while the driver waits for the workers."""
+    program and the configuration (no oracle, no e-graph library); it runs mostly while the
+    driver waits for the workers' messages (which releases the GIL)."""
 
     def __init__(self, program, cfg: SearchConfig, deadline: float) -> None:
         self.program, self.cfg, self.deadline = program, cfg, deadline
