@@ -683,3 +683,137 @@ def test_a_checkpoint_left_by_a_finished_search_gives_its_answer_at_once(referen
     assert again.resumed_units == again.units_total == first.units_total
     assert hashes(again) == hashes(first) == hashes(reference)
     assert again.stats.states == first.stats.states
+
+
+# ---- the plan, streamed: workers run the first units while the rest are planned ---------------
+
+
+def _planned_in_pieces(monkeypatch, size: int = 7, pause: float = 0.05, fail_after: int = -1):
+    """Have the search's planner hand its units over ``size`` at a time, ``pause`` seconds
+    apart (after ``fail_after`` pieces, an error instead); returns the pieces' hand-over
+    times."""
+    from mugraph.search import driver
+
+    planned = driver.plan_chunks
+    times: list[float] = []
+
+    def in_pieces(program, cfg, deadline=None):
+        units = [u for chunk in planned(program, cfg, deadline) for u in chunk]
+        for n, start in enumerate(range(0, len(units), size)):
+            if n == fail_after:
+                raise RuntimeError("the planner broke")
+            if n:
+                time.sleep(pause)
+            times.append(time.monotonic())
+            yield units[start : start + size]
+
+    monkeypatch.setattr(driver, "plan_chunks", in_pieces)
+    return times
+
+
+def test_the_plan_comes_one_list_of_units_per_kernel_count():
+    program = tiny_rmsnorm_linear()
+    cfg = default_config(program).with_overrides(max_custom_kernels=2, max_block_ops=4)
+    from mugraph.search.driver import plan_chunks
+
+    chunks = list(plan_chunks(program, cfg))
+    assert [{kernels for kernels, _, _ in chunk} for chunk in chunks] == [{1}, {2}]
+    assert [u for chunk in chunks for u in chunk] == plan_units(program, cfg)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_units_run_while_the_rest_are_planned_and_the_answer_stays(
+    monkeypatch, reference, workers
+):
+    times = _planned_in_pieces(monkeypatch)
+    clock = time.monotonic()
+    result = superoptimize(tiny_rmsnorm_linear(), time_limit=120, workers=workers, **SMALL)
+    assert result.units_done == result.units_total == reference.units_total
+    assert hashes(result) == hashes(reference)
+    assert result.stats.states == reference.stats.states
+    assert len(times) > 5 and any(line.startswith("planned 60 units") for line in result.log)
+    # the first item began before the planner handed over its last units
+    assert clock + result.first_work[0] < times[-1]
+    assert list(result.phases)[:3] == ["engine", "oracle", "plan"]
+    if workers > 1:  # the zygote's workers: when they were ready, when it drew the rounds
+        (started,) = [line for line in result.log if "workers loaded the search" in line]
+        assert " s into the search (the zygote had drawn the rounds at " in started
+
+
+def test_a_search_stopped_while_planning_resumes_to_the_same_result(
+    monkeypatch, reference, tmp_path
+):
+    checkpoint = tmp_path / "search.ckpt"
+    _planned_in_pieces(monkeypatch, pause=0.2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        first = superoptimize(
+            tiny_rmsnorm_linear(), time_limit=1.0, workers=1, checkpoint=checkpoint, **SMALL
+        )
+    assert first.timed_out and first.units_total < reference.units_total
+    monkeypatch.undo()
+    again = superoptimize(
+        tiny_rmsnorm_linear(), time_limit=120, workers=2, checkpoint=checkpoint, **SMALL
+    )
+    assert again.resumed_units == first.units_done > 0
+    assert again.units_done == again.units_total == reference.units_total
+    assert hashes(again) == hashes(reference) and again.stats.states == reference.stats.states
+
+
+def test_an_error_while_planning_reaches_the_caller(monkeypatch):
+    _planned_in_pieces(monkeypatch, fail_after=2)
+    with pytest.raises(RuntimeError, match="the planner broke"):
+        superoptimize(tiny_rmsnorm_linear(), time_limit=120, workers=2, **SMALL)
+
+
+def test_a_budget_spent_while_planning_is_a_warning_and_a_timed_out_result(monkeypatch):
+    from mugraph.search import driver
+    from mugraph.search.generator import SearchTimeout
+
+    def out_of_time(program, cfg, deadline=None):
+        raise SearchTimeout
+        yield []  # (a generator)
+
+    monkeypatch.setattr(driver, "plan_chunks", out_of_time)
+    with pytest.warns(UserWarning, match="ran out while planning"):
+        result = superoptimize(tiny_rmsnorm_linear(), time_limit=120, workers=1, **SMALL)
+    assert result.timed_out and result.units_total == 0 and not result.candidates
+
+
+# ---- the caller's heap, frozen while the search runs --------------------------------------------
+
+
+def test_the_callers_objects_are_frozen_during_the_search_and_after_it_no_longer(reference):
+    """The driver's full collections walk only the search's objects (the caller's, frozen,
+    are not walked); afterwards nothing stays frozen."""
+    gc.collect()
+    assert gc.get_freeze_count() == 0
+    seen = []  # (line, objects frozen): progress lines while it runs, the summary at the end
+
+    def progress(line):
+        seen.append((line, gc.get_freeze_count()))
+
+    result = superoptimize(
+        tiny_rmsnorm_linear(), time_limit=120, workers=2, progress=progress, **SMALL
+    )
+    running = [frozen for line, frozen in seen if line.startswith("[")]
+    assert running and min(running) > 0
+    assert gc.get_freeze_count() == 0
+    assert hashes(result) == hashes(reference)
+
+
+def test_a_freeze_of_the_caller_is_left_as_it_was():
+    """Objects the caller froze stay frozen: the search neither freezes more nor unfreezes."""
+    gc.freeze()
+    try:
+        before = gc.get_freeze_count()
+        seen = []
+
+        def progress(line):
+            seen.append(gc.get_freeze_count())
+
+        superoptimize(tiny_rmsnorm_linear(), time_limit=120, workers=1, progress=progress, **SMALL)
+        # (frozen objects freed by their last reference leave the count)
+        assert 0 < gc.get_freeze_count() <= before and seen and max(seen) <= before
+    finally:
+        gc.unfreeze()

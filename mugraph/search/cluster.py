@@ -127,6 +127,7 @@ class _Slot:
     batch: list[WorkItem] | None = None
     ref: Any = None  # the reference of its pending "run" call
     loaded_after: float | None = None  # seconds from its creation to loading its first setup
+    ready_wall: float | None = None  # its clock (time.time()) when it had loaded it
     pid: int = 0  # its process, once it has loaded a setup
     rounds: int = 0  # the program's verification rounds it held when it had loaded it
 
@@ -198,13 +199,14 @@ class RayEngine:
         """Read a worker's answer to its setup; a worker that died is replaced."""
         ref, slot.loading = slot.loading, None
         try:
-            slot.pid, slot.rounds = self.ray.get(ref)
+            slot.pid, slot.rounds, ready_wall = self.ray.get(ref)
         except Exception as error:  # noqa: BLE001 - the actor died or could not load
             self._replace(slot, f"a Ray worker failed while loading the search: {error}")
             return
         slot.loaded = True
         if slot.loaded_after is None:
             slot.loaded_after = time.monotonic() - slot.created
+            slot.ready_wall = ready_wall
 
     def _replace(self, slot: _Slot, reason: str) -> None:
         """A fresh actor in ``slot`` (loading this search), unless workers keep dying."""
@@ -225,6 +227,12 @@ class RayEngine:
 
     def rounds_inherited(self) -> list[int]:
         return []  # each Ray worker draws its rounds when it loads the setup
+
+    def ready_clock(self) -> tuple[list[float], float | None]:
+        """When (``time.time()`` of its node) each worker said it had loaded its first
+        setup; no zygote."""
+        slots = self._crew.slots if self._crew else []
+        return sorted(s.ready_wall for s in slots if s.ready_wall is not None), None
 
     def threads(self) -> int:
         return 1  # a worker holds one CPU of the cluster
@@ -384,9 +392,10 @@ class SearchWorker:
             prepared(setup)
             prepare_rounds(setup, max(1, setup.threads))
 
-    def load(self, token: str, setup_box: list, link: _HungerLink) -> tuple[int, int]:
+    def load(self, token: str, setup_box: list, link: _HungerLink) -> tuple[int, int, float]:
         """Load the search's setup and draw the program's verification rounds (evaluating
-        the program on them); returns this process's id and the rounds it holds."""
+        the program on them); returns this process's id, the rounds it holds and when it
+        was done (``time.time()``)."""
         if self.setup is None or self.setup.token != token:
             import ray
 
@@ -396,7 +405,7 @@ class SearchWorker:
                 prepare_rounds(setup, max(1, setup.threads))
             self.setup = setup
         self.hungry = link.reader()
-        return os.getpid(), rounds_held()
+        return os.getpid(), rounds_held(), time.time()
 
     def run(self, token: str, items: list[WorkItem], seconds: float, slice_s: float):
         """``("done", results, items given back)``, or ``("failed", error, results, the item

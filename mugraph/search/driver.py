@@ -17,6 +17,7 @@ With ``checkpoint=PATH`` every finished item is journalled as it arrives
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import math
@@ -26,11 +27,13 @@ import shutil
 import socket
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from queue import Empty, SimpleQueue
 from typing import Any
 
 import numpy as np
@@ -54,7 +57,7 @@ class SearchOptionError(MugraphError):
 
 @dataclass
 class Candidate:
-    """A verified μGraph with its estimated cost. ``source`` is the μGraph, or the JSON form
+    """A verified μGraph with its estimated cost. ``source`` is the μGraph, or the JSON text
     a worker sent, parsed the first time ``graph`` is read (a search of thousands of
     candidates does not parse them all before it returns)."""
 
@@ -65,8 +68,8 @@ class Candidate:
 
     @property
     def graph(self):
-        if isinstance(self.source, dict):
-            self.source = from_json(json.dumps(self.source))
+        if isinstance(self.source, str | dict):
+            self.source = graph_from_worker(self.source)
         return self.source
 
     def to_dict(self) -> dict:
@@ -105,8 +108,10 @@ class SearchResult:
     handed_back: int = 0  # regions of units handed back by busy workers to idle ones
     parts: list[SearchResult] = field(default_factory=list)
     cache: str = ""  # "hit": answered by the result cache; "miss": not there (cache_only)
-    # seconds spent in each phase: engine (joining Ray, asking for the workers), plan (units,
-    # oracle), start workers (until the first can take work), search, finish
+    # seconds spent in each phase: engine (joining Ray, asking for the workers), oracle (built
+    # while the workers start), plan (until the first units are planned: the rest are planned
+    # while the workers run them), start workers (until the first can take work), search,
+    # finish
     phases: dict[str, float] = field(default_factory=dict)
     # how busy the workers were: seconds spent on work items, summed over them; seconds from
     # the first moment the queue was empty while a worker was idle to the end of the search
@@ -188,6 +193,12 @@ class SearchResult:
         if self.ranking is not None:
             text += "\n  " + self.ranking.summary()
         return text
+
+
+def graph_from_worker(source: str | dict):
+    """The μGraph of a candidate a worker found: its JSON text (or, journalled by an earlier
+    version, the parsed JSON document)."""
+    return from_json(source if isinstance(source, str) else json.dumps(source))
 
 
 def program_terms(program) -> list[Term]:
@@ -276,38 +287,81 @@ def superoptimize(
     report = _progress_printer(progress)
     started = time.monotonic()
     deadline = started + cfg.time_limit
-    from mugraph.search.pool import engine_for
+    with _FrozenHeap() as heap:
+        from mugraph.search.pool import engine_for
 
-    runner = engine_for(engine, cfg.worker_count, start_method=start_method, address=address)
+        runner = engine_for(engine, cfg.worker_count, start_method=start_method, address=address)
+        search = _Search(program, cfg, runner, cost, started, deadline, report, target_cost)
+        _search_on(search, runner, checkpoint, heap)
+        result = search.finish()
+    if report:
+        report(result.summary())
+    return result
+
+
+def _search_on(search: _Search, runner, checkpoint, heap: _FrozenHeap) -> None:
+    """Start ``runner``, build the oracle, launch the workers and run ``search`` on them as
+    its units are planned; the runner is closed at the end, whatever happens."""
+    program, cfg, started = search.program, search.cfg, search.started
     setup = None
     try:
         # the workers start (import mugraph, draw the program's verification rounds) while
-        # this process builds the oracle and plans the units; each takes work as soon as it
-        # has loaded the setup
+        # this process builds the oracle; each takes work as soon as it has loaded the setup
         runner.start()
         joined = time.monotonic() - started
-        setup = _search_setup(program, cfg, None, runner, cost)
+        setup = _search_setup(program, cfg, None, runner, search.cost_fn)
         setup = _launch(program, cfg, runner, setup)
-        try:
-            units = plan_units(program, cfg, setup.oracle, deadline)
-        except SearchTimeout:
-            units = []
-            warnings.warn(
-                "mugraph: the time budget ran out while planning the search", stacklevel=2
-            )
-        planned = time.monotonic() - started
-        search = _Search(program, cfg, units, runner, cost, started, deadline, report, target_cost)
-        search.result.phases.update({"engine": joined, "plan": planned - joined})
+        heap.freeze()  # egglog's modules and the oracle too
+        launched = time.monotonic() - started
+        search.result.phases.update({"engine": joined, "oracle": launched - joined})
         search.resume(checkpoint)
-        search.run(setup)
+        # the units are planned in a thread: the workers run the first ones (one custom
+        # kernel) while it plans the rest (two kernels...)
+        planner = _Planner(program, cfg, search.deadline)
+        try:
+            search.run(setup, planner)
+        finally:
+            planner.stop()
+        if planner.timed_out:
+            warnings.warn(
+                "mugraph: the time budget ran out while planning the search", stacklevel=3
+            )
     finally:
         runner.close()
         if setup is not None and setup.memo_dir:
             shutil.rmtree(setup.memo_dir, ignore_errors=True)
-    result = search.finish()
-    if report:
-        report(result.summary())
-    return result
+
+
+class _FrozenHeap:
+    """While a search runs, the objects this process holds out of the cyclic garbage
+    collector's sight (``gc.freeze``), unfrozen when it ends.
+
+    A full collection walks every object of the process: with a deep-learning framework
+    loaded that is hundreds of thousands of objects, 0.1-0.3 s a time (gqa_b1 on one worker
+    here: six full collections, 1.0 s), and it comes at whatever moment the search's
+    allocations trigger it: while the workers wait for their first units, or as the last
+    candidates arrive. Frozen, the caller's objects (and, after :meth:`freeze`, egglog's
+    and the oracle's) are not walked: a collection looks at the search's own. Nothing is
+    frozen when objects were frozen before the search (someone else's freeze, which
+    ``gc.unfreeze`` would undo)."""
+
+    def __init__(self) -> None:
+        self.active = False
+
+    def __enter__(self) -> _FrozenHeap:
+        if not gc.get_freeze_count():
+            gc.freeze()
+            self.active = True
+        return self
+
+    def freeze(self) -> None:
+        """Freeze what the search has loaded since (for the rest of the search)."""
+        if self.active:
+            gc.freeze()
+
+    def __exit__(self, *exc) -> None:
+        if self.active:
+            gc.unfreeze()
 
 
 def _launch(program, cfg: SearchConfig, runner, setup):
@@ -408,15 +462,15 @@ class _UnitLedger:
 class _Search:
     """One search's state: the queue of work items, the units' ledgers, the journal."""
 
-    def __init__(self, program, cfg, units, runner, cost, started, deadline, report, target):
-        from mugraph.search.work import WorkItem
-
+    def __init__(self, program, cfg, runner, cost, started, deadline, report, target):
         self.program, self.cfg, self.runner = program, cfg, runner
         self.cost_fn, self.started, self.deadline = cost, started, deadline
         self.report, self.target = report, target
-        self.items = [WorkItem(kernels, cap, choice) for kernels, cap, choice in units]
-        self.ledgers = {item.unit_key: _UnitLedger(item) for item in self.items}
-        self.result = SearchResult(program, [], Stats(), cfg, units_total=len(units))
+        self.items: list = []  # the units' items in plan order (added as they are planned)
+        self.ledgers: dict[str, _UnitLedger] = {}
+        # journalled records of units not planned yet (a resumed search), by unit
+        self.journalled: dict[str, list[dict]] = {}
+        self.result = SearchResult(program, [], Stats(), cfg)
         self.result.engine = f"{runner.name}, {runner.slots} worker" + "s" * (runner.slots != 1)
         self.costs: dict[str, float] = {}
         self.graphs: dict[str, Any] = {}
@@ -436,14 +490,34 @@ class _Search:
 
         self.journal = Journal.open(checkpoint, _checkpoint_key(self.program, self.cfg))
         for record in self.journal.records:
-            ledger = self.ledgers.get(record.get("unit"))
-            if ledger is None:
-                continue
+            self.journalled.setdefault(record.get("unit"), []).append(record)
+
+    def _replay(self, ledger: _UnitLedger, records: list[dict]) -> None:
+        """The journalled records of a unit just planned, into its ledger (records of units
+        the plan does not have are never replayed). An item the time budget cut short runs
+        again whole: its statistics are not counted twice."""
+        for record in records:
             for c in record.get("found", []):
                 self.costs.setdefault(c["hash"], c["cost"])
             ledger.record(record["region"], record["found"], record["rest"], record["timed_out"])
-            self.result.stats.merge(_stats_from(record.get("stats", {})))
-        self.result.resumed_units = sum(1 for ledger in self.ledgers.values() if ledger.done)
+            if not record["timed_out"]:
+                self.result.stats.merge(_stats_from(record.get("stats", {})))
+        if ledger.done:
+            self.result.resumed_units += 1
+            self.result.units_done += 1
+
+    def add_units(self, units, queue: deque) -> None:
+        """Units just planned: their ledgers (with what the journal holds of them), and their
+        open items at the end of ``queue``, in plan order."""
+        from mugraph.search.work import WorkItem
+
+        for kernels, cap, choice in units:
+            item = WorkItem(kernels, cap, choice)
+            ledger = self.ledgers[item.unit_key] = _UnitLedger(item)
+            self.items.append(item)
+            self._replay(ledger, self.journalled.pop(item.unit_key, []))
+            queue.extend(item.part(region) for region in ledger.open_regions())
+        self.result.units_total = len(self.items)
 
     def _journal(self, result) -> None:
         if self.journal is None:
@@ -461,61 +535,83 @@ class _Search:
 
     # ---- running ---------------------------------------------------------------------------
 
-    def run(self, setup) -> None:
-        """Run the open items on the runner, already launched with ``setup``."""
-        queue = deque(
-            item.part(region)
-            for item in self.items
-            for region in self.ledgers[item.unit_key].open_regions()
-        )
-        self.result.units_done = sum(1 for ledger in self.ledgers.values() if ledger.done)
-        if not queue:
-            self._close()
-            return
+    def run(self, setup, planner: _Planner) -> None:
+        """Run the open items on the runner, already launched with ``setup``, as ``planner``
+        plans the units (it is started here)."""
+        queue: deque = deque()
         try:
+            planner.start()
+            self._first_units(queue, planner)
+            if not queue and planner.done:
+                return
             waiting = time.monotonic()
             self.runner.ready()
             self.result.phases["start workers"] = time.monotonic() - waiting
-            self._loop(queue)
+            self._loop(queue, planner)
             ended = time.monotonic()
             self.result.phases["search"] = ended - waiting - self.result.phases["start workers"]
             self.result.tail_seconds = ended - (self.dry_since or ended)
             self.result.first_work = sorted(
                 round(t - self.started_wall, 3) for t in self.first_began.values()
             )
-            times = self.runner.start_times()
-            if times:
-                rounds = self.runner.rounds_inherited()
-                shared = (f", forked holding {rounds[0]}-{rounds[-1]} verification rounds of "
-                          "the program" if rounds and rounds[-1] else "")  # fmt: skip
-                self.result.log.append(
-                    f"{len(times)} workers loaded the search {times[0]:.2f}-{times[-1]:.2f} s "
-                    f"after they were started{shared}"
-                )
+            self._log_start()
+            self.result.log.append(planner.summary())
         except KeyboardInterrupt:
             self.result.interrupted = True
         finally:
             self._close()
+
+    def _log_start(self) -> None:
+        """How the workers started: how long each took to load the search, when by the
+        search's clock (their own clocks), and the rounds they were forked holding."""
+        times = self.runner.start_times()
+        if not times:
+            return
+        rounds = self.runner.rounds_inherited()
+        shared = (f", forked holding {rounds[0]}-{rounds[-1]} verification rounds of the "
+                  "program" if rounds and rounds[-1] else "")  # fmt: skip
+        ready, drawn = self.runner.ready_clock()
+        if ready:
+            shared += (f"; ready {ready[0] - self.started_wall:.2f}-"
+                       f"{ready[-1] - self.started_wall:.2f} s into the search")  # fmt: skip
+        if drawn is not None:
+            shared += f" (the zygote had drawn the rounds at {drawn - self.started_wall:.2f} s)"
+        self.result.log.append(
+            f"{len(times)} workers loaded the search {times[0]:.2f}-{times[-1]:.2f} s after "
+            f"they were started{shared}"
+        )
+
+    def _first_units(self, queue: deque, planner: _Planner) -> None:
+        """Wait for the planner's first units with an open item (or the end of the plan: a
+        checkpoint of a finished search); the phase "plan" ends here."""
+        while not queue and not planner.done:
+            self.add_units(planner.take(wait=0.05), queue)
+        before = sum(self.result.phases.values())  # engine and oracle
+        self.result.phases["plan"] = time.monotonic() - self.started - before
+        self.result.timed_out |= planner.timed_out
 
     def _close(self) -> None:
         """The journal; the runner is closed by ``superoptimize``, which launched it."""
         if self.journal is not None:
             self.journal.close()
 
-    def _loop(self, queue: deque) -> None:
+    def _loop(self, queue: deque, planner: _Planner) -> None:
         runner = self.runner
-        while queue or runner.busy():
+        while queue or runner.busy() or not planner.done:
+            self._take_planned(queue, planner)
             left = self.deadline - time.monotonic()
             if left <= -DEADLINE_GRACE_S or (left <= 0 and not runner.busy()):
                 self.result.timed_out = True
                 return
             hungry = not queue and runner.free() > 0 and runner.busy() > 0
             runner.set_hungry(hungry)
-            if hungry and self.dry_since is None:
+            if hungry and planner.done and self.dry_since is None:
                 self.dry_since = time.monotonic()
             while queue and runner.free() and left > 0:
                 runner.submit(_take(queue, runner.slots, runner.max_batch), left)
-            for outcome in runner.wait(timeout=min(0.2, left + DEADLINE_GRACE_S)):
+            # while the queue waits for the planner, look for its units every 10 ms
+            timeout = min(0.2 if queue or planner.done else 0.01, left + DEADLINE_GRACE_S)
+            for outcome in runner.wait(timeout=timeout):
                 for result in outcome.results:
                     self._take_result(result, queue)
                 queue.extendleft(reversed(outcome.returned))
@@ -525,6 +621,13 @@ class _Search:
                 if self.target is not None and any(c <= self.target for c in self.costs.values()):
                     self.result.reached_target = True
                     return
+
+    def _take_planned(self, queue: deque, planner: _Planner) -> None:
+        """The units planned since the last look; with nothing to run until more come,
+        wait a little for them (rather than spin)."""
+        idle = not queue and not self.runner.busy() and not planner.done
+        self.add_units(planner.take(wait=0.05 if idle else 0.0), queue)
+        self.result.timed_out |= planner.timed_out
 
     def _take_result(self, result, queue: deque) -> None:
         for c in result.found:
@@ -574,7 +677,7 @@ class _Search:
     def _graph(self, candidate: dict):
         key = candidate["hash"]
         if key not in self.graphs:
-            self.graphs[key] = from_json(json.dumps(candidate["graph"]))
+            self.graphs[key] = graph_from_worker(candidate["graph"])
         return self.graphs[key]
 
     # ---- the answer ------------------------------------------------------------------------
@@ -627,9 +730,18 @@ def _stats_from(record: dict) -> Stats:
 
 
 def plan_units(
-    program, cfg: SearchConfig, oracle, deadline: float | None = None
+    program, cfg: SearchConfig, oracle=None, deadline: float | None = None
 ) -> list[tuple[int, int, CustomChoice]]:
-    """The work units: (custom kernels, block-operator cap, first custom kernel's schedule).
+    """The work units: (custom kernels, block-operator cap, first custom kernel's schedule),
+    in the order :func:`plan_chunks` plans them (the oracle plays no part in the plan)."""
+    return [unit for chunk in plan_chunks(program, cfg, deadline) for unit in chunk]
+
+
+def plan_chunks(
+    program, cfg: SearchConfig, deadline: float | None = None
+) -> Iterator[list[tuple[int, int, CustomChoice]]]:
+    """The work units, one list per number of custom kernels (the search runs the units of
+    one kernel while the next list is planned).
 
     Iterative deepening: graphs of one custom kernel come first, then two...; within a
     kernel count the cap on block operators grows from ``cfg.min_block_ops`` (with
@@ -637,12 +749,11 @@ def plan_units(
     cheapest first by estimated seconds (with ``cfg.split_reads_largest``, a first kernel
     of several reads the largest input). A unit of n kernels enumerates graphs of exactly
     n kernels."""
-    probe = Enumerator(program, cfg, oracle, deadline)
+    probe = Enumerator(program, cfg, None, deadline)
     tensors = probe.initial_tensors()
     n_inputs = len(tensors)
     low = min(cfg.min_block_ops, cfg.max_block_ops)
     caps = list(range(low, cfg.max_block_ops + 1)) if cfg.deepening else [cfg.max_block_ops]
-    units = []
     for kernels in range(
         cfg.min_custom_kernels, min(cfg.max_custom_kernels, cfg.max_kernel_ops) + 1
     ):
@@ -658,8 +769,68 @@ def plan_units(
                  or any(tensors[i].type.num_bytes == largest for i in c.inputs))
         ]
         choices.sort(key=lambda c: (probe.choice_seconds(c, tensors), c.key()))
-        units += [(kernels, cap, c) for cap in caps for c in choices]
-    return units
+        yield [(kernels, cap, c) for cap in caps for c in choices]
+
+
+class _Planner:
+    """:func:`plan_chunks` in a thread, started when the workers are launched: the search
+    takes each list of units as it comes (:meth:`take`). Planning is plain Python on the
+    program and the configuration (no oracle, no e-graph library); it runs mostly while the
+    driver waits for the workers' messages (which releases the GIL)."""
+
+    def __init__(self, program, cfg: SearchConfig, deadline: float) -> None:
+        self.program, self.cfg, self.deadline = program, cfg, deadline
+        self.done = False  # every list has been taken (or planning ended early)
+        self.timed_out = False  # the time budget ran out while planning
+        self.units = 0
+        self.seconds = 0.0  # how long planning took, from the thread's start
+        self._lists: SimpleQueue = SimpleQueue()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._plan, name="mugraph-plan", daemon=True)
+
+    def start(self) -> None:
+        self._started = time.monotonic()
+        self._thread.start()
+
+    def _plan(self) -> None:
+        """(The thread) each list of units, then ``None``; an error goes to the caller."""
+        try:
+            for units in plan_chunks(self.program, self.cfg, self.deadline):
+                if self._stopped.is_set():
+                    break
+                self._lists.put(units)
+            self._lists.put(None)
+        except BaseException as error:  # noqa: BLE001 - raised again by take()
+            self._lists.put(error)
+
+    def take(self, wait: float = 0.0) -> list[tuple[int, int, CustomChoice]]:
+        """The units planned since the last call (waiting up to ``wait`` seconds for some
+        when there are none)."""
+        units: list = []
+        while not self.done:
+            try:
+                got = self._lists.get(timeout=wait) if wait > 0 and not units else (
+                    self._lists.get_nowait())  # fmt: skip
+            except Empty:
+                break
+            if isinstance(got, list):
+                units += got
+                continue
+            self.done = True
+            self.seconds = time.monotonic() - self._started
+            if isinstance(got, SearchTimeout):
+                self.timed_out = True
+            elif isinstance(got, BaseException):
+                raise got
+        self.units += len(units)
+        return units
+
+    def stop(self) -> None:
+        """The search is over: the thread stops after the list it is planning."""
+        self._stopped.set()
+
+    def summary(self) -> str:
+        return f"planned {self.units} units in {self.seconds:.2f} s while the workers ran"
 
 
 # ---- the final verification: its rounds over the local cores ----------------------------------

@@ -118,6 +118,9 @@ class InlineEngine:
     def rounds_inherited(self) -> list[int]:
         return []  # this process draws its rounds when it first verifies
 
+    def ready_clock(self) -> tuple[list[float], float | None]:
+        return [], None  # (see ProcessPool.ready_clock)
+
     def prepare(self, setup: SearchSetup) -> None:
         """Nothing to prepare: this process draws its rounds when it first verifies."""
 
@@ -198,6 +201,10 @@ class _Worker:
     loaded_after: float | None = None  # seconds from its start to loading its first setup
     preloaded: bool = False  # forked with the search's setup loaded: it says "ready" unasked
     rounds: int = 0  # the program's verification rounds it held when it said "ready"
+    # its own clock (time.time()) when it said "ready" to its first setup, and when the
+    # zygote that forked it had drawn the program's rounds
+    ready_wall: float | None = None
+    rounds_wall: float | None = None
 
     def alive(self) -> bool:
         if isinstance(self.handle, _PROCESS_LIKE):
@@ -487,6 +494,7 @@ class ProcessPool:
         worker.loaded = True
         if worker.loaded_after is None:
             worker.loaded_after = time.monotonic() - worker.started
+            worker.ready_wall, worker.rounds_wall = message[3], message[4]
 
     def start_times(self) -> list[float]:
         """Seconds each worker of this search took from its start to loading its first setup
@@ -497,6 +505,14 @@ class ProcessPool:
         """The verification rounds each loaded worker held when it said "ready" (forked by
         the zygote after it evaluated the program on them; 0: it draws its own)."""
         return sorted(w.rounds for w in self.workers if w.loaded)
+
+    def ready_clock(self) -> tuple[list[float], float | None]:
+        """When (``time.time()``) each worker of this search said it had loaded its first
+        setup, by its own clock (the driver may read it later), and when the zygote had
+        drawn the program's rounds (None: no zygote, or it drew none)."""
+        times = sorted(w.ready_wall for w in self.workers if w.ready_wall is not None)
+        drawn = [w.rounds_wall for w in self.workers if w.rounds_wall is not None]
+        return times, min(drawn, default=None)
 
     def _spawn(self) -> _Worker:
         """A fresh worker process, not yet sent a setup (unless ``preloaded``: forked by the
@@ -683,8 +699,11 @@ class _Loaded:
     setup: SearchSetup | None = None
     hunger_path: str = ""
     hunger: mmap.mmap | None = None  # the pool's "hand back your batch" flag
+    rounds_wall: float | None = None  # (the zygote) when it had drawn the program's rounds
 
     def load(self, setup: SearchSetup, hunger_path: str) -> None:
+        if self.setup is None or self.setup.token != setup.token:
+            self.rounds_wall = None  # (another search's)
         if hunger_path != self.hunger_path:
             with open(hunger_path, "r+b") as file:
                 self.hunger = mmap.mmap(file.fileno(), 8)
@@ -701,7 +720,7 @@ def worker_main(conn: Connection, loaded: _Loaded | None = None) -> None:
     state = loaded or _Loaded()
     name = f"pid {os.getpid()}"
     if loaded is not None:
-        conn.send(("ready", os.getpid(), rounds_held()))
+        conn.send(("ready", os.getpid(), rounds_held(), time.time(), state.rounds_wall))
     while True:
         try:
             message = conn.recv()
@@ -711,7 +730,7 @@ def worker_main(conn: Connection, loaded: _Loaded | None = None) -> None:
         if message[0] == "setup":
             _, setup, path = message
             state.load(setup, path)
-            conn.send(("ready", os.getpid(), rounds_held()))
+            conn.send(("ready", os.getpid(), rounds_held(), time.time(), None))
         elif message[0] == "run":
             _, items, seconds, slice_s = message
             timer = SliceTimer(lambda flag=hunger: flag[0] == 1, slice_s)
@@ -750,7 +769,8 @@ def zygote_main(conn: Connection) -> None:
             _, setup, path, threads = message
             state.load(setup, path)
             with contextlib.suppress(Exception):  # else each worker draws its own rounds
-                prepare_rounds(setup, threads)
+                if prepare_rounds(setup, threads) and state.rounds_wall is None:
+                    state.rounds_wall = time.time()
         elif message[0] == "fork":
             fds = [recv_handle(conn) for _ in range(message[1])]
             gc.collect()

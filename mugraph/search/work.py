@@ -14,7 +14,6 @@ exported tables (no e-graph library object is sent or used by a worker).
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
@@ -212,7 +211,8 @@ def run_item(
             gen.stats.pruned["verification"] += 1
             return
         found[key] = {
-            "graph": json.loads(to_json(graph, indent=None)),
+            # as text: the driver keeps thousands, and strings are no work for its collector
+            "graph": to_json(graph, indent=None),
             "hash": key,
             "verification": str(check),
         }
