@@ -222,6 +222,33 @@ def test_broadcasting(ctx: FieldContext, rng: np.random.Generator) -> None:
         assert_field_equal(r[2, 3], op(a[2, 0], b[3]))
 
 
+@pytest.mark.parametrize("m", [P, Q])
+@pytest.mark.parametrize(
+    ("sa", "sb"),
+    [((2, 1024, 520), (2, 1024, 1)), ((2, 1024, 520), (1, 520)), ((3, 1, 5, 70_001), (7, 5, 1)),
+     ((1 << 20,), ()), ((1100, 1000), (1100, 1000))],
+)
+def test_large_elementwise_matches_the_plain_kernels(
+    rng: np.random.Generator, m: int, sa: tuple, sb: tuple
+) -> None:
+    """Results of at least _ELEMENTWISE_MIN elements are computed block by block (on the
+    worker threads): the same values as the plain NumPy expressions, edge values included."""
+    a = rng.integers(0, m, size=sa)
+    b = rng.integers(0, m, size=sb) if sb else np.int64(m - 1)
+    a.flat[:4] = [0, 1, m - 2, m - 1]
+    if sb:
+        b.flat[:4] = [m - 1, 0, m - 1, 1]
+    assert math.prod(np.broadcast_shapes(a.shape, np.shape(b))) >= fa._ELEMENTWISE_MIN
+    expect = {"add": (a + b) % m, "sub": (a - b) % m, "mul": (a * b) % m}  # a·b < 2^62
+    for workers in (1, 2):
+        with fa.parallel_evaluation(workers):
+            for name, fn in (("add", fa.add_mod), ("sub", fa.sub_mod), ("mul", fa.mul_mod)):
+                got = fn(a, b, m)
+                assert got.flags.c_contiguous and got.dtype == np.int64
+                np.testing.assert_array_equal(got, expect[name], err_msg=name)
+            np.testing.assert_array_equal(fa.neg_mod(a, m), (-a) % m)
+
+
 @pytest.mark.parametrize("n", [37, 100_003])  # Fermat path and batch-inversion path
 def test_inverse(ctx: FieldContext, rng: np.random.Generator, n: int) -> None:
     a = ctx.random(n, rng)

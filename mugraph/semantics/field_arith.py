@@ -622,7 +622,115 @@ def _blockwise(n: int, scratch_rows: int, block: Callable[[int, int, np.ndarray]
         _run_parallel(tasks)
 
 
+_ELEMENTWISE_MIN = 1 << 20  # results this large are computed block by block (in cache)
+
+
+def _block_slices(shape: tuple[int, ...], block: int) -> list[tuple[slice, ...]]:
+    """Index tuples cutting an array of ``shape`` into C-order blocks of at most about
+    ``block`` elements: whole trailing axes where they fit, a range of the next axis."""
+    axis, inner = len(shape), 1
+    while axis > 0 and inner * shape[axis - 1] <= block:
+        axis -= 1
+        inner *= shape[axis]
+    if axis == 0:
+        return [(slice(None),) * len(shape)]
+    cut = shape[axis - 1]
+    step = max(1, block // inner)
+    return [tuple(slice(i, i + 1) for i in outer) + (slice(lo, min(cut, lo + step)),)
+            for outer in np.ndindex(*shape[: axis - 1]) for lo in range(0, cut, step)]
+
+
+def _elementwise(
+    operands: Sequence[np.ndarray],
+    kernel: Callable[..., None],
+    scratch_rows: int,
+) -> np.ndarray:
+    """``kernel(out, *operands, scratch)`` applied block by block (:func:`_block_slices`) to
+    the operands broadcast together, writing a new C-contiguous int64 array (in recycled
+    memory) and spread over the worker threads of :func:`parallel_evaluation`.
+
+    The law: ``kernel`` is elementwise (each element of its output depends only on the same
+    element of its operands), so computing it on any partition of the index space gives the
+    same array as on the whole; blocks keep its intermediate arrays (``scratch``: int64, of
+    ``scratch_rows`` rows of the block's shape, the running thread's own) in cache instead
+    of streaming fresh full-size temporaries through memory (and their page faults)."""
+    shape = tuple(np.broadcast_shapes(*(np.shape(x) for x in operands)))
+    full = [x if np.shape(x) == shape else np.broadcast_to(x, shape) for x in operands]
+    out = recycled_empty(shape)
+    blocks = _block_slices(shape, _BLOCK)
+    workers = max(1, min(_WORKERS, len(blocks) // 4))
+    bounds = [len(blocks) * i // workers for i in range(workers + 1)]
+
+    def share(part: Sequence[tuple[slice, ...]]) -> Callable[[], None]:
+        def run() -> None:
+            held = thread_scratch()
+            for index in part:
+                target = out[index]
+                scratch = held.get_int("elementwise", (scratch_rows, *target.shape))
+                kernel(target, *(x[index] for x in full), scratch)
+
+        return run
+
+    tasks = [share(blocks[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)]
+    if len(tasks) == 1:
+        tasks[0]()
+    else:
+        _run_parallel(tasks)
+    return out
+
+
+def _large(*operands: Any) -> bool:
+    """Whether int64 operands (arrays or scalars) broadcast to a result worth
+    :func:`_elementwise`."""
+    if not all(isinstance(x, np.ndarray | np.int64) for x in operands):
+        return False
+    return all(x.dtype == np.int64 for x in operands) and \
+        math.prod(np.broadcast_shapes(*(np.shape(x) for x in operands))) >= _ELEMENTWISE_MIN
+
+
+def _add_kernel(m: int) -> Callable[..., None]:
+    def kernel(out: np.ndarray, a: np.ndarray, b: np.ndarray, scratch: np.ndarray) -> None:
+        np.add(a, b, out=out)
+        out -= m
+        np.right_shift(out, 63, out=scratch[0])
+        scratch[0] &= m
+        out += scratch[0]
+
+    return kernel
+
+
+def _sub_kernel(m: int) -> Callable[..., None]:
+    def kernel(out: np.ndarray, a: np.ndarray, b: np.ndarray, scratch: np.ndarray) -> None:
+        np.subtract(a, b, out=out)
+        np.right_shift(out, 63, out=scratch[0])
+        scratch[0] &= m
+        out += scratch[0]
+
+    return kernel
+
+
+def _neg_kernel(m: int) -> Callable[..., None]:
+    def kernel(out: np.ndarray, a: np.ndarray, scratch: np.ndarray) -> None:
+        np.negative(a, out=out)
+        np.right_shift(out, 63, out=scratch[0])
+        scratch[0] &= m
+        out += scratch[0]
+
+    return kernel
+
+
+def _mul_kernel(m: int) -> Callable[..., None]:
+    def kernel(out: np.ndarray, a: np.ndarray, b: np.ndarray, scratch: np.ndarray) -> None:
+        np.multiply(a, b, out=scratch[0])  # < m^2 < 2^62: exact
+        _canon_into(scratch[0], m, out, scratch[1])
+
+    return kernel
+
+
 def add_mod(a: np.ndarray, b: np.ndarray, m: int) -> np.ndarray:
+    """(a + b) mod m for canonical int64 operands (broadcast)."""
+    if _large(a, b):
+        return _elementwise((a, b), _add_kernel(m), 1)
     r = np.add(a, b)
     r -= m
     r += (r >> 63) & m
@@ -630,18 +738,27 @@ def add_mod(a: np.ndarray, b: np.ndarray, m: int) -> np.ndarray:
 
 
 def sub_mod(a: np.ndarray, b: np.ndarray, m: int) -> np.ndarray:
+    """(a - b) mod m for canonical int64 operands (broadcast)."""
+    if _large(a, b):
+        return _elementwise((a, b), _sub_kernel(m), 1)
     r = np.subtract(a, b)
     r += (r >> 63) & m
     return r
 
 
 def neg_mod(a: np.ndarray, m: int) -> np.ndarray:
+    """-a mod m for a canonical int64 operand."""
+    if _large(a):
+        return _elementwise((a,), _neg_kernel(m), 1)
     r = np.negative(a)
     r += (r >> 63) & m
     return r
 
 
 def mul_mod(a: np.ndarray, b: np.ndarray, m: int) -> np.ndarray:
+    """a·b mod m for canonical int64 operands (broadcast; a product < 2^62 is exact)."""
+    if _large(a, b):
+        return _elementwise((a, b), _mul_kernel(m), 2)
     return _canon_(np.multiply(a, b), m)
 
 
@@ -1398,11 +1515,13 @@ def _fill_uniform(bits: np.random.BitGenerator, x: np.ndarray, m: int) -> None:
     for start in range(0, x.size, _RANDOM_CHUNK):
         chunk = x[start : start + _RANDOM_CHUNK]
         raw = np.asarray(bits.random_raw((chunk.size + 1) // 2), dtype=np.uint64)
-        np.bitwise_and(raw.view(np.uint32)[: chunk.size], mask, out=chunk, casting="unsafe")
-        while chunk.size and chunk.max() >= m:  # rare with large primes: redraw those
-            bad = np.flatnonzero(chunk >= m)
+        halves = raw.view(np.uint32)[: chunk.size]
+        halves &= mask  # masked and checked as uint32 (half the bytes), then converted once
+        while halves.size and halves.max() >= m:  # rare with large primes: redraw those
+            bad = np.flatnonzero(halves >= m)
             fresh = np.asarray(bits.random_raw((bad.size + 1) // 2), dtype=np.uint64)
-            chunk[bad] = np.bitwise_and(fresh.view(np.uint32)[: bad.size], mask)
+            halves[bad] = np.bitwise_and(fresh.view(np.uint32)[: bad.size], mask)
+        np.copyto(chunk, halves, casting="unsafe")
 
 
 @dataclass(frozen=True)
