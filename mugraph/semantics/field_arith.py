@@ -1281,21 +1281,76 @@ def _folded_product(
 ) -> np.ndarray:
     """x @ y (2-D or more) with its broadcast batch axes folded into M and N (in the order of
     the operands' memory, so a tiled view of a matrix folds back into the matrix itself)."""
-    lay = matmul_layout(x.shape, y.shape, x.strides, y.strides)
-    folded = lay.folds or bool(lay.unit)  # (size-1 batch axes are dropped: one canonical form)
-    xf, yf = (fold_rows(x, lay), fold_cols(y, lay)) if folded else (x, y)
+    lay, folded, xf, yf = _folded_operands(x, y)
     fresh = folded and (xf.base is None or yf.base is None)  # a copy: never asked again
     if memo is None or fresh:
         product = _matmul_core(xf, yf, m, limbs)
     else:
-        key = ("matmul", m, limbs, _ident(xf), _ident(yf))
+        key = _product_key(xf, yf, m, limbs)
         entry = memo.get(key)
         if entry is None:
-            entry = (xf, yf, _matmul_core(xf, yf, m, limbs))
-            memo[key] = entry
-            _keep_k_merged(memo, entry, m, limbs)
+            entry = _product_of_equal_operands(memo, xf, yf, m, limbs)
+            if entry is None:
+                entry = (xf, yf, _matmul_core(xf, yf, m, limbs))
+                _keep_k_merged(memo, entry, m, limbs)
+            memo[key] = (xf, yf, entry[2])  # (these operands kept alive: their ids stay theirs)
         product = entry[2]
     return unfold(product, lay) if folded else product
+
+
+def _folded_operands(x: np.ndarray, y: np.ndarray) -> tuple[Any, bool, np.ndarray, np.ndarray]:
+    """(layout, folded, x', y'): x and y (2-D or more) with their broadcast batch axes folded
+    into M and N when ``folded`` (see :func:`_folded_product`)."""
+    lay = matmul_layout(x.shape, y.shape, x.strides, y.strides)
+    folded = lay.folds or bool(lay.unit)  # (size-1 batch axes are dropped: one canonical form)
+    xf, yf = (fold_rows(x, lay), fold_cols(y, lay)) if folded else (x, y)
+    return lay, folded, xf, yf
+
+
+def _product_key(xf: np.ndarray, yf: np.ndarray, m: int, limbs: int | None) -> tuple:
+    """The memo key of the product of folded operands: where their elements are."""
+    return ("matmul", m, limbs, _ident(xf), _ident(yf))
+
+
+def product_in_memo(x: np.ndarray, y: np.ndarray, m: int, limbs: int | None, memo: dict) -> bool:
+    """Whether ``matmul_mod(x, y, m, limbs=limbs, memo=memo)`` (2-D or more operands) would
+    find its product in ``memo`` by the operands' memory (nothing is computed)."""
+    _, _, xf, yf = _folded_operands(_gemm_operand(x), _gemm_operand(y))
+    return _product_key(xf, yf, m, limbs) in memo
+
+
+_SAMPLE_ROWS = 2  # rows compared first (cheap) before two operands are compared whole
+
+
+def _product_of_equal_operands(
+    memo: dict, xf: np.ndarray, yf: np.ndarray, m: int, limbs: int | None
+) -> tuple | None:
+    """A memo entry of a product whose operands hold the same values as ``xf`` and ``yf`` in
+    other memory (the other graph's copy of a normalised operand, say), or None.
+
+    The law: a product is a function of its operands' values, and the values are compared
+    exactly, element by element (int64 with float64 mirrors: integers below 2^53, exact), so
+    the product found is the one ``xf @ yf`` would give.  A sample of rows is compared
+    first, so operands that differ (uniform random values almost surely differ there) cost
+    little; only a match is confirmed over every element."""
+    for key, entry in memo.items():
+        if key[:3] != ("matmul", m, limbs) or len(entry) != 3:
+            continue
+        ex, ey = entry[0], entry[1]
+        if ex.shape == xf.shape and ey.shape == yf.shape \
+                and _equal_values(ex, xf) and _equal_values(ey, yf):
+            return entry
+    return None
+
+
+def _equal_values(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two arrays of one shape hold the same values (sampled rows first)."""
+    if _ident(a) == _ident(b):
+        return True
+    rows = [(0,) * (a.ndim - 1), tuple(n - 1 for n in a.shape[:-1])][:_SAMPLE_ROWS]
+    if any(not np.array_equal(a[r], b[r]) for r in rows):
+        return False
+    return bool(np.array_equal(a, b))
 
 
 def _keep_k_merged(memo: dict, entry: tuple, m: int, limbs: int | None) -> None:
@@ -1828,7 +1883,7 @@ class FieldContext:
             x, y = a.gemm_part(name, compute=False), b.gemm_part(name, compute=False)
             if x is None or y is None:
                 if not rewritten:
-                    rewritten.append(self._scaled_matmul(a, b, limbs)
+                    rewritten.append(self._scaled_matmul(a, b, limbs, name, m)
                                      or self._reassociated(a, b, limbs))
                 if rewritten[0] is not None:
                     return getattr(rewritten[0], name)
@@ -1858,18 +1913,35 @@ class FieldContext:
                 return self.matmul(x, self.matmul(y, b, limbs=limbs), limbs=limbs)
         return None
 
-    def _scaled_matmul(self, a: FieldArray, b: FieldArray, limbs: int | None) -> FieldArray | None:
+    def _scaled_matmul(
+        self, a: FieldArray, b: FieldArray, limbs: int | None, name: str, m: int
+    ) -> FieldArray | None:
         """(v @ b) · c for a = v · c, or (a @ w) · d for b = w · d, with the factor constant
-        along the reduction dim; None when neither operand is such a product."""
+        along the reduction dim; None when neither operand is such a product, or when the
+        rewrite would cost more: it scales the product instead of the operand, so it is
+        taken when the product is no larger than the operand (a softmax's division before
+        ``@ V``) or when component ``name`` (modulo ``m``) of the unscaled product is in the
+        memo already (the other graph computed it); otherwise the scaled operand is computed
+        (a norm's scale on Q or K before ``Q @ K``: the product is much larger)."""
         if a.ndim < 2 or b.ndim < 2:
             return None
-        split = _scaled(a, -1)
-        if split is not None:
-            return self.mul(self.matmul(split[0], b, limbs=limbs), split[1])
-        split = _scaled(b, -2)
-        if split is not None:
-            return self.mul(self.matmul(a, split[0], limbs=limbs), split[1])
+        size = math.prod(matmul_shape(a.shape, b.shape))
+        for operand, axis in ((a, -1), (b, -2)):
+            split = _scaled(operand, axis)
+            if split is None:
+                continue
+            x, y = (split[0], b) if operand is a else (a, split[0])
+            if size <= operand.size or self._product_known(x, y, name, m, limbs):
+                return self.mul(self.matmul(x, y, limbs=limbs), split[1])
         return None
+
+    def _product_known(
+        self, x: FieldArray, y: FieldArray, name: str, m: int, limbs: int | None
+    ) -> bool:
+        """Whether component ``name`` of ``x @ y`` is in the memo (nothing is computed)."""
+        xp, yp = _existing_gemm_part(x, name), _existing_gemm_part(y, name)
+        return xp is not None and yp is not None and product_in_memo(xp, yp, m, limbs,
+                                                                       self._memo)
 
     def exp_p(self, e: np.ndarray) -> np.ndarray:
         """ω^e mod p for exponents 0 <= e < q (two table lookups and one mulmod)."""
@@ -1952,6 +2024,17 @@ class FieldContext:
     ) -> FieldArray:
         return self._make_pair(_reduced_shape(x.shape, axis, keepdims),
                                lambda: keyed_max_reduce(name, self.key, x, axis, keepdims))
+
+
+def _existing_gemm_part(x: FieldArray, name: str) -> np.ndarray | None:
+    """What :meth:`FieldArray.gemm_part` would give for component ``name`` if it exists
+    already (a mirror drawn, or the component computed), else None: nothing is computed."""
+    mirror = x.mirrors[0 if name == "p" else 1]
+    if isinstance(mirror, np.ndarray):
+        return mirror
+    if isinstance(mirror, _Once) and mirror.value is not None:
+        return mirror.value
+    return x.computed_part(name)
 
 
 def _macs(sa: Sequence[int], sb: Sequence[int]) -> int:
