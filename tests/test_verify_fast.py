@@ -181,6 +181,24 @@ def test_products_of_equal_values_in_other_memory_are_shared_and_exact():
         assert not np.array_equal(got.p, first.p)
 
 
+def test_squares_are_shared_across_layouts_including_as_strided_tiles():
+    """x² of a value and of an as_strided tile view of it (how the driver partitions a block
+    input, with zero strides on its size-1 axes) is computed once and is exact."""
+    rng = np.random.default_rng(11)
+    ctx = FieldContext.from_rng(rng, fast=True)
+    k = ctx.random((4, 8, 16), rng)
+    whole = ctx.mul(k, k)
+    whole.p, whole.q  # noqa: B018
+    tiles = k.index_map(lambda a: np.lib.stride_tricks.as_strided(
+        a, (1, 4, 2, 1, 8, 8), (0, a.strides[0], 8 * a.strides[2], 0, a.strides[1],
+                                a.strides[2])))
+    squared = ctx.mul(tiles, tiles)
+    assert np.shares_memory(squared.p, whole.p) and np.shares_memory(squared.q, whole.q)
+    for name, m in (("p", P), ("q", Q)):
+        tile = getattr(tiles, name)
+        np.testing.assert_array_equal(getattr(squared, name), tile * tile % m)
+
+
 def test_norm_scales_before_a_larger_product_are_applied_to_the_operands():
     """(v · c) @ b is computed as it is written when the product is larger than v · c (a norm
     before Q @ K), and as (v @ b) · c when that product is in the memo already: the same

@@ -1814,6 +1814,11 @@ class FieldContext:
                           a.q_zero)
 
     def mul(self, a: FieldArray, b: FieldArray) -> FieldArray:
+        if a is b and self.fast:  # a square: computed once per memory (see _square)
+            out = self._make(a.shape, lambda: self._square(a.p, "p"),
+                             lambda: self._square(a.q, "q"), a.q_zero)
+            out.factors = (a, b)
+            return out
         out = self._make(_broadcast(a, b), lambda: mul_mod(a.p, b.p, self.p),
                          lambda: mul_mod(a.q, b.q, self.q), a.q_zero or b.q_zero)
         if self.fast:
@@ -1822,6 +1827,13 @@ class FieldContext:
 
     def square(self, a: FieldArray) -> FieldArray:
         return self.mul(a, a)
+
+    def _square(self, x: np.ndarray, name: str) -> np.ndarray:
+        """x² modulo the prime of component ``name``, an elementwise function of x: computed
+        once per memory (:func:`_shared_elementwise`), so the other graph's square of the
+        same value in another layout (a norm's x² over block tiles) costs nothing."""
+        m = self.p if name == "p" else self.q
+        return _shared_elementwise(self._memo, "square_" + name, lambda r: mul_mod(r, r, m), x)
 
     def inv(self, a: FieldArray) -> FieldArray:
         """1/a; raises :class:`FieldDivisionByZero` if any element of a component is 0 (with
@@ -2102,10 +2114,16 @@ def _axis_index(axis: int, ndim: int) -> int:
 
 
 def _root(x: np.ndarray) -> np.ndarray:
-    """The array that owns ``x``'s memory (``x`` itself when it is not a view)."""
-    while isinstance(x.base, np.ndarray):
-        x = x.base
-    return x
+    """The array that owns ``x``'s memory (``x`` itself when it is not a view); through the
+    stand-in object that ``np.lib.stride_tricks.as_strided`` puts between a view and the
+    array it reads (its ``base`` is that array)."""
+    while True:
+        base = x.base
+        if not isinstance(base, np.ndarray):
+            base = getattr(base, "base", None)  # as_strided's DummyArray holds the array
+        if not isinstance(base, np.ndarray):
+            return x
+        x = base
 
 
 def _ident(x: np.ndarray) -> tuple[int, tuple[int, ...], tuple[int, ...], str]:
@@ -2130,7 +2148,7 @@ def _shared_elementwise(
         and root.dtype == x.dtype
         and root.flags.c_contiguous
         and x.size == root.size > 0
-        and all(x.strides)
+        and all(st for st, n in zip(x.strides, x.shape, strict=True) if n > 1)  # no broadcast
     )
     source = root if whole else x
     key = (name, _ident(source))
