@@ -133,6 +133,20 @@ def test_random_canonical_and_reproducible(ctx: FieldContext) -> None:
     assert len(np.unique(x.p)) > 2000 and len(np.unique(x.q)) > 2000
 
 
+def test_large_draws_do_not_depend_on_the_worker_count(ctx: FieldContext) -> None:
+    """A draw of several parts (one seeded stream each) gives the same values however many
+    threads fill the parts, into int64 or float64 memory."""
+    n = 3 * fa._RANDOM_PART + 1234
+    draws = []
+    for workers, dtype in ((1, np.int64), (2, np.float64), (3, np.int64)):
+        x = np.empty(n, dtype=dtype)
+        with fa.parallel_evaluation(workers):
+            ctx._fill_stream(99, x, P)
+        draws.append(x)
+    assert all(np.array_equal(draws[0], d) for d in draws[1:])
+    assert draws[0].min() >= 0 and draws[0].max() < P
+
+
 def test_random_uniform_small_primes() -> None:
     rng = np.random.default_rng(3)
     ctx = FieldContext.from_rng(rng, p=SMALL_P, q=SMALL_Q)

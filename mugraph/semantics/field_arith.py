@@ -1730,13 +1730,19 @@ class FieldContext:
         parts = -(-n // _RANDOM_PART)
         part_seeds = np.random.SeedSequence(seed).generate_state(parts, dtype=np.uint64)
 
-        def task(i: int) -> Callable[[], None]:
-            lo, hi = i * _RANDOM_PART, min(n, (i + 1) * _RANDOM_PART)
-            return lambda: _fill_uniform(np.random.SFC64(int(part_seeds[i])), x[lo:hi], m)
+        def share(first: int, stop: int) -> Callable[[], None]:
+            def run() -> None:  # parts first..stop-1, one after the other
+                for i in range(first, stop):
+                    lo, hi = i * _RANDOM_PART, min(n, (i + 1) * _RANDOM_PART)
+                    _fill_uniform(np.random.SFC64(int(part_seeds[i])), x[lo:hi], m)
 
-        tasks = [task(i) for i in range(parts)]
-        for group in range(0, parts, _WORKERS):
-            _run_parallel(tasks[group : group + _WORKERS])
+            return run
+
+        workers = min(_WORKERS, parts)
+        bounds = [parts * i // workers for i in range(workers + 1)]
+        # each thread fills a contiguous share of the parts, with one wait at the end (not
+        # one per round of parts): a part's values depend only on its seed
+        _run_parallel([share(a, b) for a, b in zip(bounds, bounds[1:], strict=False)])
 
     def scalar(self, value: Any) -> tuple[int, int]:
         """The exact image (c_p, c_q) of a constant (see :func:`field_scalar`)."""
