@@ -28,12 +28,15 @@ work; ``fast=False`` is the straightforward evaluation that tests compare it wit
   in the components that are read: the denominators of Theorem 3's event 𝓔 that matter.
 * A memo per context: products are kept by the memory of their (folded) operands, so the
   other graph's product of the same operands — the tiles of a block graph fold back into the
-  matrices themselves (:func:`matmul_mod`) — costs nothing; ``exp`` of any view of a whole
-  array is a view of that array's ``exp``; a batch of split-K partial products (split-KV
-  attention) also gives the whole product, their sum.  The memo keeps what it saw alive: use
-  one context per round, and never write into its arrays.
+  matrices themselves (:func:`matmul_mod`) — costs nothing, and so does a product whose
+  operands hold the same values in other memory (compared exactly: one graph's normalised
+  Q and K written by a kernel, the other's computed as they come); ``exp`` (and a square) of
+  any view of a whole array is a view of that array's ``exp``; a batch of split-K partial
+  products (split-KV attention) also gives the whole product, their sum.  The memo keeps
+  what it saw alive: use one context per round, and never write into its arrays.
 * ``(v · c) @ b = (v @ b) · c`` for a factor ``c`` constant along the reduction dim (a
-  softmax's or a norm's division), when ``v · c`` is not computed yet.
+  softmax's division), when ``v · c`` is not computed yet and the product is no larger than
+  ``v`` or already in the memo (else the scale goes on the operand: a norm before ``Q @ K``).
 * Float64 mirrors: large random inputs are drawn as float64 (:attr:`FieldArray.mirrors`),
   which matmul reads without converting; their int64 components exist only if read.
 
@@ -95,7 +98,9 @@ Memory touched for the first time costs page faults (on a virtual machine whose 
 freed memory back, as much as the arithmetic).  Large results (products, exponentials, sums)
 are allocated by :func:`recycled_empty` in the memory of earlier results that nothing refers to
 any more, and work arrays are kept per thread; at most ``MUGRAPH_VERIFY_KEEP_RESULT_BYTES``
-(512 MiB) of unused memory is kept (:func:`release_memory` gives it back).
+(512 MiB) of unused memory is kept (:func:`release_memory` gives it back).  Large elementwise
+results (``add``, ``sub``, ``neg``, ``mul`` of a million elements or more) are computed block
+by block with cache-resident temporaries, over the worker threads (:func:`_elementwise`).
 
 Z_q components that do not matter
 ---------------------------------
