@@ -1942,10 +1942,11 @@ class FieldContext:
         """(v @ b) · c for a = v · c, or (a @ w) · d for b = w · d, with the factor constant
         along the reduction dim; None when neither operand is such a product, or when the
         rewrite would cost more: it scales the product instead of the operand, so it is
-        taken when the product is no larger than the operand (a softmax's division before
-        ``@ V``) or when component ``name`` (modulo ``m``) of the unscaled product is in the
-        memo already (the other graph computed it); otherwise the scaled operand is computed
-        (a norm's scale on Q or K before ``Q @ K``: the product is much larger)."""
+        taken when the product is at most _RESCALE_GROWTH times the operand's size (a
+        softmax's division before ``@ V``, a norm before a projection) or when component
+        ``name`` (modulo ``m``) of the unscaled product is in the memo already (the other
+        graph computed it); otherwise the scaled operand is computed (a norm's scale on Q or
+        K before ``Q @ K``: the product is 4 to 64 times larger)."""
         if a.ndim < 2 or b.ndim < 2:
             return None
         size = math.prod(matmul_shape(a.shape, b.shape))
@@ -1954,7 +1955,8 @@ class FieldContext:
             if split is None:
                 continue
             x, y = (split[0], b) if operand is a else (a, split[0])
-            if size <= operand.size or self._product_known(x, y, name, m, limbs):
+            if size <= _RESCALE_GROWTH * operand.size or self._product_known(x, y, name, m,
+                                                                             limbs):
                 return self.mul(self.matmul(x, y, limbs=limbs), split[1])
         return None
 
@@ -2047,6 +2049,12 @@ class FieldContext:
     ) -> FieldArray:
         return self._make_pair(_reduced_shape(x.shape, axis, keepdims),
                                lambda: keyed_max_reduce(name, self.key, x, axis, keepdims))
+
+
+# (v · c) @ b is computed as (v @ b) · c, shareable with the other graph's v @ b, when the
+# product has at most this many times the elements of v (the extra scaling is cheap next to
+# the product; larger products keep the scale on the operand, see _scaled_matmul)
+_RESCALE_GROWTH = 2
 
 
 def _existing_gemm_part(x: FieldArray, name: str) -> np.ndarray | None:
