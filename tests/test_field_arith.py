@@ -133,6 +133,20 @@ def test_random_canonical_and_reproducible(ctx: FieldContext) -> None:
     assert len(np.unique(x.p)) > 2000 and len(np.unique(x.q)) > 2000
 
 
+def test_large_draws_do_not_depend_on_the_worker_count(ctx: FieldContext) -> None:
+    """A draw of several parts (one seeded stream each) gives the same values however many
+    threads fill the parts, into int64 or float64 memory."""
+    n = 3 * fa._RANDOM_PART + 1234
+    draws = []
+    for workers, dtype in ((1, np.int64), (2, np.float64), (3, np.int64)):
+        x = np.empty(n, dtype=dtype)
+        with fa.parallel_evaluation(workers):
+            ctx._fill_stream(99, x, P)
+        draws.append(x)
+    assert all(np.array_equal(draws[0], d) for d in draws[1:])
+    assert draws[0].min() >= 0 and draws[0].max() < P
+
+
 def test_random_uniform_small_primes() -> None:
     rng = np.random.default_rng(3)
     ctx = FieldContext.from_rng(rng, p=SMALL_P, q=SMALL_Q)
@@ -220,6 +234,33 @@ def test_broadcasting(ctx: FieldContext, rng: np.random.Generator) -> None:
         r = op(a, b)
         assert r.shape == (4, 5, 3)
         assert_field_equal(r[2, 3], op(a[2, 0], b[3]))
+
+
+@pytest.mark.parametrize("m", [P, Q])
+@pytest.mark.parametrize(
+    ("sa", "sb"),
+    [((2, 1024, 520), (2, 1024, 1)), ((2, 1024, 520), (1, 520)), ((3, 1, 5, 70_001), (7, 5, 1)),
+     ((1 << 20,), ()), ((1100, 1000), (1100, 1000))],
+)
+def test_large_elementwise_matches_the_plain_kernels(
+    rng: np.random.Generator, m: int, sa: tuple, sb: tuple
+) -> None:
+    """Results of at least _ELEMENTWISE_MIN elements are computed block by block (on the
+    worker threads): the same values as the plain NumPy expressions, edge values included."""
+    a = rng.integers(0, m, size=sa)
+    b = rng.integers(0, m, size=sb) if sb else np.int64(m - 1)
+    a.flat[:4] = [0, 1, m - 2, m - 1]
+    if sb:
+        b.flat[:4] = [m - 1, 0, m - 1, 1]
+    assert math.prod(np.broadcast_shapes(a.shape, np.shape(b))) >= fa._ELEMENTWISE_MIN
+    expect = {"add": (a + b) % m, "sub": (a - b) % m, "mul": (a * b) % m}  # a·b < 2^62
+    for workers in (1, 2):
+        with fa.parallel_evaluation(workers):
+            for name, fn in (("add", fa.add_mod), ("sub", fa.sub_mod), ("mul", fa.mul_mod)):
+                got = fn(a, b, m)
+                assert got.flags.c_contiguous and got.dtype == np.int64
+                np.testing.assert_array_equal(got, expect[name], err_msg=name)
+            np.testing.assert_array_equal(fa.neg_mod(a, m), (-a) % m)
 
 
 @pytest.mark.parametrize("n", [37, 100_003])  # Fermat path and batch-inversion path

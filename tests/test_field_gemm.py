@@ -87,6 +87,16 @@ def test_canon_int_is_canonical(m: int) -> None:
     np.testing.assert_array_equal(got, np.array([int(v) % m for v in x], dtype=np.int64))
 
 
+@pytest.mark.parametrize("m", [P, Q])
+def test_canon_int_into_writes_the_canonical_value_and_keeps_x(m: int) -> None:
+    x = _edge_values(m, fg.F64_EXACT).astype(np.int64)
+    kept = x.copy()
+    out = np.full((x.size, 3), -1, dtype=np.int64)[:, 1]  # a strided target, as a tile is
+    fg.canon_int_into(x, m, out, np.empty_like(x))
+    np.testing.assert_array_equal(out, np.array([int(v) % m for v in x], dtype=np.int64))
+    np.testing.assert_array_equal(x, kept)
+
+
 # ---- operands --------------------------------------------------------------------------------
 
 

@@ -157,6 +157,72 @@ def test_shared_products_and_exponentials_are_exact():
         assert got.equals(want) and product.computed_part("p") is None
 
 
+def test_products_of_equal_values_in_other_memory_are_shared_and_exact():
+    """Operands holding the same values in other memory (one graph's normalised Q and K
+    written by a kernel, the other's computed as it comes) give the memo's product; operands
+    of the same shape that differ anywhere (a sampled row or elsewhere) do not."""
+    rng = np.random.default_rng(9)
+    ctx = FieldContext.from_rng(rng, fast=True)
+    plain = ctx.with_fast(False)
+    q, k = ctx.random((2, 8, 4), rng), ctx.random((2, 4, 32), rng)
+    first = ctx.matmul(q, k)
+    first.p, first.q  # noqa: B018
+    before = len(ctx.memo)
+    copies = [FieldArray(x.p.copy(), x.q.copy()) for x in (q, k)]
+    again = ctx.matmul(*copies)
+    assert again.equals(first) and again.p.base is first.p.base  # the same product's memory
+    assert len(ctx.memo) == before + 2  # the copies' keys (p and q), no new product
+    for index in ((0, 0, 0), (1, 3, 31), (1, 2, 17)):  # sampled rows, and a middle element
+        changed = k.p.copy()
+        changed[index] = (changed[index] + 1) % P
+        other = FieldArray(changed, k.q.copy())
+        got = ctx.matmul(copies[0], other)
+        np.testing.assert_array_equal(got.p, plain.matmul(q, other).p)
+        assert not np.array_equal(got.p, first.p)
+
+
+def test_squares_are_shared_across_layouts_including_as_strided_tiles():
+    """x² of a value and of an as_strided tile view of it (how the driver partitions a block
+    input, with zero strides on its size-1 axes) is computed once and is exact."""
+    rng = np.random.default_rng(11)
+    ctx = FieldContext.from_rng(rng, fast=True)
+    k = ctx.random((4, 8, 16), rng)
+    whole = ctx.mul(k, k)
+    whole.p, whole.q  # noqa: B018
+    tiles = k.index_map(lambda a: np.lib.stride_tricks.as_strided(
+        a, (1, 4, 2, 1, 8, 8), (0, a.strides[0], 8 * a.strides[2], 0, a.strides[1],
+                                a.strides[2])))
+    squared = ctx.mul(tiles, tiles)
+    assert np.shares_memory(squared.p, whole.p) and np.shares_memory(squared.q, whole.q)
+    for name, m in (("p", P), ("q", Q)):
+        tile = getattr(tiles, name)
+        np.testing.assert_array_equal(getattr(squared, name), tile * tile % m)
+
+
+def test_norm_scales_before_a_larger_product_are_applied_to_the_operands():
+    """(v · c) @ b is computed as it is written when the product is larger than v · c (a norm
+    before Q @ K), and as (v @ b) · c when that product is in the memo already: the same
+    values either way."""
+    rng = np.random.default_rng(10)
+    ctx = FieldContext.from_rng(rng, fast=True)
+    plain = ctx.with_fast(False)
+    v, c, b = ctx.random((2, 8, 4), rng), ctx.random((2, 8, 1), rng), ctx.random((2, 4, 64), rng)
+    scaled = ctx.mul(v, c)
+    got = ctx.matmul(scaled, b)
+    assert got.equals(plain.matmul(plain.mul(v, c), b))
+    assert scaled.computed_part("q") is not None  # the operand was scaled, not the product
+    ctx2 = FieldContext.from_rng(np.random.default_rng(10), fast=True)
+    v2, c2, b2 = (ctx2.random(x.shape, rng2) for x, rng2 in
+                  ((v, np.random.default_rng(1)), (c, np.random.default_rng(2)),
+                   (b, np.random.default_rng(3))))
+    unscaled = ctx2.matmul(v2, b2)
+    unscaled.p, unscaled.q  # noqa: B018 - the other graph's product of v
+    scaled2 = ctx2.mul(v2, c2)
+    got2 = ctx2.matmul(scaled2, b2)
+    assert got2.equals(ctx2.with_fast(False).matmul(ctx2.with_fast(False).mul(v2, c2), b2))
+    assert scaled2.computed_part("q") is None  # the product was scaled instead
+
+
 def test_float64_mirrors_hold_the_same_values():
     ctx = FieldContext.from_rng(np.random.default_rng(1), fast=True)
     plain_ctx = ctx.with_fast(False)

@@ -49,8 +49,10 @@ the next (:class:`InputBuffers`; never while a value in it is alive), as is the 
 results (``field_arith.recycled_empty``);
 the rounds run under ``field_arith.parallel_evaluation``; and each round evaluates both graphs
 in one fast :class:`~mugraph.semantics.field_arith.FieldContext` (candidate first): components
-are computed only when read, the two graphs share their products, exponentials and identical
-kernel operators (in any tiling), and large inputs are drawn as float64 for the products. None
+are computed only when read, the two graphs share their products (also of operands equal in
+value in other memory), exponentials, squares and identical kernel operators (in any tiling),
+large elementwise results are computed block by block in cache, and large inputs are drawn as
+float64 for the products. None
 of it changes a value (``tests/test_verify_fast.py`` compares it with the straightforward
 evaluation). A search verifies its candidates with :class:`ProgramRounds`, which keeps the
 program's side of each round for the next candidate.

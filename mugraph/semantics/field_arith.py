@@ -28,12 +28,15 @@ work; ``fast=False`` is the straightforward evaluation that tests compare it wit
   in the components that are read: the denominators of Theorem 3's event 𝓔 that matter.
 * A memo per context: products are kept by the memory of their (folded) operands, so the
   other graph's product of the same operands — the tiles of a block graph fold back into the
-  matrices themselves (:func:`matmul_mod`) — costs nothing; ``exp`` of any view of a whole
-  array is a view of that array's ``exp``; a batch of split-K partial products (split-KV
-  attention) also gives the whole product, their sum.  The memo keeps what it saw alive: use
-  one context per round, and never write into its arrays.
+  matrices themselves (:func:`matmul_mod`) — costs nothing, and so does a product whose
+  operands hold the same values in other memory (compared exactly: one graph's normalised
+  Q and K written by a kernel, the other's computed as they come); ``exp`` (and a square) of
+  any view of a whole array is a view of that array's ``exp``; a batch of split-K partial
+  products (split-KV attention) also gives the whole product, their sum.  The memo keeps
+  what it saw alive: use one context per round, and never write into its arrays.
 * ``(v · c) @ b = (v @ b) · c`` for a factor ``c`` constant along the reduction dim (a
-  softmax's or a norm's division), when ``v · c`` is not computed yet.
+  softmax's division), when ``v · c`` is not computed yet and the product is no larger than
+  ``v`` or already in the memo (else the scale goes on the operand: a norm before ``Q @ K``).
 * Float64 mirrors: large random inputs are drawn as float64 (:attr:`FieldArray.mirrors`),
   which matmul reads without converting; their int64 components exist only if read.
 
@@ -95,7 +98,9 @@ Memory touched for the first time costs page faults (on a virtual machine whose 
 freed memory back, as much as the arithmetic).  Large results (products, exponentials, sums)
 are allocated by :func:`recycled_empty` in the memory of earlier results that nothing refers to
 any more, and work arrays are kept per thread; at most ``MUGRAPH_VERIFY_KEEP_RESULT_BYTES``
-(512 MiB) of unused memory is kept (:func:`release_memory` gives it back).
+(512 MiB) of unused memory is kept (:func:`release_memory` gives it back).  Large elementwise
+results (``add``, ``sub``, ``neg``, ``mul`` of a million elements or more) are computed block
+by block with cache-resident temporaries, over the worker threads (:func:`_elementwise`).
 
 Z_q components that do not matter
 ---------------------------------
@@ -622,7 +627,115 @@ def _blockwise(n: int, scratch_rows: int, block: Callable[[int, int, np.ndarray]
         _run_parallel(tasks)
 
 
+_ELEMENTWISE_MIN = 1 << 20  # results this large are computed block by block (in cache)
+
+
+def _block_slices(shape: tuple[int, ...], block: int) -> list[tuple[slice, ...]]:
+    """Index tuples cutting an array of ``shape`` into C-order blocks of at most about
+    ``block`` elements: whole trailing axes where they fit, a range of the next axis."""
+    axis, inner = len(shape), 1
+    while axis > 0 and inner * shape[axis - 1] <= block:
+        axis -= 1
+        inner *= shape[axis]
+    if axis == 0:
+        return [(slice(None),) * len(shape)]
+    cut = shape[axis - 1]
+    step = max(1, block // inner)
+    return [tuple(slice(i, i + 1) for i in outer) + (slice(lo, min(cut, lo + step)),)
+            for outer in np.ndindex(*shape[: axis - 1]) for lo in range(0, cut, step)]
+
+
+def _elementwise(
+    operands: Sequence[np.ndarray],
+    kernel: Callable[..., None],
+    scratch_rows: int,
+) -> np.ndarray:
+    """``kernel(out, *operands, scratch)`` applied block by block (:func:`_block_slices`) to
+    the operands broadcast together, writing a new C-contiguous int64 array (in recycled
+    memory) and spread over the worker threads of :func:`parallel_evaluation`.
+
+    The law: ``kernel`` is elementwise (each element of its output depends only on the same
+    element of its operands), so computing it on any partition of the index space gives the
+    same array as on the whole; blocks keep its intermediate arrays (``scratch``: int64, of
+    ``scratch_rows`` rows of the block's shape, the running thread's own) in cache instead
+    of streaming fresh full-size temporaries through memory (and their page faults)."""
+    shape = tuple(np.broadcast_shapes(*(np.shape(x) for x in operands)))
+    full = [x if np.shape(x) == shape else np.broadcast_to(x, shape) for x in operands]
+    out = recycled_empty(shape)
+    blocks = _block_slices(shape, _BLOCK)
+    workers = max(1, min(_WORKERS, len(blocks) // 4))
+    bounds = [len(blocks) * i // workers for i in range(workers + 1)]
+
+    def share(part: Sequence[tuple[slice, ...]]) -> Callable[[], None]:
+        def run() -> None:
+            held = thread_scratch()
+            for index in part:
+                target = out[index]
+                scratch = held.get_int("elementwise", (scratch_rows, *target.shape))
+                kernel(target, *(x[index] for x in full), scratch)
+
+        return run
+
+    tasks = [share(blocks[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)]
+    if len(tasks) == 1:
+        tasks[0]()
+    else:
+        _run_parallel(tasks)
+    return out
+
+
+def _large(*operands: Any) -> bool:
+    """Whether int64 operands (arrays or scalars) broadcast to a result worth
+    :func:`_elementwise`."""
+    if not all(isinstance(x, np.ndarray | np.int64) for x in operands):
+        return False
+    return all(x.dtype == np.int64 for x in operands) and \
+        math.prod(np.broadcast_shapes(*(np.shape(x) for x in operands))) >= _ELEMENTWISE_MIN
+
+
+def _add_kernel(m: int) -> Callable[..., None]:
+    def kernel(out: np.ndarray, a: np.ndarray, b: np.ndarray, scratch: np.ndarray) -> None:
+        np.add(a, b, out=out)
+        out -= m
+        np.right_shift(out, 63, out=scratch[0])
+        scratch[0] &= m
+        out += scratch[0]
+
+    return kernel
+
+
+def _sub_kernel(m: int) -> Callable[..., None]:
+    def kernel(out: np.ndarray, a: np.ndarray, b: np.ndarray, scratch: np.ndarray) -> None:
+        np.subtract(a, b, out=out)
+        np.right_shift(out, 63, out=scratch[0])
+        scratch[0] &= m
+        out += scratch[0]
+
+    return kernel
+
+
+def _neg_kernel(m: int) -> Callable[..., None]:
+    def kernel(out: np.ndarray, a: np.ndarray, scratch: np.ndarray) -> None:
+        np.negative(a, out=out)
+        np.right_shift(out, 63, out=scratch[0])
+        scratch[0] &= m
+        out += scratch[0]
+
+    return kernel
+
+
+def _mul_kernel(m: int) -> Callable[..., None]:
+    def kernel(out: np.ndarray, a: np.ndarray, b: np.ndarray, scratch: np.ndarray) -> None:
+        np.multiply(a, b, out=scratch[0])  # < m^2 < 2^62: exact
+        _canon_into(scratch[0], m, out, scratch[1])
+
+    return kernel
+
+
 def add_mod(a: np.ndarray, b: np.ndarray, m: int) -> np.ndarray:
+    """(a + b) mod m for canonical int64 operands (broadcast)."""
+    if _large(a, b):
+        return _elementwise((a, b), _add_kernel(m), 1)
     r = np.add(a, b)
     r -= m
     r += (r >> 63) & m
@@ -630,18 +743,27 @@ def add_mod(a: np.ndarray, b: np.ndarray, m: int) -> np.ndarray:
 
 
 def sub_mod(a: np.ndarray, b: np.ndarray, m: int) -> np.ndarray:
+    """(a - b) mod m for canonical int64 operands (broadcast)."""
+    if _large(a, b):
+        return _elementwise((a, b), _sub_kernel(m), 1)
     r = np.subtract(a, b)
     r += (r >> 63) & m
     return r
 
 
 def neg_mod(a: np.ndarray, m: int) -> np.ndarray:
+    """-a mod m for a canonical int64 operand."""
+    if _large(a):
+        return _elementwise((a,), _neg_kernel(m), 1)
     r = np.negative(a)
     r += (r >> 63) & m
     return r
 
 
 def mul_mod(a: np.ndarray, b: np.ndarray, m: int) -> np.ndarray:
+    """a·b mod m for canonical int64 operands (broadcast; a product < 2^62 is exact)."""
+    if _large(a, b):
+        return _elementwise((a, b), _mul_kernel(m), 2)
     return _canon_(np.multiply(a, b), m)
 
 
@@ -1164,21 +1286,76 @@ def _folded_product(
 ) -> np.ndarray:
     """x @ y (2-D or more) with its broadcast batch axes folded into M and N (in the order of
     the operands' memory, so a tiled view of a matrix folds back into the matrix itself)."""
-    lay = matmul_layout(x.shape, y.shape, x.strides, y.strides)
-    folded = lay.folds or bool(lay.unit)  # (size-1 batch axes are dropped: one canonical form)
-    xf, yf = (fold_rows(x, lay), fold_cols(y, lay)) if folded else (x, y)
+    lay, folded, xf, yf = _folded_operands(x, y)
     fresh = folded and (xf.base is None or yf.base is None)  # a copy: never asked again
     if memo is None or fresh:
         product = _matmul_core(xf, yf, m, limbs)
     else:
-        key = ("matmul", m, limbs, _ident(xf), _ident(yf))
+        key = _product_key(xf, yf, m, limbs)
         entry = memo.get(key)
         if entry is None:
-            entry = (xf, yf, _matmul_core(xf, yf, m, limbs))
-            memo[key] = entry
-            _keep_k_merged(memo, entry, m, limbs)
+            entry = _product_of_equal_operands(memo, xf, yf, m, limbs)
+            if entry is None:
+                entry = (xf, yf, _matmul_core(xf, yf, m, limbs))
+                _keep_k_merged(memo, entry, m, limbs)
+            memo[key] = (xf, yf, entry[2])  # (these operands kept alive: their ids stay theirs)
         product = entry[2]
     return unfold(product, lay) if folded else product
+
+
+def _folded_operands(x: np.ndarray, y: np.ndarray) -> tuple[Any, bool, np.ndarray, np.ndarray]:
+    """(layout, folded, x', y'): x and y (2-D or more) with their broadcast batch axes folded
+    into M and N when ``folded`` (see :func:`_folded_product`)."""
+    lay = matmul_layout(x.shape, y.shape, x.strides, y.strides)
+    folded = lay.folds or bool(lay.unit)  # (size-1 batch axes are dropped: one canonical form)
+    xf, yf = (fold_rows(x, lay), fold_cols(y, lay)) if folded else (x, y)
+    return lay, folded, xf, yf
+
+
+def _product_key(xf: np.ndarray, yf: np.ndarray, m: int, limbs: int | None) -> tuple:
+    """The memo key of the product of folded operands: where their elements are."""
+    return ("matmul", m, limbs, _ident(xf), _ident(yf))
+
+
+def product_in_memo(x: np.ndarray, y: np.ndarray, m: int, limbs: int | None, memo: dict) -> bool:
+    """Whether ``matmul_mod(x, y, m, limbs=limbs, memo=memo)`` (2-D or more operands) would
+    find its product in ``memo`` by the operands' memory (nothing is computed)."""
+    _, _, xf, yf = _folded_operands(_gemm_operand(x), _gemm_operand(y))
+    return _product_key(xf, yf, m, limbs) in memo
+
+
+_SAMPLE_ROWS = 2  # rows compared first (cheap) before two operands are compared whole
+
+
+def _product_of_equal_operands(
+    memo: dict, xf: np.ndarray, yf: np.ndarray, m: int, limbs: int | None
+) -> tuple | None:
+    """A memo entry of a product whose operands hold the same values as ``xf`` and ``yf`` in
+    other memory (the other graph's copy of a normalised operand, say), or None.
+
+    The law: a product is a function of its operands' values, and the values are compared
+    exactly, element by element (int64 with float64 mirrors: integers below 2^53, exact), so
+    the product found is the one ``xf @ yf`` would give.  A sample of rows is compared
+    first, so operands that differ (uniform random values almost surely differ there) cost
+    little; only a match is confirmed over every element."""
+    for key, entry in memo.items():
+        if key[:3] != ("matmul", m, limbs) or len(entry) != 3:
+            continue
+        ex, ey = entry[0], entry[1]
+        if ex.shape == xf.shape and ey.shape == yf.shape \
+                and _equal_values(ex, xf) and _equal_values(ey, yf):
+            return entry
+    return None
+
+
+def _equal_values(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two arrays of one shape hold the same values (sampled rows first)."""
+    if _ident(a) == _ident(b):
+        return True
+    rows = [(0,) * (a.ndim - 1), tuple(n - 1 for n in a.shape[:-1])][:_SAMPLE_ROWS]
+    if any(not np.array_equal(a[r], b[r]) for r in rows):
+        return False
+    return bool(np.array_equal(a, b))
 
 
 def _keep_k_merged(memo: dict, entry: tuple, m: int, limbs: int | None) -> None:
@@ -1398,11 +1575,13 @@ def _fill_uniform(bits: np.random.BitGenerator, x: np.ndarray, m: int) -> None:
     for start in range(0, x.size, _RANDOM_CHUNK):
         chunk = x[start : start + _RANDOM_CHUNK]
         raw = np.asarray(bits.random_raw((chunk.size + 1) // 2), dtype=np.uint64)
-        np.bitwise_and(raw.view(np.uint32)[: chunk.size], mask, out=chunk, casting="unsafe")
-        while chunk.size and chunk.max() >= m:  # rare with large primes: redraw those
-            bad = np.flatnonzero(chunk >= m)
+        halves = raw.view(np.uint32)[: chunk.size]
+        halves &= mask  # masked and checked as uint32 (half the bytes), then converted once
+        while halves.size and halves.max() >= m:  # rare with large primes: redraw those
+            bad = np.flatnonzero(halves >= m)
             fresh = np.asarray(bits.random_raw((bad.size + 1) // 2), dtype=np.uint64)
-            chunk[bad] = np.bitwise_and(fresh.view(np.uint32)[: bad.size], mask)
+            halves[bad] = np.bitwise_and(fresh.view(np.uint32)[: bad.size], mask)
+        np.copyto(chunk, halves, casting="unsafe")
 
 
 @dataclass(frozen=True)
@@ -1556,13 +1735,19 @@ class FieldContext:
         parts = -(-n // _RANDOM_PART)
         part_seeds = np.random.SeedSequence(seed).generate_state(parts, dtype=np.uint64)
 
-        def task(i: int) -> Callable[[], None]:
-            lo, hi = i * _RANDOM_PART, min(n, (i + 1) * _RANDOM_PART)
-            return lambda: _fill_uniform(np.random.SFC64(int(part_seeds[i])), x[lo:hi], m)
+        def share(first: int, stop: int) -> Callable[[], None]:
+            def run() -> None:  # parts first..stop-1, one after the other
+                for i in range(first, stop):
+                    lo, hi = i * _RANDOM_PART, min(n, (i + 1) * _RANDOM_PART)
+                    _fill_uniform(np.random.SFC64(int(part_seeds[i])), x[lo:hi], m)
 
-        tasks = [task(i) for i in range(parts)]
-        for group in range(0, parts, _WORKERS):
-            _run_parallel(tasks[group : group + _WORKERS])
+            return run
+
+        workers = min(_WORKERS, parts)
+        bounds = [parts * i // workers for i in range(workers + 1)]
+        # each thread fills a contiguous share of the parts, with one wait at the end (not
+        # one per round of parts): a part's values depend only on its seed
+        _run_parallel([share(a, b) for a, b in zip(bounds, bounds[1:], strict=False)])
 
     def scalar(self, value: Any) -> tuple[int, int]:
         """The exact image (c_p, c_q) of a constant (see :func:`field_scalar`)."""
@@ -1640,6 +1825,11 @@ class FieldContext:
                           a.q_zero)
 
     def mul(self, a: FieldArray, b: FieldArray) -> FieldArray:
+        if a is b and self.fast:  # a square: computed once per memory (see _square)
+            out = self._make(a.shape, lambda: self._square(a.p, "p"),
+                             lambda: self._square(a.q, "q"), a.q_zero)
+            out.factors = (a, b)
+            return out
         out = self._make(_broadcast(a, b), lambda: mul_mod(a.p, b.p, self.p),
                          lambda: mul_mod(a.q, b.q, self.q), a.q_zero or b.q_zero)
         if self.fast:
@@ -1648,6 +1838,13 @@ class FieldContext:
 
     def square(self, a: FieldArray) -> FieldArray:
         return self.mul(a, a)
+
+    def _square(self, x: np.ndarray, name: str) -> np.ndarray:
+        """x² modulo the prime of component ``name``, an elementwise function of x: computed
+        once per memory (:func:`_shared_elementwise`), so the other graph's square of the
+        same value in another layout (a norm's x² over block tiles) costs nothing."""
+        m = self.p if name == "p" else self.q
+        return _shared_elementwise(self._memo, "square_" + name, lambda r: mul_mod(r, r, m), x)
 
     def inv(self, a: FieldArray) -> FieldArray:
         """1/a; raises :class:`FieldDivisionByZero` if any element of a component is 0 (with
@@ -1709,7 +1906,7 @@ class FieldContext:
             x, y = a.gemm_part(name, compute=False), b.gemm_part(name, compute=False)
             if x is None or y is None:
                 if not rewritten:
-                    rewritten.append(self._scaled_matmul(a, b, limbs)
+                    rewritten.append(self._scaled_matmul(a, b, limbs, name, m)
                                      or self._reassociated(a, b, limbs))
                 if rewritten[0] is not None:
                     return getattr(rewritten[0], name)
@@ -1739,18 +1936,37 @@ class FieldContext:
                 return self.matmul(x, self.matmul(y, b, limbs=limbs), limbs=limbs)
         return None
 
-    def _scaled_matmul(self, a: FieldArray, b: FieldArray, limbs: int | None) -> FieldArray | None:
+    def _scaled_matmul(
+        self, a: FieldArray, b: FieldArray, limbs: int | None, name: str, m: int
+    ) -> FieldArray | None:
         """(v @ b) · c for a = v · c, or (a @ w) · d for b = w · d, with the factor constant
-        along the reduction dim; None when neither operand is such a product."""
+        along the reduction dim; None when neither operand is such a product, or when the
+        rewrite would cost more: it scales the product instead of the operand, so it is
+        taken when the product is at most _RESCALE_GROWTH times the operand's size (a
+        softmax's division before ``@ V``, a norm before a projection) or when component
+        ``name`` (modulo ``m``) of the unscaled product is in the memo already (the other
+        graph computed it); otherwise the scaled operand is computed (a norm's scale on Q or
+        K before ``Q @ K``: the product is 4 to 64 times larger)."""
         if a.ndim < 2 or b.ndim < 2:
             return None
-        split = _scaled(a, -1)
-        if split is not None:
-            return self.mul(self.matmul(split[0], b, limbs=limbs), split[1])
-        split = _scaled(b, -2)
-        if split is not None:
-            return self.mul(self.matmul(a, split[0], limbs=limbs), split[1])
+        size = math.prod(matmul_shape(a.shape, b.shape))
+        for operand, axis in ((a, -1), (b, -2)):
+            split = _scaled(operand, axis)
+            if split is None:
+                continue
+            x, y = (split[0], b) if operand is a else (a, split[0])
+            if size <= _RESCALE_GROWTH * operand.size or self._product_known(x, y, name, m,
+                                                                             limbs):
+                return self.mul(self.matmul(x, y, limbs=limbs), split[1])
         return None
+
+    def _product_known(
+        self, x: FieldArray, y: FieldArray, name: str, m: int, limbs: int | None
+    ) -> bool:
+        """Whether component ``name`` of ``x @ y`` is in the memo (nothing is computed)."""
+        xp, yp = _existing_gemm_part(x, name), _existing_gemm_part(y, name)
+        return xp is not None and yp is not None and product_in_memo(xp, yp, m, limbs,
+                                                                       self._memo)
 
     def exp_p(self, e: np.ndarray) -> np.ndarray:
         """ω^e mod p for exponents 0 <= e < q (two table lookups and one mulmod)."""
@@ -1835,6 +2051,23 @@ class FieldContext:
                                lambda: keyed_max_reduce(name, self.key, x, axis, keepdims))
 
 
+# (v · c) @ b is computed as (v @ b) · c, shareable with the other graph's v @ b, when the
+# product has at most this many times the elements of v (the extra scaling is cheap next to
+# the product; larger products keep the scale on the operand, see _scaled_matmul)
+_RESCALE_GROWTH = 2
+
+
+def _existing_gemm_part(x: FieldArray, name: str) -> np.ndarray | None:
+    """What :meth:`FieldArray.gemm_part` would give for component ``name`` if it exists
+    already (a mirror drawn, or the component computed), else None: nothing is computed."""
+    mirror = x.mirrors[0 if name == "p" else 1]
+    if isinstance(mirror, np.ndarray):
+        return mirror
+    if isinstance(mirror, _Once) and mirror.value is not None:
+        return mirror.value
+    return x.computed_part(name)
+
+
 def _macs(sa: Sequence[int], sb: Sequence[int]) -> int:
     """Multiply-adds of a @ b."""
     shape = matmul_shape(sa, sb)
@@ -1900,10 +2133,16 @@ def _axis_index(axis: int, ndim: int) -> int:
 
 
 def _root(x: np.ndarray) -> np.ndarray:
-    """The array that owns ``x``'s memory (``x`` itself when it is not a view)."""
-    while isinstance(x.base, np.ndarray):
-        x = x.base
-    return x
+    """The array that owns ``x``'s memory (``x`` itself when it is not a view); through the
+    stand-in object that ``np.lib.stride_tricks.as_strided`` puts between a view and the
+    array it reads (its ``base`` is that array)."""
+    while True:
+        base = x.base
+        if not isinstance(base, np.ndarray):
+            base = getattr(base, "base", None)  # as_strided's DummyArray holds the array
+        if not isinstance(base, np.ndarray):
+            return x
+        x = base
 
 
 def _ident(x: np.ndarray) -> tuple[int, tuple[int, ...], tuple[int, ...], str]:
@@ -1928,7 +2167,7 @@ def _shared_elementwise(
         and root.dtype == x.dtype
         and root.flags.c_contiguous
         and x.size == root.size > 0
-        and all(x.strides)
+        and all(st for st, n in zip(x.strides, x.shape, strict=True) if n > 1)  # no broadcast
     )
     source = root if whole else x
     key = (name, _ident(source))

@@ -35,7 +35,8 @@ Reductions
 ----------
 :func:`fred_` maps ``|x| <= 2^53 - 2`` into ``[-m-2, m+2]`` (congruent) and :func:`mod_exact_`
 maps ``|x| <= 2^50`` to the canonical ``[0, m)``, both in a handful of float64 passes; a
-tile's result is stored as int64 and made canonical by :func:`canon_int_`.
+tile's result is converted to int64 and made canonical by :func:`canon_int_into` in work
+arrays, then written to the output once.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ __all__ = [
     "gemm_plan",
     "gemm_ready",
     "canon_int_",
+    "canon_int_into",
     "mod_exact_",
     "product_tile",
     "scaled_stack",
@@ -133,7 +135,7 @@ _NS_PER_PASS = 0.3  # one elementwise float64 pass over cache-resident data, per
 _NS_PER_BLAS_CALL = 3_000.0  # one GEMM of one batch item (NumPy calls BLAS item by item)
 _NS_PER_TILE_STEP = 12_000.0  # Python work of one tile and chunk (a GEMM call, fred_, add):
 # it holds the GIL, so it does not shrink with more threads
-_FINISH_PASSES = 8  # the int64 store and canon_int_ of an output element
+_FINISH_PASSES = 8  # the int64 conversion and canon_int_into of an output element
 _HORNER_PASSES = 6  # fred_, scale and add, per extra limb
 _CHUNK_PASSES = 5  # fred_ and add, per chunk and GEMM output element
 _SCALE_PASSES = 10  # a scaled copy: mod_exact_, its store, and reading it, per W element
@@ -212,6 +214,16 @@ def canon_int_(x: np.ndarray, m: int, scratch: np.ndarray) -> np.ndarray:
     scratch *= m
     x -= scratch
     return x
+
+
+def canon_int_into(x: np.ndarray, m: int, out: np.ndarray, scratch: np.ndarray) -> None:
+    """``out`` ← x mod m in [0, m) (floor) for an int64 array ``x`` (left unchanged), through
+    a floor division into ``scratch``: computed in the (cache-resident) work arrays and
+    written to ``out`` once, instead of reading and writing ``out`` (a strided tile of a large
+    result) three times as :func:`canon_int_` on it would."""
+    np.floor_divide(x, m, out=scratch)
+    scratch *= m
+    np.subtract(x, scratch, out=out)
 
 
 def mod_exact_(a: np.ndarray, m: int, scratch: np.ndarray | None = None) -> np.ndarray:
@@ -394,8 +406,8 @@ def finish_tile(
     Limbs along the free dim: the L blocks ``T_l`` of ``total`` along the stacking axis are
     combined by Horner's rule ``r ← fred(r)·2^s + T_l`` (|r| <= (m+2)·2^s + bound, within
     2^53 - 2, else ``T_l`` is reduced first).  Then ``r`` (or the stacked sum itself), an
-    integer below 2^53 in absolute value, is stored as int64 and brought to [0, m) by
-    :func:`canon_int_`."""
+    integer below 2^53 in absolute value, is converted to int64 (exact) and brought to [0, m)
+    by :func:`canon_int_into`, which writes ``out``."""
     plan, m = layout.plan, layout.plan.modulus
     acc = total
     if not layout.stack_k and plan.limbs > 1:
@@ -410,6 +422,7 @@ def finish_tile(
             fred_(acc, m, tmp)
             acc *= scale
             acc += fred_(low, m, tmp) if reduce_low else low
-    np.copyto(out, acc, casting="unsafe")  # |acc| <= 2^53 - 2: exact
-    canon_int_(out, m, scratch.get_int("quotient", out.shape))
+    whole = scratch.get_int("whole", acc.shape)
+    np.copyto(whole, acc, casting="unsafe")  # |acc| <= 2^53 - 2: exact
+    canon_int_into(whole, m, out, scratch.get_int("quotient", acc.shape))
 
