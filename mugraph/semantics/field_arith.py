@@ -693,13 +693,19 @@ def _large(*operands: Any) -> bool:
         math.prod(np.broadcast_shapes(*(np.shape(x) for x in operands))) >= _ELEMENTWISE_MIN
 
 
+def _lift_negatives(out: np.ndarray, m: int, spare: np.ndarray) -> None:
+    """``out += m`` where ``out`` is negative (its sign bit, spread by an arithmetic shift, masks
+    ``m``): values in (-m, m) become canonical."""
+    np.right_shift(out, 63, out=spare)
+    spare &= m
+    out += spare
+
+
 def _add_kernel(m: int) -> Callable[..., None]:
     def kernel(out: np.ndarray, a: np.ndarray, b: np.ndarray, scratch: np.ndarray) -> None:
         np.add(a, b, out=out)
         out -= m
-        np.right_shift(out, 63, out=scratch[0])
-        scratch[0] &= m
-        out += scratch[0]
+        _lift_negatives(out, m, scratch[0])
 
     return kernel
 
@@ -707,9 +713,7 @@ def _add_kernel(m: int) -> Callable[..., None]:
 def _sub_kernel(m: int) -> Callable[..., None]:
     def kernel(out: np.ndarray, a: np.ndarray, b: np.ndarray, scratch: np.ndarray) -> None:
         np.subtract(a, b, out=out)
-        np.right_shift(out, 63, out=scratch[0])
-        scratch[0] &= m
-        out += scratch[0]
+        _lift_negatives(out, m, scratch[0])
 
     return kernel
 
@@ -717,9 +721,7 @@ def _sub_kernel(m: int) -> Callable[..., None]:
 def _neg_kernel(m: int) -> Callable[..., None]:
     def kernel(out: np.ndarray, a: np.ndarray, scratch: np.ndarray) -> None:
         np.negative(a, out=out)
-        np.right_shift(out, 63, out=scratch[0])
-        scratch[0] &= m
-        out += scratch[0]
+        _lift_negatives(out, m, scratch[0])
 
     return kernel
 
