@@ -359,7 +359,6 @@ VARIANTS = {
     "poll_load": ({"poll_load": True}, {}),
     "pf4": ({"prefetch_distance": 4}, {}),
     "pf8": ({"prefetch_distance": 8}, {}),
-    "ppsm3": ({"programs_per_sm": 3}, {}),
     "lookahead": ({"lookahead": True}, {}),
     "warps8": ({"num_warps": 8}, {}),
     "no_prefetch": ({"prefetch": False}, {}),
