@@ -532,15 +532,20 @@ def save_trace(program, path: Path) -> None:
     import numpy as np
 
     tg = program.tasks
-    roles = program.kernel.roles
     np.savez_compressed(
         path,
         stamps=program.trace.view(-1, 3).cpu().numpy(),
         depth=np.array([t.depth for t in tg.tasks]),
         blocks=np.array([t.num_blocks for t in tg.tasks]),
         program=np.array(task_programs(program)),
-        kind=np.array([roles[t.kernel].part if t.kernel in roles else "?" for t in tg.tasks]),
+        kind=np.array(task_kinds(program)),
     )
+
+
+def task_kinds(program) -> list[str]:
+    """The kind of each task: its kernel's part in its layer ("proj", "gate_up"...)."""
+    roles = program.kernel.roles
+    return [roles[t.kernel].part if t.kernel in roles else "?" for t in program.tasks.tasks]
 
 
 def task_programs(program) -> list[int]:
@@ -565,11 +570,10 @@ def trace_summary(program) -> dict:
     t0 = stamps[:, 0].min()
     start, woke, end = stamps[:, 0] - t0, stamps[:, 1] - t0, stamps[:, 2] - t0
     depth = np.array([t.depth for t in tg.tasks])
-    kind, label_of = {}, {}
-    for t in tg.tasks:
-        label = program.kernel.roles[t.kernel].part if t.kernel in program.kernel.roles else "?"
-        kind.setdefault(label, []).append(t.index)
-        label_of[t.index] = label
+    label_of = task_kinds(program)
+    kind: dict[str, list[int]] = {}
+    for index, label in enumerate(label_of):
+        kind.setdefault(label, []).append(index)
     per_kind = {
         k: {
             "tasks": len(ix),

@@ -156,7 +156,7 @@ def test_the_program_side_of_a_setup_draws_the_rounds_and_runs_no_item():
     again, config, kept_oracle = work.prepared(complete)
     assert again is loaded and kept_oracle is oracle and config is cfg
     assert work.rounds_held() == cfg.verify_rounds  # not drawn again
-    (kernels, cap, choice), *_ = plan_units(program, cfg, oracle)
+    (kernels, cap, choice), *_ = plan_units(program, cfg)
     with pytest.raises(MugraphError, match="oracle is not built"):
         run_item(side, WorkItem(kernels, cap, choice), time.monotonic() + 60)
     assert run_item(complete, WorkItem(kernels, cap, choice), time.monotonic() + 60).complete
@@ -355,7 +355,7 @@ def test_items_handed_back_at_every_step_merge_to_the_whole_unit(reference):
     program = tiny_rmsnorm_linear()
     cfg = default_config(program).with_overrides(time_limit=120, **SMALL)
     oracle = _OracleAdapter(program_terms(program))
-    units = plan_units(program, cfg, oracle)
+    units = plan_units(program, cfg)
     setup = SearchSetup("split-test", program.to_json(), cfg, oracle)
     # the unit with the most states
     kernels, cap, choice = units[-1]
@@ -382,7 +382,7 @@ def test_a_node_handed_back_between_two_visits_resumes_where_it_stopped():
     oracle = _OracleAdapter(program_terms(program))
     setup = SearchSetup("resume-test", program.to_json(), cfg, oracle)
     # a two-kernel unit with several candidates (the units' order is the plan's)
-    kernels, cap, choice = plan_units(program, cfg, oracle)[69]
+    kernels, cap, choice = plan_units(program, cfg)[69]
     generator_module._WORKER_MEMO.clear()
     whole = run_item(setup, WorkItem(kernels, cap, choice), time.monotonic() + 120)
     assert kernels == 2 and len(whole.found) >= 3
@@ -416,7 +416,7 @@ def test_an_item_hands_back_rather_than_wait_for_a_claimed_continuation(
     program = tiny_rmsnorm_linear()
     cfg = default_config(program).with_overrides(time_limit=120, **SMALL)
     oracle = _OracleAdapter(program_terms(program))
-    kernels, cap, choice = plan_units(program, cfg, oracle)[-1]
+    kernels, cap, choice = plan_units(program, cfg)[-1]
     plain = SearchSetup("blocked-whole", program.to_json(), cfg, oracle)
     whole = run_item(plain, WorkItem(kernels, cap, choice), time.monotonic() + 120)
     setup = SearchSetup("blocked-test", program.to_json(), cfg, oracle, memo_dir=str(tmp_path),
@@ -545,7 +545,7 @@ def test_an_error_in_a_worker_is_reported_and_the_search_goes_on(monkeypatch, re
 
     program = tiny_rmsnorm_linear()
     cfg = default_config(program).with_overrides(**SMALL)
-    units = plan_units(program, cfg, _OracleAdapter(program_terms(program)))
+    units = plan_units(program, cfg)
     monkeypatch.setattr(sys.modules[__name__], "FAILING_UNIT", WorkItem(*units[0]).unit_key)
     monkeypatch.setattr(work, "run_item", _fail_on_one_unit)
     result = superoptimize(program, time_limit=60, workers=2, start_method="fork", **SMALL)

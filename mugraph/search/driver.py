@@ -730,10 +730,10 @@ def _stats_from(record: dict) -> Stats:
 
 
 def plan_units(
-    program, cfg: SearchConfig, oracle=None, deadline: float | None = None
+    program, cfg: SearchConfig, deadline: float | None = None
 ) -> list[tuple[int, int, CustomChoice]]:
     """The work units: (custom kernels, block-operator cap, first custom kernel's schedule),
-    in the order :func:`plan_chunks` plans them (the oracle plays no part in the plan)."""
+    in the order :func:`plan_chunks` plans them."""
     return [unit for chunk in plan_chunks(program, cfg, deadline) for unit in chunk]
 
 
