@@ -11,6 +11,7 @@ import json
 import multiprocessing
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -369,9 +370,10 @@ def test_items_handed_back_at_every_step_merge_to_the_whole_unit(reference):
 
 def test_a_node_handed_back_between_two_visits_resumes_where_it_stopped():
     """Two-kernel GQA: an item asked to stop at every chance stops between two of the
-    graphs a node's closing visits too (the node's continuations), handing back a region that
-    resumes the node at the next one; run in any order, the pieces find the same candidates in
-    the same order and count the same states as the unit run whole."""
+    graphs a node's closing visits too (the node's continuations), handing back the rest of
+    the node in two halves: a range of its visits, and a region that resumes the node after
+    them; run in any order, the pieces find the same candidates in the same order and count
+    the same states as the unit run whole."""
     from mugraph.library import WORKLOADS
     from mugraph.search import generator as generator_module
     from mugraph.search.generator import VISIT_OFFSET
@@ -388,9 +390,11 @@ def test_a_node_handed_back_between_two_visits_resumes_where_it_stopped():
     assert kernels == 2 and len(whole.found) >= 3
     generator_module._WORKER_MEMO.clear()
     merged, states, runs = run_in_pieces(setup, WorkItem(kernels, cap, choice), 5, lambda: True)
-    # some node resumed after its first visit
+    # some node resumed after its first visit, and some node's visits went back in halves
     assert any(item.region and item.region[-1] + VISIT_OFFSET > 0 > item.region[-1]
                for item, _ in runs)  # fmt: skip
+    ranges = [item.region for item, _ in runs if len(item.region) > 1 and item.region[-2] < 0]
+    assert ranges and all(0 <= r[-2] + VISIT_OFFSET < r[-1] + VISIT_OFFSET for r in ranges)
     assert merged == [c["hash"] for c in whole.found]
     assert (states.states, states.block_graphs, states.candidates) == (
         whole.stats.states, whole.stats.block_graphs, whole.stats.candidates)
@@ -735,9 +739,10 @@ def test_units_run_while_the_rest_are_planned_and_the_answer_stays(
     # the first item began before the planner handed over its last units
     assert clock + result.first_work[0] < times[-1]
     assert list(result.phases)[:3] == ["engine", "oracle", "plan"]
-    if workers > 1:  # the zygote's workers: when they were ready, when it drew the rounds
+    if workers > 1:  # the zygote's workers: when they were ready, the zygote's clock
         (started,) = [line for line in result.log if "workers loaded the search" in line]
-        assert " s into the search (the zygote had drawn the rounds at " in started
+        assert " s into the search (the zygote ran at " in started
+        assert re.search(r"got its setup at [\d.]+ s, had drawn the rounds at [\d.]+ s\)", started)
 
 
 def test_a_search_stopped_while_planning_resumes_to_the_same_result(

@@ -228,7 +228,7 @@ class RayEngine:
     def rounds_inherited(self) -> list[int]:
         return []  # each Ray worker draws its rounds when it loads the setup
 
-    def ready_clock(self) -> tuple[list[float], float | None]:
+    def ready_clock(self) -> tuple[list[float], None]:
         """When (``time.time()`` of its node) each worker said it had loaded its first
         setup; no zygote."""
         slots = self._crew.slots if self._crew else []

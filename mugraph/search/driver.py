@@ -570,12 +570,12 @@ class _Search:
         rounds = self.runner.rounds_inherited()
         shared = (f", forked holding {rounds[0]}-{rounds[-1]} verification rounds of the "
                   "program" if rounds and rounds[-1] else "")  # fmt: skip
-        ready, drawn = self.runner.ready_clock()
+        ready, zygote = self.runner.ready_clock()
         if ready:
             shared += (f"; ready {ready[0] - self.started_wall:.2f}-"
                        f"{ready[-1] - self.started_wall:.2f} s into the search")  # fmt: skip
-        if drawn is not None:
-            shared += f" (the zygote had drawn the rounds at {drawn - self.started_wall:.2f} s)"
+        if zygote is not None:
+            shared += f" ({_zygote_text(zygote, self.started_wall)})"
         self.result.log.append(
             f"{len(times)} workers loaded the search {times[0]:.2f}-{times[-1]:.2f} s after "
             f"they were started{shared}"
@@ -598,7 +598,8 @@ class _Search:
     def _loop(self, queue: deque, planner: _Planner) -> None:
         runner = self.runner
         while queue or runner.busy() or not planner.done:
-            self._take_planned(queue, planner)
+            if not (queue and runner.free()):  # (workers waiting for work get it first)
+                self._take_planned(queue, planner)
             left = self.deadline - time.monotonic()
             if left <= -DEADLINE_GRACE_S or (left <= 0 and not runner.busy()):
                 self.result.timed_out = True
@@ -770,6 +771,14 @@ def plan_chunks(
         ]
         choices.sort(key=lambda c: (probe.choice_seconds(c, tensors), c.key()))
         yield [(kernels, cap, c) for cap in caps for c in choices]
+
+
+def _zygote_text(clock, started_wall: float) -> str:
+    """The zygote's clock (:class:`~mugraph.search.pool.ZygoteClock`) by the search's."""
+    at = {name: f"{t - started_wall:.2f}" for name, t in clock._asdict().items() if t}
+    text = (f"the zygote ran at {at['entered']} s, had imported the search at "
+            f"{at['imported']} s, got its setup at {at['setup']} s")  # fmt: skip
+    return text + (f", had drawn the rounds at {at['drawn']} s" if "drawn" in at else "")
 
 
 class _Planner:

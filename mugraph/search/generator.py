@@ -103,7 +103,8 @@ class HandBack(Exception):
     region back (``Trail.rest``), so that idle workers can take it."""
 
 
-# A region's last entry ``v - VISIT_OFFSET`` (negative) resumes a node at visit ``v``.
+# A region's last entry ``v - VISIT_OFFSET`` (negative) resumes a node at visit ``v``; two
+# such entries ``v - VISIT_OFFSET, w - VISIT_OFFSET`` are the node's visits ``v`` to ``w - 1``.
 VISIT_OFFSET = 1 << 40
 
 
@@ -117,11 +118,14 @@ class Trail:
     ``Generator.block_candidates`` lists them). A region whose last entry is negative,
     ``(i0, ..., ik, v - VISIT_OFFSET)``, is the node reached by ``(i0, ..., ik)`` itself from
     the ``v``-th complete graph its closing visits (in the order a walk visits them), then its
-    children's subtrees. Regions sort in DFS order, so an item's results come before those of
-    the regions it hands back. ``due`` says when to stop: it is asked before each child once
-    the item has finished some work, and between two graphs a node's closing visits; the rest
-    of the item (the rest of the node, the remaining children at every level of the current
-    path) then goes to ``rest``.
+    children's subtrees; ``(i0, ..., ik, v - VISIT_OFFSET, w - VISIT_OFFSET)`` is that node's
+    visits ``v`` to ``w - 1`` alone (a *visit range*). Regions sort in DFS order, so an item's
+    results come before those of the regions it hands back. ``due`` says when to stop: it is
+    asked before each child once the item has finished some work, and between two graphs a
+    node's closing visits; the rest of the item (the rest of the node, the remaining children
+    at every level of the current path) then goes to ``rest``. The rest of a node's visits goes
+    back in two halves (a visit range, then the rest), so that a node with many graphs to
+    verify is shared by several workers instead of passing from one to the next.
     """
 
     region: tuple[int, ...] = ()
@@ -137,24 +141,49 @@ class Trail:
     entered: tuple | None = None
 
     @property
+    def visit_range(self) -> bool:
+        """Whether the region is a node's visit range (its last two entries are visits)."""
+        return len(self.region) >= 2 and self.region[-2] < 0
+
+    @property
+    def path(self) -> tuple[int, ...]:
+        """The children taken from the root down to the node the region starts under (a
+        node-resuming region or visit range: to the node itself)."""
+        return self.region[: -2 if self.visit_range else -1]
+
+    @property
     def base(self) -> int:
         """The depth of the node whose children this item explores."""
-        return max(len(self.region) - 1, 0)
+        return len(self.path) if self.region else 0
 
     @property
     def resumes_at(self) -> int | None:
         """The visit a node-resuming region starts at (None for other regions)."""
         if self.region and self.region[-1] < 0:
-            return self.region[-1] + VISIT_OFFSET
+            return self.region[-2 if self.visit_range else -1] + VISIT_OFFSET
         return None
 
-    def stop_visit(self, index: int) -> bool:
-        """Whether to stop before the ``index``-th graph the current node's closing visits;
-        if so, ``rest`` is the rest of the node (from that graph), its later siblings and
-        those of every node above it, down to this item's base."""
+    @property
+    def visits_end(self) -> int | None:
+        """The visit a visit range ends before (None for other regions)."""
+        return self.region[-1] + VISIT_OFFSET if self.visit_range else None
+
+    def stop_visit(self, index: int, end: int) -> bool:
+        """Whether to stop before the ``index``-th graph the current node's closing visits
+        (of ``end``); if so, ``rest`` is the rest of the node (from that graph, in two halves
+        when there are several), then, unless the item is a visit range, the node's later
+        siblings and those of every node above it, down to this item's base."""
         if self.due is None or not self.due():
             return False
-        self._rest_after((*self.stack, index - VISIT_OFFSET), len(self.stack) - 1)
+        node = tuple(self.stack)
+        mid = index + (end - index + 1) // 2
+        halves = [(*node, index - VISIT_OFFSET, mid - VISIT_OFFSET)] if end - index > 1 else []
+        if self.visit_range:
+            first = index if not halves else mid
+            self.rest = [*halves, (*node, first - VISIT_OFFSET, end - VISIT_OFFSET)]
+            return True
+        self._rest_after((*node, (mid if halves else index) - VISIT_OFFSET), len(node) - 1)
+        self.rest[:0] = halves
         return True
 
     def stop_here(self, depth: int, index: int) -> bool:
@@ -1039,13 +1068,14 @@ class Enumerator(Generator):
         """Visit the complete graphs ``kops`` + each continuation in ``found``. At the top of
         a work item's walk: a resumed node starts at its region's visit (and counts from
         there), and the item may stop between two visits once it has done some work."""
-        start = 0
+        start, end = 0, len(found)
         if top and self._resume is not None:
             start, self.stats = self._resume
             self._resume = None
-        for index in range(start, len(found)):
+            end = min(end, self._trail.visits_end or end)
+        for index in range(start, end):
             if top and (index > start or self._trail.progressed) and self._trail.stop_visit(
-                index
+                index, end
             ):
                 raise HandBack
             extra, outs = found[index]
@@ -1264,7 +1294,7 @@ class Enumerator(Generator):
         counted, self.stats = self.stats, Stats()
         last_rank: tuple = (-1,)
         resume = trail.resumes_at
-        walk = trail.region[:-1]
+        walk = trail.path
         try:
             for index in walk:
                 children = list(self.block_candidates(bops, bts, grid, last_rank))
@@ -1290,7 +1320,12 @@ class Enumerator(Generator):
             return
         self._resume = (resume, counted)
         try:
-            self.block_dfs(bops, bts, grid, last_rank, smem, len(walk), limits, close, trail)
+            if trail.visit_range:  # the node's visits alone
+                closing = self.outputs_for(bts, grid, limits)
+                if closing is not None:
+                    close(bops, bts, *closing)
+            else:
+                self.block_dfs(bops, bts, grid, last_rank, smem, len(walk), limits, close, trail)
         finally:
             self._resume = None  # (set already, unless the item ended before the node's visits)
             self.stats = counted

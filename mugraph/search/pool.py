@@ -48,7 +48,7 @@ import traceback
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from mugraph.errors import MugraphError
 from mugraph.search.work import (
@@ -82,6 +82,17 @@ _MAIN_HINT = {
     "start method ('exec'), which does not import it"
     for method in ("spawn", "forkserver")
 }
+
+
+class ZygoteClock(NamedTuple):
+    """The zygote's clock (``time.time()``) as it readied a search: when its interpreter
+    had imported this module, then the search's modules, when it received the search's setup,
+    and when it had drawn the program's verification rounds (None: it drew none)."""
+
+    entered: float
+    imported: float
+    setup: float
+    drawn: float | None
 
 
 class EngineError(MugraphError):
@@ -118,7 +129,7 @@ class InlineEngine:
     def rounds_inherited(self) -> list[int]:
         return []  # this process draws its rounds when it first verifies
 
-    def ready_clock(self) -> tuple[list[float], float | None]:
+    def ready_clock(self) -> tuple[list[float], ZygoteClock | None]:
         return [], None  # (see ProcessPool.ready_clock)
 
     def prepare(self, setup: SearchSetup) -> None:
@@ -201,10 +212,10 @@ class _Worker:
     loaded_after: float | None = None  # seconds from its start to loading its first setup
     preloaded: bool = False  # forked with the search's setup loaded: it says "ready" unasked
     rounds: int = 0  # the program's verification rounds it held when it said "ready"
-    # its own clock (time.time()) when it said "ready" to its first setup, and when the
-    # zygote that forked it had drawn the program's rounds
+    # its own clock (time.time()) when it said "ready" to its first setup, and the clock of
+    # the zygote that forked it
     ready_wall: float | None = None
-    rounds_wall: float | None = None
+    zygote_clock: ZygoteClock | None = None
 
     def alive(self) -> bool:
         if isinstance(self.handle, _PROCESS_LIKE):
@@ -494,7 +505,8 @@ class ProcessPool:
         worker.loaded = True
         if worker.loaded_after is None:
             worker.loaded_after = time.monotonic() - worker.started
-            worker.ready_wall, worker.rounds_wall = message[3], message[4]
+            worker.ready_wall = message[3]
+            worker.zygote_clock = ZygoteClock(*message[4]) if message[4] else None
 
     def start_times(self) -> list[float]:
         """Seconds each worker of this search took from its start to loading its first setup
@@ -506,13 +518,13 @@ class ProcessPool:
         the zygote after it evaluated the program on them; 0: it draws its own)."""
         return sorted(w.rounds for w in self.workers if w.loaded)
 
-    def ready_clock(self) -> tuple[list[float], float | None]:
+    def ready_clock(self) -> tuple[list[float], ZygoteClock | None]:
         """When (``time.time()``) each worker of this search said it had loaded its first
-        setup, by its own clock (the driver may read it later), and when the zygote had
-        drawn the program's rounds (None: no zygote, or it drew none)."""
+        setup, by its own clock (the driver may read it later), and the clock of the zygote
+        that forked the first of them (None: no zygote)."""
         times = sorted(w.ready_wall for w in self.workers if w.ready_wall is not None)
-        drawn = [w.rounds_wall for w in self.workers if w.rounds_wall is not None]
-        return times, min(drawn, default=None)
+        clocks = [w.zygote_clock for w in self.workers if w.zygote_clock is not None]
+        return times, min(clocks, default=None, key=lambda c: c.setup)
 
     def _spawn(self) -> _Worker:
         """A fresh worker process, not yet sent a setup (unless ``preloaded``: forked by the
@@ -699,11 +711,11 @@ class _Loaded:
     setup: SearchSetup | None = None
     hunger_path: str = ""
     hunger: mmap.mmap | None = None  # the pool's "hand back your batch" flag
-    rounds_wall: float | None = None  # (the zygote) when it had drawn the program's rounds
+    clock: ZygoteClock | None = None  # (the zygote) when it got this search ready
 
     def load(self, setup: SearchSetup, hunger_path: str) -> None:
         if self.setup is None or self.setup.token != setup.token:
-            self.rounds_wall = None  # (another search's)
+            self.clock = None  # (another search's)
         if hunger_path != self.hunger_path:
             with open(hunger_path, "r+b") as file:
                 self.hunger = mmap.mmap(file.fileno(), 8)
@@ -720,7 +732,8 @@ def worker_main(conn: Connection, loaded: _Loaded | None = None) -> None:
     state = loaded or _Loaded()
     name = f"pid {os.getpid()}"
     if loaded is not None:
-        conn.send(("ready", os.getpid(), rounds_held(), time.time(), state.rounds_wall))
+        clock = tuple(state.clock) if state.clock else None
+        conn.send(("ready", os.getpid(), rounds_held(), time.time(), clock))
     while True:
         try:
             message = conn.recv()
@@ -753,12 +766,14 @@ def zygote_main(conn: Connection) -> None:
     for each channel it is handed; until told to stop or the channel closes."""
     from multiprocessing.reduction import recv_handle
 
+    entered = time.time()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the workers it forks
     with contextlib.suppress(ImportError):  # what every worker loads at its first find
         import mugraph.optimize.cost_model  # noqa: F401
         import mugraph.search.driver  # noqa: F401
+    imported = time.time()
     state = _Loaded()
     while True:
         try:
@@ -766,11 +781,15 @@ def zygote_main(conn: Connection) -> None:
         except (EOFError, OSError):
             return
         if message[0] == "setup":
+            received = time.time()
             _, setup, path, threads = message
             state.load(setup, path)
+            drawn = None
             with contextlib.suppress(Exception):  # else each worker draws its own rounds
-                if prepare_rounds(setup, threads) and state.rounds_wall is None:
-                    state.rounds_wall = time.time()
+                if prepare_rounds(setup, threads):
+                    drawn = time.time()
+            if state.clock is None:
+                state.clock = ZygoteClock(entered, imported, received, drawn)
         elif message[0] == "fork":
             fds = [recv_handle(conn) for _ in range(message[1])]
             gc.collect()
