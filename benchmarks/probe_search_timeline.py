@@ -2,7 +2,7 @@
 busy in each slice of the search, what ran in its tail, and the start's timeline.
 
     MUGRAPH_VERIFY_THREADS=1 python benchmarks/probe_search_timeline.py --workers 16 \
-        [--cell gqa_b1] [--repeat 2] [--json FILE]
+        [--cell gqa_b1] [--repeat 2] [--json FILE] [--slice SECONDS]
 
 Each run is one complete ``superoptimize`` call of a cell of ``bench_scaling.py`` on the local
 pool; every item's result is recorded as the driver takes it (worker, start, seconds, unit,
@@ -11,6 +11,8 @@ per 0.25 s of the search, the idle worker-seconds before the first item, between
 after each worker's last item, and the items that ran in the tail (after the queue first ran
 dry), longest first. Repeats run in one process (the later ones find the pool's zygote
 started and the e-graph library imported): run the script again for cold starts.
+``--slice`` sets ``pool.SLICE_SECONDS`` (how long a worker runs an item before a hungry pool
+has it hand the rest back).
 """
 
 from __future__ import annotations
@@ -118,9 +120,14 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--slice", type=float)
     args = parser.parse_args()
     os.environ.setdefault("MUGRAPH_VERIFY_THREADS", "1")
     sys.path.insert(0, str(ROOT))
+    if args.slice is not None:
+        from mugraph.search import pool
+
+        pool.SLICE_SECONDS = args.slice
     records = [run(args.cell, args.workers) for _ in range(args.repeat)]
     if args.json:
         args.json.write_text(json.dumps(records))

@@ -368,6 +368,30 @@ def test_items_handed_back_at_every_step_merge_to_the_whole_unit(reference):
     assert states.states == whole.stats.states
 
 
+def test_the_rest_of_a_nodes_visits_goes_back_in_two_halves():
+    """A node's remaining visits: a visit range (the first half), then the rest of the node
+    with its children, then the later siblings; a visit range splits into two ranges, and a
+    last single visit goes back alone."""
+    from mugraph.search.generator import VISIT_OFFSET as OFF
+    from mugraph.search.generator import Trail
+
+    node = Trail(region=(2, 5 - OFF), due=lambda: True, stack=[2], sizes=[4])
+    assert (node.path, node.base, node.resumes_at, node.visits_end) == ((2,), 1, 5, None)
+    assert node.stop_visit(7, 12)
+    assert node.rest == [(2, 7 - OFF, 10 - OFF), (2, 10 - OFF)]
+    whole = Trail(region=(), due=lambda: True, stack=[2], sizes=[4])
+    assert whole.stop_visit(11, 12) and whole.rest == [(2, 11 - OFF), (3,)]
+
+    visits = Trail(region=(2, 7 - OFF, 10 - OFF), due=lambda: True, stack=[2], sizes=[4])
+    assert (visits.path, visits.base, visits.resumes_at, visits.visits_end) == ((2,), 1, 7, 10)
+    assert visits.stop_visit(8, 10)
+    assert visits.rest == [(2, 8 - OFF, 9 - OFF), (2, 9 - OFF, 10 - OFF)]
+    assert visits.stop_visit(9, 10) and visits.rest == [(2, 9 - OFF, 10 - OFF)]
+    assert sorted([(2, 10 - OFF), (2, 7 - OFF, 10 - OFF), (2, 0), (3,)]) == [
+        (2, 7 - OFF, 10 - OFF), (2, 10 - OFF), (2, 0), (3,)]  # DFS order
+    assert not Trail(region=(2, 7 - OFF, 10 - OFF), due=lambda: False).stop_visit(8, 10)
+
+
 def test_a_node_handed_back_between_two_visits_resumes_where_it_stopped():
     """Two-kernel GQA: an item asked to stop at every chance stops between two of the
     graphs a node's closing visits too (the node's continuations), handing back the rest of
