@@ -299,3 +299,73 @@ def test_program_rounds_without_memory_and_with_extra_q_inputs():
         assert rounds.verify(same, max_rounds=4).passed
         assert (len(rounds._rounds) > 0) == (max_bytes > 0)
     assert math.isfinite(rounds.verify(same).bound)
+
+
+def _products_computed(monkeypatch) -> list:
+    """Every product the field arithmetic computes from now on (their operand shapes)."""
+    from mugraph.semantics import field_arith
+
+    made, core = [], field_arith._matmul_core
+
+    def counting(xf, yf, m, limbs):
+        made.append((xf.shape, yf.shape))
+        return core(xf, yf, m, limbs)
+
+    monkeypatch.setattr(field_arith, "_matmul_core", counting)
+    return made
+
+
+def test_program_rounds_keep_candidates_products_of_the_rounds_memory(monkeypatch):
+    """Split-KV attention multiplies E[:, part] @ V[part, :], which the program (E @ V whole)
+    never computes: the first check of a candidate computes those products on the round's
+    own memory and keeps them, so the next candidate with the same split computes none —
+    and gets the same answers (a mutant is still rejected); with no memory to spare for
+    them, nothing is kept."""
+    work = WORKLOADS["attention_flashdecoding"]
+    program, candidate = work.naive(work.small), work.optimized(work.small)
+    made = _products_computed(monkeypatch)
+    rounds = ProgramRounds(program, seed=5)
+    first = rounds.verify(candidate, max_rounds=2)
+    programs_own = len(made)
+    assert first.passed and programs_own > 0
+    kept = [r.kept for r in rounds._rounds]
+    assert all(k is not None and k.entries for k in kept)
+    made.clear()
+    again = rounds.verify(candidate, max_rounds=2)
+    assert again.passed and made == []  # every product found kept
+    assert (again.rounds, again.guarantee) == (first.rounds, first.guarantee)
+    assert rounds._kept <= rounds.max_bytes
+    mutant = next(tv._build(m, program) for m in tv.mutants(candidate)
+                  if tv._build(m, program) is not None
+                  and tv.float_differs(tv._build(m, program), program))  # fmt: skip
+    assert not rounds.verify(mutant, max_rounds=2).passed
+
+    monkeypatch.setattr(verify_module, "KEPT_PRODUCTS_SHARE", 1 << 40)  # no room for them
+    bare = ProgramRounds(program, seed=5)
+    assert bare.verify(candidate, max_rounds=2).passed
+    made.clear()
+    assert bare.verify(candidate, max_rounds=2).passed and made
+    assert all(not r.kept.entries for r in bare._rounds)
+
+
+def test_kept_products_are_those_of_the_rounds_memory_within_their_room():
+    from mugraph.semantics.field_arith import KeptProducts
+
+    def product(x, y):
+        return (("matmul", 7, None, id(x), id(y)), (x, y, np.ones((x.shape[0], y.shape[1]),
+                                                                  dtype=np.int64)))  # fmt: skip
+
+    a, b = np.ones((4, 8), dtype=np.int64), np.ones((8, 2), dtype=np.int64)
+    own = np.ones((4, 8), dtype=np.int64)  # a candidate's own array: not the round's
+    round_memo = dict([product(a, b)])
+    kept = KeptProducts(round_memo, max_bytes=1 << 20)
+    on_views, on_own = product(a[:, :4], b[:4]), product(own, b)
+    candidate_memo = {**round_memo, **dict([on_views, on_own])}
+    assert kept.keep(candidate_memo, round_memo, room=1 << 20) == 64
+    assert list(kept.entries) == [on_views[0]]  # views of the round's arrays count as its
+    # a product of a kept product is the round's too; no room, nothing kept
+    later = product(on_views[1][2], np.ones((2, 3), dtype=np.int64))
+    assert kept.keep({**candidate_memo, **dict([later])}, round_memo, room=0) == 0
+    chained = product(on_views[1][2], b[:2])
+    assert kept.keep(dict([chained]), round_memo, room=1 << 20) == 64
+    assert kept.nbytes == 128 and chained[0] in kept.entries

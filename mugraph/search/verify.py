@@ -79,6 +79,7 @@ from mugraph.semantics.field import FieldInterpretation
 from mugraph.semantics.field_arith import (
     FieldContext,
     FieldDivisionByZero,
+    KeptProducts,
     P,
     Q,
     parallel_evaluation,
@@ -986,6 +987,12 @@ class _ProgramRound:
     inputs: list[Any]
     outputs: list[Any] | FieldDivisionByZero
     nbytes: int
+    kept: KeptProducts | None = None  # candidates' products on the round's memory
+
+
+# the share of a ProgramRounds' memory (max_bytes) that each round may spend on candidates'
+# products of the round's own memory (KeptProducts)
+KEPT_PRODUCTS_SHARE = 8
 
 
 class ProgramRounds:
@@ -1000,7 +1007,8 @@ class ProgramRounds:
     looking at it, so the per-round bound and the plan are the same; only different
     candidates see the same draws (the search's final check draws fresh rounds).
 
-    ``max_bytes`` bounds the memory kept (inputs and the program's memo); rounds past it are
+    ``max_bytes`` bounds the memory kept (inputs, the program's memo, and products that
+    candidates computed on the round's memory, :class:`KeptProducts`); rounds past it are
     drawn again from their seeds when asked and evaluated as :func:`verify` does. A candidate
     that needs a Z_q component for an input the program does not (:func:`q_inputs`) gets
     fresh rounds drawn for it.
@@ -1048,11 +1056,18 @@ class ProgramRounds:
                               primes=self.primes, buffers=self._buffers)
         if isinstance(state.outputs, FieldDivisionByZero):
             return _Redraw(f"the program: {state.outputs}")
-        ctx = state.ctx.with_memo_of(state.ctx)  # the candidate's products are not kept
+        if state.kept is None:
+            state.kept = KeptProducts(state.ctx.memo, state.inputs, state.outputs,
+                                      max_bytes=self.max_bytes // KEPT_PRODUCTS_SHARE)
+        # the candidate works in a copy of the memo: what it computes is dropped after,
+        # but for products of the round's own memory (kept for the next candidates)
+        ctx = state.ctx.with_memo_of(state.ctx)
+        ctx.memo.update(state.kept.entries)
         try:
             got = _evaluate(candidate, FieldInterpretation(ctx), state.inputs)
             return _compare(got, state.outputs)
         finally:
+            self._kept += state.kept.keep(ctx.memo, state.ctx.memo, self.max_bytes - self._kept)
             ctx.memo.clear()
 
     def _rng(self, index: int) -> np.random.Generator:

@@ -2155,6 +2155,53 @@ def _ident(x: np.ndarray) -> tuple[int, tuple[int, ...], tuple[int, ...], str]:
     return (x.__array_interface__["data"][0], x.shape, strides, x.dtype.str)
 
 
+class KeptProducts:
+    """Products a round computed for one candidate, kept for the candidates after it.
+
+    A candidate's products are computed in a copy of the round's memo that is dropped
+    afterwards (its operands are mostly the candidate's own arrays, gone with it). A product
+    whose operands both live in memory the round keeps — its inputs, the program's memo and
+    outputs, products kept here — is kept instead (up to ``max_bytes``): the next candidate
+    that multiplies the same memory the same way (split-KV attention's ``E[:, part] @
+    V[part, :]`` at the same split, say) finds it.
+
+    The law is the memo's: a product is a function of its operands' values, and arrays the
+    round keeps are never written and never freed while it lives, so their memory (the memo
+    key) names the same values for every candidate. An entry keeps its operands alive.
+    """
+
+    def __init__(self, memo: dict, *kept: Any, max_bytes: int) -> None:
+        self.entries: dict = {}
+        self.nbytes = 0
+        self.max_bytes = max_bytes
+        roots = {}
+        for entry in (*memo.values(), kept):
+            for array in _arrays_in(entry):
+                root = _root(array)
+                roots[id(root)] = root
+        self._roots = roots  # (held: an id stays its array's while the array lives)
+
+    def keep(self, memo: dict, known: dict, room: int) -> int:
+        """Keep the products of ``memo`` (a candidate's copy of the round's memo, which
+        holds ``known`` and what the candidate added) whose operands are the round's, at
+        most ``room`` more bytes; returns the bytes added."""
+        added = 0
+        for key, entry in memo.items():
+            if key[0] != "matmul" or len(entry) != 3 or key in known or key in self.entries:
+                continue
+            x, y, product = entry
+            if id(_root(x)) not in self._roots or id(_root(y)) not in self._roots:
+                continue
+            size = _root(product).nbytes
+            if self.nbytes + size > self.max_bytes or added + size > room:
+                continue
+            self.entries[key] = entry
+            self._roots.setdefault(id(_root(product)), _root(product))
+            self.nbytes += size
+            added += size
+        return added
+
+
 def _shared_elementwise(
     memo: dict, name: str, fn: Callable[[np.ndarray], np.ndarray], x: np.ndarray
 ) -> np.ndarray:
