@@ -13,7 +13,10 @@ included):
   workers it did not finish 1314 units in 12 s on the H100 machine, 2026-11-23);
 - ``gated_mlp_b1``: the suite row at suite sizes (X 8x4096, W1, W3 4096x4096), one-kernel
   μGraphs of up to 6 block operators, preset ``mlp`` (since the verifier got faster this search
-  completes in about 2 s on 2 workers: too short to measure scaling, not run by default).
+  completes in about 2 s on 2 workers: too short to measure scaling, not run by default);
+- ``row:NAME``: any suite row (``benchmarks/suite/rows.py``) at suite sizes, searched as
+  ``superoptimize`` does by default (since candidates' products are kept, gqa_b1 takes about
+  33 s on one worker here instead of 85: a longer search shows scaling better).
 
 Every process verifies with one thread (``MUGRAPH_VERIFY_THREADS=1``), so a worker is a core.
 Each configuration runs in its own process. The engines run one after the other, the local
@@ -57,13 +60,18 @@ def cell_program(cell: str):
 
         (row,) = select(["gqa_b1"])
         return row.program(), {}
+    if cell.startswith("row:"):  # any suite row, searched as superoptimize does by default
+        from benchmarks.suite.rows import select
+
+        (row,) = select([cell[4:]])
+        return row.program(), {}
     if cell == "gated_mlp_b1":
         from benchmarks.suite.rows import select
 
         (row,) = select(["gated_mlp_b1"])
         options = {"preset": row.family.preset, "max_custom_kernels": 1, "max_block_ops": 6}
         return row.program(), options
-    raise SystemExit(f"unknown cell {cell!r}; cells: {', '.join(CELLS)}")
+    raise SystemExit(f"unknown cell {cell!r}; cells: {', '.join(CELLS)}, row:NAME")
 
 
 def run_one(cell: str, engine: str, workers: int, cap: float) -> dict:
