@@ -1072,7 +1072,8 @@ class Enumerator(Generator):
         if top and self._resume is not None:
             start, self.stats = self._resume
             self._resume = None
-            end = min(end, self._trail.visits_end or end)
+            if self._trail.visits_end is not None:  # a visit range: its visits alone
+                end = min(end, self._trail.visits_end)
         for index in range(start, end):
             if top and (index > start or self._trail.progressed) and self._trail.stop_visit(
                 index, end
