@@ -639,7 +639,7 @@ class Generator:
                     pruned["phase"] += 1
                 else:
                     older.append(i)
-            shapes = _PairShapes(older, tensors, dj)
+            shapes = _pair_shapes(older, tensors, dj)
             pruned["shape"] += shapes.rejected
             for kind, order, category in self._kind_plan:
                 for inputs, attrs, key in self._operands(category, kind, j, tj, shapes, grid):
@@ -830,6 +830,22 @@ class _PairShapes:
             for d in range(rank):
                 if all(x == y for k, (x, y) in enumerate(zip(di, dj, strict=True)) if k != d):
                     self.concat.append((i, d))
+
+
+# _PairShapes by (older positions, their dims, the newest dims): a function of its key, met
+# again and again across a search's prefixes (a bounded cache: cleared when full)
+_PAIR_SHAPES: dict[tuple, _PairShapes] = {}
+_PAIR_SHAPES_MAX = 1 << 16
+
+
+def _pair_shapes(older: list[int], tensors: list[Tensor], dj: tuple[int, ...]) -> _PairShapes:
+    key = (tuple(older), tuple([tensors[i].type.dims for i in older]), dj)
+    shapes = _PAIR_SHAPES.get(key)
+    if shapes is None:
+        if len(_PAIR_SHAPES) >= _PAIR_SHAPES_MAX:
+            _PAIR_SHAPES.clear()
+        shapes = _PAIR_SHAPES[key] = _PairShapes(older, tensors, dj)
+    return shapes
 
 
 def _push_block_op(bops: list[Op], bts: list[Tensor], op: Op, t: Tensor, ins) -> None:
