@@ -724,10 +724,8 @@ class Generator:
             pruned["self_operand"] += 1
             return None
         in_dims = [a.type.dims for a in args]
-        full_attrs = {**attrs, "forloop_range": grid.forloop_range, "reduction_dimx": 64}
-        try:
-            expr = ABSTRACT_SEMANTICS[kind]([a.expr for a in args], in_dims, full_attrs)
-        except Exception:  # noqa: BLE001 - an operator the abstraction rejects is pruned
+        expr = _abstract_expression(kind, [a.expr for a in args], in_dims, attrs, grid)
+        if expr is None:  # an operator the abstraction rejects is pruned
             pruned["abstract_error"] += 1
             return None
         if not self.subexpr(expr):
@@ -830,6 +828,35 @@ class _PairShapes:
             for d in range(rank):
                 if all(x == y for k, (x, y) in enumerate(zip(di, dj, strict=True)) if k != d):
                     self.concat.append((i, d))
+
+
+# abstract expressions of block operators by (kind, attributes, loop range, operand
+# expressions and dims): a function of its key (terms are hash-consed), asked again for every
+# prefix that holds the same tensors (a bounded cache: cleared when full)
+_ABSTRACT: dict[tuple, Term | None] = {}
+_ABSTRACT_MAX = 1 << 16
+_UNKNOWN = object()
+
+
+def _abstract_expression(kind: OpKind, exprs: list[Term], dims: list, attrs: dict, grid):
+    """The abstract expression of a block operator, or None when the abstraction rejects
+    it."""
+    key = (kind, tuple(attrs.items()), grid.forloop_range, tuple(exprs), tuple(dims))
+    try:
+        expr = _ABSTRACT.get(key, _UNKNOWN)
+    except TypeError:  # an attribute value that cannot be a key: computed, not kept
+        expr, key = _UNKNOWN, None
+    if expr is _UNKNOWN:
+        full_attrs = {**attrs, "forloop_range": grid.forloop_range, "reduction_dimx": 64}
+        try:
+            expr = ABSTRACT_SEMANTICS[kind](exprs, dims, full_attrs)
+        except Exception:  # noqa: BLE001 - counted by the caller
+            expr = None
+        if key is not None:
+            if len(_ABSTRACT) >= _ABSTRACT_MAX:
+                _ABSTRACT.clear()
+            _ABSTRACT[key] = expr
+    return expr
 
 
 # _PairShapes by (older positions, their dims, the newest dims): a function of its key, met
