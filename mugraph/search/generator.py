@@ -12,6 +12,7 @@ ranks and reports progress.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import time
@@ -806,12 +807,12 @@ def _category(kind: OpKind) -> str | None:
 class _PairShapes:
     """Which older tensors can pair with the newest one, by shape alone."""
 
-    def __init__(self, older: list[int], tensors: list[Tensor], dj: tuple[int, ...]) -> None:
+    def __init__(self, older: tuple[int, ...], dims: tuple, dj: tuple[int, ...]) -> None:
+        """``older``: the positions of the older tensors; ``dims``: their dims, in order."""
         self.broadcast, self.matmul_left, self.matmul_right, self.concat = [], [], [], []
         self.rejected = 0
         rank = len(dj)
-        for i in older:
-            di = tensors[i].type.dims
+        for i, di in zip(older, dims, strict=True):
             if len(di) != rank:
                 self.rejected += 1
                 continue
@@ -830,49 +831,35 @@ class _PairShapes:
                     self.concat.append((i, d))
 
 
-# abstract expressions of block operators by (kind, attributes, loop range, operand
-# expressions and dims): a function of its key (terms are hash-consed), asked again for every
-# prefix that holds the same tensors (a bounded cache: cleared when full)
-_ABSTRACT: dict[tuple, Term | None] = {}
-_ABSTRACT_MAX = 1 << 16
-_UNKNOWN = object()
-
-
 def _abstract_expression(kind: OpKind, exprs: list[Term], dims: list, attrs: dict, grid):
-    """The abstract expression of a block operator, or None when the abstraction rejects
-    it."""
-    key = (kind, tuple(attrs.items()), grid.forloop_range, tuple(exprs), tuple(dims))
+    """The abstract expression of a block operator, or None when the abstraction rejects it:
+    a function of (kind, attributes, loop range, operand terms and dims), asked again for
+    every prefix that holds the same tensors, so it is cached (terms are hash-consed)."""
+    args = (kind, tuple(attrs.items()), grid.forloop_range, tuple(exprs), tuple(dims))
     try:
-        expr = _ABSTRACT.get(key, _UNKNOWN)
-    except TypeError:  # an attribute value that cannot be a key: computed, not kept
-        expr, key = _UNKNOWN, None
-    if expr is _UNKNOWN:
-        full_attrs = {**attrs, "forloop_range": grid.forloop_range, "reduction_dimx": 64}
-        try:
-            expr = ABSTRACT_SEMANTICS[kind](exprs, dims, full_attrs)
-        except Exception:  # noqa: BLE001 - counted by the caller
-            expr = None
-        if key is not None:
-            if len(_ABSTRACT) >= _ABSTRACT_MAX:
-                _ABSTRACT.clear()
-            _ABSTRACT[key] = expr
-    return expr
+        return _abstract_cached(*args)
+    except TypeError:  # an attribute value that cannot be a key: computed, not cached
+        return _abstract_uncached(*args)
 
 
-# _PairShapes by (older positions, their dims, the newest dims): a function of its key, met
-# again and again across a search's prefixes (a bounded cache: cleared when full)
-_PAIR_SHAPES: dict[tuple, _PairShapes] = {}
-_PAIR_SHAPES_MAX = 1 << 16
+def _abstract_uncached(kind, attrs: tuple, loops: int, exprs: tuple, dims: tuple):
+    full_attrs = {**dict(attrs), "forloop_range": loops, "reduction_dimx": 64}
+    try:
+        return ABSTRACT_SEMANTICS[kind](list(exprs), list(dims), full_attrs)
+    except Exception:  # noqa: BLE001 - counted by the caller
+        return None
+
+
+_abstract_cached = functools.lru_cache(maxsize=1 << 16)(_abstract_uncached)
 
 
 def _pair_shapes(older: list[int], tensors: list[Tensor], dj: tuple[int, ...]) -> _PairShapes:
-    key = (tuple(older), tuple([tensors[i].type.dims for i in older]), dj)
-    shapes = _PAIR_SHAPES.get(key)
-    if shapes is None:
-        if len(_PAIR_SHAPES) >= _PAIR_SHAPES_MAX:
-            _PAIR_SHAPES.clear()
-        shapes = _PAIR_SHAPES[key] = _PairShapes(older, tensors, dj)
-    return shapes
+    """:class:`_PairShapes` of the older tensors and the newest, cached by their dims (a
+    search meets the same ones again and again)."""
+    return _pair_shapes_cached(tuple(older), tuple([tensors[i].type.dims for i in older]), dj)
+
+
+_pair_shapes_cached = functools.lru_cache(maxsize=1 << 16)(_PairShapes)
 
 
 def _push_block_op(bops: list[Op], bts: list[Tensor], op: Op, t: Tensor, ins) -> None:
