@@ -116,6 +116,7 @@ def run_one(cell: str, engine: str, workers: int, cap: float) -> dict:
         "memo_io_s": round(result.stats.pruned.get("memo_io_ms", 0) / 1e3, 2),
         "handed_back": result.handed_back,
         "worker_s": round(result.worker_seconds, 2),
+        "cpu_s": round(result.worker_cpu_seconds, 2),
         "tail_s": round(result.tail_seconds, 2),
         "verify_s": round(result.stats.timers.get("verify", 0) / 1e3, 2),
         "first_work": result.first_work[:1] + result.first_work[-1:],

@@ -113,9 +113,11 @@ class SearchResult:
     # while the workers run them), start workers (until the first can take work), search,
     # finish
     phases: dict[str, float] = field(default_factory=dict)
-    # how busy the workers were: seconds spent on work items, summed over them; seconds from
-    # the first moment the queue was empty while a worker was idle to the end of the search
+    # how busy the workers were: seconds spent on work items, summed over them (and the CPU
+    # time the workers' processes spent on them: below the seconds when cores are shared);
+    # seconds from the first moment the queue was empty while a worker was idle to the end
     worker_seconds: float = 0.0
+    worker_cpu_seconds: float = 0.0
     tail_seconds: float = 0.0
     # seconds from the start of the search to each worker's first work item, in order
     first_work: list[float] = field(default_factory=list)
@@ -147,6 +149,7 @@ class SearchResult:
             failed_items=[key for p in parts for key in p.failed_items],
             handed_back=sum(p.handed_back for p in parts),
             worker_seconds=sum(p.worker_seconds for p in parts),
+            worker_cpu_seconds=sum(p.worker_cpu_seconds for p in parts),
             parts=list(parts),
             cache="miss" if any(p.cache == "miss" for p in parts) else "",
         )
@@ -639,6 +642,7 @@ class _Search:
         self._journal(result)
         self.result.stats.merge(result.stats)
         self.result.worker_seconds += result.seconds
+        self.result.worker_cpu_seconds += result.cpu_seconds
         if result.worker and result.began:
             known = self.first_began.get(result.worker, result.began)
             self.first_began[result.worker] = min(known, result.began)

@@ -146,8 +146,11 @@ class SharedMemo(LocalMemo):
             try:
                 os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
                 self.claimed.add(claim.name)
-                if waited_since is not None and self._read(key) is not None:
-                    self.release(key)  # the owner finished between two looks
+                # the owner may have written its entry and dropped its claim since the
+                # caller's ``get`` (or this loop's last look): computing it again would count
+                # its states twice
+                if self._read(key) is not None:
+                    self.release(key)
                     return False
                 return True
             except FileExistsError:

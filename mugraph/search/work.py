@@ -73,6 +73,7 @@ class ItemResult:
     timed_out: bool = False
     rest: list[tuple[int, ...]] = field(default_factory=list)
     seconds: float = 0.0
+    cpu_seconds: float = 0.0  # the worker process's CPU time on it (all its threads)
     worker: str = ""
     began: float = 0.0  # wall-clock time (time.time()) the worker started the item
     # ``rest`` was handed back to avoid waiting for a continuation another worker was
@@ -173,7 +174,7 @@ def run_item(
     setup: SearchSetup, item: WorkItem, deadline: float, due: Callable[[], bool] | None = None
 ) -> ItemResult:
     """Enumerate one item (this process's clock ``deadline``), verifying what it finds."""
-    started, began = time.monotonic(), time.time()
+    started, began, cpu = time.monotonic(), time.time(), time.process_time()
     if setup.oracle_pending:
         raise MugraphError("a work item was sent with a setup whose oracle is not built yet")
     program, base, oracle = prepared(setup)
@@ -231,6 +232,7 @@ def run_item(
         result.rest, result.blocked = trail.rest, trail.blocked
     result.found = list(found.values())
     result.seconds = time.monotonic() - started
+    result.cpu_seconds = time.process_time() - cpu
     gen.stats.pruned.update({name: n for name, n in gen.memo.counts().items() if n})
     return result
 
