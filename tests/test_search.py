@@ -71,8 +71,16 @@ def test_time_budget_is_honoured():
 def test_checkpoint_resumes_where_the_last_call_stopped(tmp_path):
     program = tiny_rmsnorm_linear()
     path = tmp_path / "search.ckpt"
-    first = superoptimize(program, time_limit=1.5, workers=1, max_custom_kernels=1, checkpoint=path)
-    assert path.exists() and first.units_done < first.units_total
+    reports = []
+
+    def ctrl_c_after_three_units(line: str) -> None:  # deterministic, unlike a time limit
+        reports.append(line)
+        if len(reports) == 3:
+            raise KeyboardInterrupt
+
+    first = superoptimize(program, time_limit=120, workers=1, max_custom_kernels=1,
+                          checkpoint=path, progress=ctrl_c_after_three_units)  # fmt: skip
+    assert first.interrupted and path.exists() and 0 < first.units_done < first.units_total
     second = superoptimize(
         program, time_limit=120, workers=1, max_custom_kernels=1, checkpoint=path
     )

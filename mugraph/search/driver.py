@@ -917,8 +917,11 @@ def _progress_printer(progress) -> Callable[[str], None] | None:
 
 
 def _checkpoint_key(program, cfg: SearchConfig) -> str:
-    """The program and the search space (not the budget or the worker count)."""
-    fields = {}
+    """The program and the search space (not the budget or the worker count), and how work
+    regions are numbered (a checkpoint's regions mean nothing under another numbering)."""
+    from mugraph.search.generator import REGION_NUMBERING
+
+    fields = {"region numbering": str(REGION_NUMBERING)}
     for name, value in vars(cfg).items():
         if name in ("time_limit", "workers", "extra"):
             continue

@@ -16,6 +16,7 @@ import functools
 import itertools
 import math
 import time
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -107,6 +108,12 @@ class HandBack(Exception):
 # A region's last entry ``v - VISIT_OFFSET`` (negative) resumes a node at visit ``v``; two
 # such entries ``v - VISIT_OFFSET, w - VISIT_OFFSET`` are the node's visits ``v`` to ``w - 1``.
 VISIT_OFFSET = 1 << 40
+
+
+# Which children a region's indices number (see Trail): changed when block_candidates lists
+# other operators (2: those the abstract expression rejects are no longer listed). A search's
+# checkpoint holds regions, so it is resumed only under the numbering it was written with.
+REGION_NUMBERING = 2
 
 
 @dataclass
@@ -340,6 +347,7 @@ class Generator:
         self.target_types = program.output_types
         self.smem_budget = program.gpu.shared_memory_per_block
         self._subexpr_cache: dict[Term, bool] = {}
+        self._checked = _checked_table(self.oracle)  # see _checked_expression
         # Parameters of the program's own parametrised unary operators (mul_scalar's scalar,
         # clamp's bounds, pow's exponent, rms_norm's shape and epsilon): the only values the
         # search tries.
@@ -621,25 +629,29 @@ class Generator:
 
     def block_candidates(
         self, ops: list[Op], tensors: list[Tensor], grid: Grid, last_rank: tuple
-    ) -> Iterator[tuple[tuple, OpKind, tuple[int, ...], dict]]:
-        """(rank, kind, input positions, attrs) of every operator that may extend the prefix.
+    ) -> Iterator[tuple[tuple, OpKind, tuple[int, ...], dict, Term]]:
+        """(rank, kind, input positions, attrs, abstract expression) of every operator that
+        may extend the prefix.
 
         In canonical form a new operator's newest input is at least the previous operator's,
         so only those are generated (the rank check settles ties). Operand pairs that mix
         for-loop phases, whose shapes cannot fit, or that are the same tensor are skipped here
-        and counted as pruned."""
+        and counted as pruned, and so are operators whose abstract expression the oracle
+        rejects (most of them: :meth:`_checked_expression`). The walk's regions number the
+        operators listed here (:class:`Trail`)."""
         pruned = self.stats.pruned
         n = len(tensors)
         lowest = max(last_rank[0], 0) if self.config.canonical_form else 0
+        phases = [t.phase for t in tensors]
         for j in range(lowest, n):
             tj = tensors[j]
             dj = tj.type.dims
-            older = []
-            for i in range(j):
-                if {tj.phase, tensors[i].phase} == {Phase.LOOP, Phase.POST}:
-                    pruned["phase"] += 1
-                else:
-                    older.append(i)
+            pj = phases[j]
+            # a for-loop body's tensor (LOOP = 1) never meets an accumulated one (POST = 2):
+            # of the phases 0, 1, 2, only that pair multiplies to 2
+            older = [i for i in range(j) if phases[i] * pj != _MIXED_PHASES]
+            if len(older) < j:
+                pruned["phase"] += j - len(older)
             shapes = _pair_shapes(older, tensors, dj)
             pruned["shape"] += shapes.rejected
             for kind, order, category in self._kind_plan:
@@ -648,7 +660,11 @@ class Generator:
                     if self.config.canonical_form and rank <= last_rank:
                         pruned["canonical_form"] += 1
                         continue
-                    yield rank, kind, inputs, attrs
+                    expr = self._checked_expression(kind, inputs, tensors, attrs, grid, rank)
+                    if expr.__class__ is not Term:  # rejected: the reason's counter
+                        pruned[expr] += 1
+                        continue
+                    yield rank, kind, inputs, attrs, expr
 
     def _operands(self, category: str, kind: OpKind, j: int, tj: Tensor, shapes, grid: Grid):
         """(inputs, attrs, attrs key) of one kind of operator whose newest input is ``j``."""
@@ -709,29 +725,15 @@ class Generator:
         tensors: list[Tensor],
         grid: Grid,
         smem_used: int,
+        expr: Term,
     ) -> tuple[Op, Tensor] | None:
-        """Check one block operator; return it and its output tensor, or None (counted).
-
-        Checks run in order of how much they prune per unit of cost: phases, operands, the
-        abstract expression (a cached lookup that rejects most candidates), shapes, index
-        labels and shared memory."""
+        """Check one block operator of :meth:`block_candidates` (which checked its operands'
+        phases and its abstract expression ``expr``); return it and its output tensor, or
+        None (counted). Checks run in order of how much they prune per unit of cost: shapes,
+        index labels and shared memory."""
         pruned = self.stats.pruned
         args = [tensors[i] for i in inputs]
-        phases = [a.phase for a in args]
-        if Phase.LOOP in phases and Phase.POST in phases:
-            pruned["phase"] += 1
-            return None
-        if len(inputs) == 2 and inputs[0] == inputs[1] and kind is not OpKind.MUL:
-            pruned["self_operand"] += 1
-            return None
         in_dims = [a.type.dims for a in args]
-        expr = _abstract_expression(kind, [a.expr for a in args], in_dims, attrs, grid)
-        if expr is None:  # an operator the abstraction rejects is pruned
-            pruned["abstract_error"] += 1
-            return None
-        if not self.subexpr(expr):
-            pruned["abstract_expression"] += 1
-            return None
         dims = quick_dims(kind, in_dims, attrs, grid.forloop_range)
         if dims is None:
             pruned["shape"] += 1
@@ -744,9 +746,36 @@ class Generator:
         if smem_used + otype.num_bytes > self.smem_budget:
             pruned["shared_memory"] += 1
             return None
-        phase = Phase.POST if kind in Group.ACCUMULATOR else combine_phases(phases)
+        phase = Phase.POST if kind in Group.ACCUMULATOR else combine_phases(a.phase for a in args)
         op = Op(kind, tuple(a.ref for a in args), freeze_attrs(attrs), (otype,))
         return op, Tensor(TensorRef(-1, 0), otype, out_labels, expr, phase)
+
+    def _checked_expression(self, kind, inputs, tensors, attrs, grid, rank) -> Term | str:
+        """The abstract expression of a block operator if the oracle keeps it, else the name
+        of the pruning counter that rejects it ("abstract_error": the abstraction rejects the
+        operator; "abstract_expression": not a subexpression of the program).
+
+        Both are functions of (kind, attributes, loop range, operand expressions, operand
+        dims), asked again for every prefix holding the same tensors: the answers are kept in
+        a table this process shares between the enumerators of one oracle (one search), keyed
+        by the operands' interned expressions by identity (a table entry holds them, so an
+        identity stays theirs while the entry lives)."""
+        exprs = tuple([tensors[i].expr for i in inputs])
+        in_dims = [tensors[i].type.dims for i in inputs]
+        key = (rank[2], rank[3], grid.forloop_range, *map(id, exprs), *in_dims)
+        table = self._checked
+        known = table.get(key)
+        if known is not None:
+            return known[0]
+        expr = _abstract_expression(kind, list(exprs), in_dims, attrs, grid)
+        if expr is None:
+            answer: Term | str = "abstract_error"
+        else:
+            answer = expr if self.subexpr(expr) else "abstract_expression"
+        if len(table) >= _CHECKED_MAX:
+            table.clear()
+        table[key] = (answer, exprs)
+        return answer
 
     def subexpr(self, term: Term) -> bool:
         if self.oracle is None:
@@ -783,6 +812,8 @@ class Generator:
 
 
 _COMMUTATIVE = frozenset({OpKind.ADD, OpKind.MUL})
+_MIXED_PHASES = Phase.LOOP * Phase.POST  # the one product of two phases that cannot meet
+assert sorted(Phase) == [0, 1, 2] and _MIXED_PHASES == 2
 
 
 # operators of one operand the enumeration applies to the newest tensor, with the program's
@@ -860,6 +891,22 @@ def _pair_shapes(older: list[int], tensors: list[Tensor], dj: tuple[int, ...]) -
 
 
 _pair_shapes_cached = functools.lru_cache(maxsize=1 << 16)(_PairShapes)
+
+_CHECKED_MAX = 1 << 17  # entries of a checked-expressions table (emptied when full)
+_CHECKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_CHECKED_NO_ORACLE: dict = {}
+
+
+def _checked_table(oracle) -> dict:
+    """The table of :meth:`Enumerator._checked_expression` for ``oracle``: one per oracle
+    object, so that the enumerators of one search (one per work item) share it, and it goes
+    with the oracle; a table of its own for an oracle that takes no weak reference."""
+    if oracle is None:
+        return _CHECKED_NO_ORACLE
+    try:
+        return _CHECKED.setdefault(oracle, {})
+    except TypeError:
+        return {}
 
 
 def _push_block_op(bops: list[Op], bts: list[Tensor], op: Op, t: Tensor, ins) -> None:
@@ -1295,8 +1342,8 @@ class Enumerator(Generator):
         for index in range(start, len(children)):
             if trail is not None and trail.stop_here(depth, index):
                 raise HandBack
-            rank, kind, ins, attrs = children[index]
-            made = self.make_block_op(kind, ins, attrs, bts, grid, smem)
+            rank, kind, ins, attrs, expr = children[index]
+            made = self.make_block_op(kind, ins, attrs, bts, grid, smem, expr)
             if made is None:
                 continue
             op, t = made
@@ -1329,8 +1376,8 @@ class Enumerator(Generator):
         try:
             for index in walk:
                 children = list(self.block_candidates(bops, bts, grid, last_rank))
-                rank, kind, ins, attrs = children[index]
-                made = self.make_block_op(kind, ins, attrs, bts, grid, smem)
+                rank, kind, ins, attrs, expr = children[index]
+                made = self.make_block_op(kind, ins, attrs, bts, grid, smem, expr)
                 if made is None:  # pragma: no cover - the region came from a walk through here
                     raise MugraphError(f"search: work region {trail.region} does not exist")
                 op, t = made
