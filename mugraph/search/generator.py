@@ -641,8 +641,10 @@ class Generator:
         operators listed here (:class:`Trail`)."""
         pruned = self.stats.pruned
         n = len(tensors)
-        lowest = max(last_rank[0], 0) if self.config.canonical_form else 0
+        canonical = self.config.canonical_form
+        lowest = max(last_rank[0], 0) if canonical else 0
         phases = [t.phase for t in tensors]
+        plan, loops = self._kind_plan, grid.forloop_range
         for j in range(lowest, n):
             tj = tensors[j]
             dj = tj.type.dims
@@ -654,27 +656,30 @@ class Generator:
                 pruned["phase"] += j - len(older)
             shapes = _pair_shapes(older, tensors, dj)
             pruned["shape"] += shapes.rejected
-            for kind, order, category in self._kind_plan:
-                for inputs, attrs, key in self._operands(category, kind, j, tj, shapes, grid):
+            for kind, order, category, variants in plan:
+                for inputs, attrs, key in self._operands(category, kind, variants, j, tj,
+                                                         shapes, loops):  # fmt: skip
                     rank = (j, inputs, order, key)
-                    if self.config.canonical_form and rank <= last_rank:
+                    if canonical and rank <= last_rank:
                         pruned["canonical_form"] += 1
                         continue
-                    expr = self._checked_expression(kind, inputs, tensors, attrs, grid, rank)
+                    expr = self._checked_expression(kind, inputs, tensors, attrs, loops, rank)
                     if expr.__class__ is not Term:  # rejected: the reason's counter
                         pruned[expr] += 1
                         continue
                     yield rank, kind, inputs, attrs, expr
 
-    def _operands(self, category: str, kind: OpKind, j: int, tj: Tensor, shapes, grid: Grid):
-        """(inputs, attrs, attrs key) of one kind of operator whose newest input is ``j``."""
+    def _operands(self, category: str, kind: OpKind, variants: tuple, j: int, tj: Tensor,
+                  shapes, loops: int):  # fmt: skip
+        """(inputs, attrs, attrs key) of one kind of operator whose newest input is ``j``
+        (``variants``: see :attr:`_kind_plan`)."""
         if category == "unary":
-            for attrs in self._unary_variants.get(kind, ({},)):
-                yield (j,), dict(attrs), tuple(sorted((k, str(v)) for k, v in attrs.items()))
+            for attrs, key in variants:
+                yield (j,), dict(attrs), key
         elif category == "binary":
             for i in shapes.broadcast:
                 yield (i, j), {}, ()
-                if kind not in _COMMUTATIVE:
+                if not variants:  # not commutative
                     yield (j, i), {}, ()
             if kind is OpKind.MUL:
                 yield (j, j), {}, ()  # x*x (square) is the one useful self-operand
@@ -688,7 +693,7 @@ class Generator:
                 yield (i, j), {"dim": d}, (("dim", d),)
                 yield (j, i), {"dim": d}, (("dim", d),)
         elif category == "accum":
-            if grid.forloop_range > 1 and tj.phase is Phase.LOOP:
+            if loops > 1 and tj.phase is Phase.LOOP:
                 for acc in self._accum_order:
                     if acc is not AccumKind.RMS:
                         yield (j,), {"acc": acc}, (("acc", acc.value),)
@@ -702,15 +707,24 @@ class Generator:
                     yield (j,), {"dim": d}, (("dim", d),)
 
     @property
-    def _kind_plan(self) -> list[tuple[OpKind, int, str]]:
+    def _kind_plan(self) -> list[tuple[OpKind, int, str, tuple]]:
+        """(kind, its order, how its operands are picked, variants) of each block operator
+        kind the search enumerates, in order; the variants of a unary kind are its
+        ``(attrs, attrs key)`` pairs, of a binary one ``(True,)`` when it commutes."""
         plan = self.__dict__.get("_plan")
         if plan is None:
             kinds = sorted(self.config.block_kinds or (), key=_KIND_ORDER.__getitem__)
-            plan = [(k, _KIND_ORDER[k], _category(k)) for k in kinds]
+            plan = [(k, _KIND_ORDER[k], _category(k), self._variants(k)) for k in kinds]
             plan = [p for p in plan if p[2] is not None]
             self.__dict__["_plan"] = plan
             self.__dict__["_accum_order"] = sorted(self.config.accum_kinds, key=lambda a: a.value)
         return plan
+
+    def _variants(self, kind: OpKind) -> tuple:
+        if _category(kind) == "unary":
+            return tuple((attrs, tuple(sorted((k, str(v)) for k, v in attrs.items())))
+                         for attrs in self._unary_variants.get(kind, ({},)))  # fmt: skip
+        return (True,) if kind in _COMMUTATIVE else ()
 
     @property
     def _accum_order(self) -> list[AccumKind]:
@@ -750,7 +764,7 @@ class Generator:
         op = Op(kind, tuple(a.ref for a in args), freeze_attrs(attrs), (otype,))
         return op, Tensor(TensorRef(-1, 0), otype, out_labels, expr, phase)
 
-    def _checked_expression(self, kind, inputs, tensors, attrs, grid, rank) -> Term | str:
+    def _checked_expression(self, kind, inputs, tensors, attrs, loops, rank) -> Term | str:
         """The abstract expression of a block operator if the oracle keeps it, else the name
         of the pruning counter that rejects it ("abstract_error": the abstraction rejects the
         operator; "abstract_expression": not a subexpression of the program).
@@ -762,12 +776,12 @@ class Generator:
         identity stays theirs while the entry lives)."""
         exprs = tuple([tensors[i].expr for i in inputs])
         in_dims = [tensors[i].type.dims for i in inputs]
-        key = (rank[2], rank[3], grid.forloop_range, *map(id, exprs), *in_dims)
+        key = (rank[2], rank[3], loops, *map(id, exprs), *in_dims)
         table = self._checked
         known = table.get(key)
         if known is not None:
             return known[0]
-        expr = _abstract_expression(kind, list(exprs), in_dims, attrs, grid)
+        expr = _abstract_expression(kind, list(exprs), in_dims, attrs, loops)
         if expr is None:
             answer: Term | str = "abstract_error"
         else:
@@ -862,11 +876,11 @@ class _PairShapes:
                     self.concat.append((i, d))
 
 
-def _abstract_expression(kind: OpKind, exprs: list[Term], dims: list, attrs: dict, grid):
+def _abstract_expression(kind: OpKind, exprs: list[Term], dims: list, attrs: dict, loops: int):
     """The abstract expression of a block operator, or None when the abstraction rejects it:
     a function of (kind, attributes, loop range, operand terms and dims), asked again for
     every prefix that holds the same tensors, so it is cached (terms are hash-consed)."""
-    args = (kind, tuple(attrs.items()), grid.forloop_range, tuple(exprs), tuple(dims))
+    args = (kind, tuple(attrs.items()), loops, tuple(exprs), tuple(dims))
     try:
         return _abstract_cached(*args)
     except TypeError:  # an attribute value that cannot be a key: computed, not cached
