@@ -369,3 +369,32 @@ def test_kept_products_are_those_of_the_rounds_memory_within_their_room():
     chained = product(on_views[1][2], b[:2])
     assert kept.keep(dict([chained]), round_memo, room=1 << 20) == 64
     assert kept.nbytes == 128 and chained[0] in kept.entries
+
+
+def test_sums_of_the_rounds_memory_are_kept_apart_from_products(monkeypatch):
+    """A sum over the round's memory that shrinks it at least KEPT_SUM_MIN_RATIO-fold is kept
+    (a second ask computes nothing and gets the same values); a sum of a candidate's own
+    array, or one that shrinks too little, is not; sums have a budget of their own, so they
+    never take the products' room."""
+    from mugraph.semantics import field_arith
+    from mugraph.semantics.field_arith import KeptProducts, sum_mod
+
+    monkeypatch.setattr(field_arith, "KEPT_SUM_MIN_ELEMENTS", 16)
+    rng = np.random.default_rng(3)
+    exp_like = rng.integers(0, 97, size=(8, 4, 64), dtype=np.int64)  # the round's memory
+    kept = KeptProducts({("exp", 0): (exp_like, exp_like)}, max_bytes=1 << 20)
+    tiles = exp_like.reshape(8, 4, 8, 8).transpose(2, 0, 1, 3)  # loop axis first
+    calls = []
+    monkeypatch.setattr(field_arith, "sum_mod",
+                        lambda *a, **k: calls.append(1) or sum_mod(*a, **k))  # fmt: skip
+    first = kept.summed(tiles, 97, 0, True)
+    again = kept.summed(exp_like.reshape(8, 4, 8, 8).transpose(2, 0, 1, 3), 97, 0, True)
+    assert again is first and len(calls) == 1 and len(kept.sums) == 1
+    assert np.array_equal(first, sum_mod(tiles, 97, axis=0, keepdims=True))
+    assert kept.sum_bytes == first.nbytes and kept.nbytes == 0  # the products' room is whole
+    kept.summed(exp_like.copy(), 97, 2, False)  # a candidate's own array: not kept
+    kept.summed(exp_like, 97, 0, False)  # 8 elements into each: kept
+    kept.summed(exp_like, 97, 1, False)  # 4 elements into each: not kept
+    assert len(kept.sums) == 2 and len(calls) == 4
+    assert kept.keep({}, {}, room=1 << 20) == kept.sum_bytes  # counted once in the rounds
+    assert kept.keep({}, {}, room=1 << 20) == 0

@@ -1061,7 +1061,7 @@ class ProgramRounds:
                                       max_bytes=self.max_bytes // KEPT_PRODUCTS_SHARE)
         # the candidate works in a copy of the memo: what it computes is dropped after,
         # but for products of the round's own memory (kept for the next candidates)
-        ctx = state.ctx.with_memo_of(state.ctx)
+        ctx = state.ctx.with_memo_of(state.ctx).keeping(state.kept)
         ctx.memo.update(state.kept.entries)
         try:
             got = _evaluate(candidate, FieldInterpretation(ctx), state.inputs)

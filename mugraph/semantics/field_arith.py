@@ -1610,6 +1610,9 @@ class FieldContext:
     _exp_bits: int = field(init=False, repr=False, compare=False)
     _exp_lo: np.ndarray = field(init=False, repr=False, compare=False)
     _exp_hi: np.ndarray = field(init=False, repr=False, compare=False)
+    # a search round's kept results, whose sums of the round's memory this context reuses
+    # and adds to (:meth:`keeping`)
+    _kept: KeptProducts | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         p, q = self.p, self.q
@@ -1619,6 +1622,7 @@ class FieldContext:
             raise ValueError(f"omega={self.omega} is not a q-th root of unity other than 1")
         bits = -(-(q - 1).bit_length() // 2)
         object.__setattr__(self, "_memo", {})
+        object.__setattr__(self, "_kept", None)
         object.__setattr__(self, "_exp_bits", bits)
         object.__setattr__(self, "_exp_lo", _power_table(self.omega, 1 << bits, p))
         hi_size = ((q - 1) >> bits) + 1
@@ -1647,6 +1651,11 @@ class FieldContext:
         object.__setattr__(out, "fast", True)
         object.__setattr__(out, "_memo", dict(other._memo))
         return out
+
+    def keeping(self, kept: KeptProducts) -> FieldContext:
+        """This context, reusing (and adding to) ``kept``'s sums of the round's memory."""
+        object.__setattr__(self, "_kept", kept)
+        return self
 
     @property
     def memo(self) -> dict:
@@ -1878,8 +1887,13 @@ class FieldContext:
         self, a: FieldArray, axis: int | tuple[int, ...] | None = None, keepdims: bool = False
     ) -> FieldArray:
         shape = _reduced_shape(a.shape, axis, keepdims)
-        return self._make(shape, lambda: sum_mod(a.p, self.p, axis=axis, keepdims=keepdims),
-                          lambda: sum_mod(a.q, self.q, axis=axis, keepdims=keepdims), a.q_zero)
+        return self._make(shape, lambda: self._sum(a.p, self.p, axis, keepdims),
+                          lambda: self._sum(a.q, self.q, axis, keepdims), a.q_zero)
+
+    def _sum(self, x: np.ndarray, m: int, axis: Any, keepdims: bool) -> np.ndarray:
+        if self._kept is None:
+            return sum_mod(x, m, axis=axis, keepdims=keepdims)
+        return self._kept.summed(x, m, axis, keepdims)
 
     def concatenate(self, arrays: Sequence[FieldArray], axis: int = 0) -> FieldArray:
         """np.concatenate of both components."""
@@ -2155,6 +2169,10 @@ def _ident(x: np.ndarray) -> tuple[int, tuple[int, ...], tuple[int, ...], str]:
     return (x.__array_interface__["data"][0], x.shape, strides, x.dtype.str)
 
 
+KEPT_SUM_MIN_ELEMENTS = 1 << 16  # smaller sums are computed again (a lookup costs as much)
+KEPT_SUM_MIN_RATIO = 8  # a sum is kept when it has at most 1/8 of its operand's elements
+
+
 class KeptProducts:
     """Products a round computed for one candidate, kept for the candidates after it.
 
@@ -2172,8 +2190,11 @@ class KeptProducts:
 
     def __init__(self, memo: dict, *kept: Any, max_bytes: int) -> None:
         self.entries: dict = {}
-        self.nbytes = 0
-        self.max_bytes = max_bytes
+        self.sums: dict = {}  # (modulus, operand's memory, axis, keepdims) -> (operand, sum)
+        self.nbytes = 0  # of the products
+        self.max_bytes = max_bytes  # for the products, and as much again for the sums
+        self.sum_bytes = 0
+        self._sums_added = 0  # bytes of sums kept since the last keep()
         roots = {}
         for entry in (*memo.values(), kept):
             for array in _arrays_in(entry):
@@ -2185,7 +2206,7 @@ class KeptProducts:
         """Keep the products of ``memo`` (a candidate's copy of the round's memo, which
         holds ``known`` and what the candidate added) whose operands are the round's, at
         most ``room`` more bytes; returns the bytes added."""
-        added = 0
+        added, self._sums_added = self._sums_added, 0
         for key, entry in memo.items():
             if key[0] != "matmul" or len(entry) != 3 or key in known or key in self.entries:
                 continue
@@ -2200,6 +2221,28 @@ class KeptProducts:
             self.nbytes += size
             added += size
         return added
+
+    def summed(self, x: np.ndarray, m: int, axis: Any, keepdims: bool) -> np.ndarray:
+        """``sum_mod(x, m, axis, keepdims)``; kept (within ``max_bytes``) when ``x`` lives
+        in the round's memory, for the next candidate that sums that memory the same way
+        (one exponential's tiles summed over the for-loop, at the same tiling). The law is
+        the products': a sum is a function of its operand's values, and this memory holds
+        the same values for every candidate. The kept array is shared: never written."""
+        if x.size < KEPT_SUM_MIN_ELEMENTS or id(_root(x)) not in self._roots:
+            return sum_mod(x, m, axis=axis, keepdims=keepdims)
+        key = (m, _ident(x), axis, keepdims)
+        entry = self.sums.get(key)
+        if entry is not None:
+            return entry[1]
+        total = sum_mod(x, m, axis=axis, keepdims=keepdims)
+        size = _root(total).nbytes
+        # kept when it sums many elements into each one kept, within a budget of the sums'
+        # own (products save more, and must not be crowded out)
+        if total.size * KEPT_SUM_MIN_RATIO <= x.size and self.sum_bytes + size <= self.max_bytes:
+            self.sums[key] = (x, total)  # (x keeps the memory its key names alive)
+            self.sum_bytes += size
+            self._sums_added += size
+        return total
 
 
 def _shared_elementwise(
