@@ -15,8 +15,8 @@ included):
   μGraphs of up to 6 block operators, preset ``mlp`` (since the verifier got faster this search
   completes in about 2 s on 2 workers: too short to measure scaling, not run by default);
 - ``row:NAME``: any suite row (``benchmarks/suite/rows.py``) at suite sizes, searched as
-  ``superoptimize`` does by default (since candidates' products are kept, gqa_b1 takes about
-  33 s on one worker here instead of 85: a longer search shows scaling better).
+  ``superoptimize`` does by default (``row:gated_mlp_b1``: 486 units, about 45 s on one worker
+  here; ``row:gqa_b8``: about 50 s on two).
 
 Every process verifies with one thread (``MUGRAPH_VERIFY_THREADS=1``), so a worker is a core.
 Each configuration runs in its own process. The engines run one after the other, the local
