@@ -42,7 +42,13 @@ from mugraph.errors import MugraphError
 from mugraph.ir.ops import OpKind
 from mugraph.ir.serialize import from_json, to_json
 from mugraph.search.config import SearchConfig, default_config
-from mugraph.search.generator import CustomChoice, Enumerator, SearchTimeout, Stats
+from mugraph.search.generator import (
+    REGION_NUMBERING,
+    CustomChoice,
+    Enumerator,
+    SearchTimeout,
+    Stats,
+)
 from mugraph.semantics.abstract import ABSTRACT_SEMANTICS, Term
 
 # seconds the driver waits past the deadline for workers to report before stopping them
@@ -919,8 +925,6 @@ def _progress_printer(progress) -> Callable[[str], None] | None:
 def _checkpoint_key(program, cfg: SearchConfig) -> str:
     """The program and the search space (not the budget or the worker count), and how work
     regions are numbered (a checkpoint's regions mean nothing under another numbering)."""
-    from mugraph.search.generator import REGION_NUMBERING
-
     fields = {"region numbering": str(REGION_NUMBERING)}
     for name, value in vars(cfg).items():
         if name in ("time_limit", "workers", "extra"):

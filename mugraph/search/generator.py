@@ -49,7 +49,8 @@ PRUNING_RULES: dict[str, str] = {
     "column index); heuristic: such graphs only pass verification by accident of symmetry",
     "phase": "a value from inside the for-loop meets one computed after it (invalid μGraph)",
     "self_operand": "x+x, x-x, x/x and x@x are 2x, 0, 1 or a square that a cheaper operator "
-    "(or none) computes; x*x is kept (square)",
+    "(or none) computes; x*x is kept (square). Such operand pairs are never listed "
+    "(block_candidates pairs the newest tensor with older ones), so nothing counts here",
     "shape": "the operands' shapes do not fit the operator (invalid μGraph)",
     "shared_memory": "the block's tensors would exceed the GPU's shared memory (invalid)",
     "too_many_leaves": "more unused values than the remaining operators can consume and the "
