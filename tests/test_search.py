@@ -90,6 +90,48 @@ def test_checkpoint_resumes_where_the_last_call_stopped(tmp_path):
     assert hashes(second) == hashes(fresh)
 
 
+def test_a_checkpoint_of_another_region_numbering_is_not_resumed(tmp_path, monkeypatch):
+    """A checkpoint's regions name children of the walk as one numbering lists them; under
+    another numbering (REGION_NUMBERING) the search starts afresh instead of resuming."""
+    from mugraph.search import driver
+
+    program = tiny_rmsnorm_linear()
+    path = tmp_path / "search.ckpt"
+    reports = []
+
+    def ctrl_c_after_three_units(line: str) -> None:
+        reports.append(line)
+        if len(reports) == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(driver, "REGION_NUMBERING", driver.REGION_NUMBERING - 1)
+    first = superoptimize(program, time_limit=120, workers=1, max_custom_kernels=1,
+                          checkpoint=path, progress=ctrl_c_after_three_units)  # fmt: skip
+    assert first.interrupted and first.units_done > 0
+    monkeypatch.undo()
+    with pytest.warns(UserWarning, match="another program or search space; starting afresh"):
+        again = superoptimize(program, time_limit=120, workers=1, max_custom_kernels=1,
+                              checkpoint=path)  # fmt: skip
+    assert again.resumed_units == 0 and again.units_done == again.units_total
+
+
+def test_the_enumerators_of_one_search_share_their_checked_expressions():
+    """The table of checked block operators (Enumerator._checked_expression) is one per
+    oracle: every work item of a search finds what earlier items checked, and another
+    search (another oracle) starts with its own."""
+    from mugraph.search.driver import _OracleAdapter, program_terms
+    from mugraph.search.generator import Enumerator
+
+    program = tiny_rmsnorm_linear()
+    cfg = default_config(program)
+    oracle, other = (_OracleAdapter(program_terms(program)) for _ in range(2))
+    first, second = Enumerator(program, cfg, oracle), Enumerator(program, cfg, oracle)
+    assert first._checked is second._checked
+    assert Enumerator(program, cfg, other)._checked is not first._checked
+    unpruned = cfg.with_overrides(abstract_pruning=False)
+    assert Enumerator(program, unpruned, oracle)._checked is not first._checked  # no oracle
+
+
 def test_ablations_search_more_states_and_find_the_same_best():
     program = tiny_rmsnorm_linear()
     base = superoptimize(program, time_limit=120, workers=2, max_custom_kernels=1, max_block_ops=4)
