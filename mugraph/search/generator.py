@@ -878,25 +878,13 @@ class _PairShapes:
 
 
 def _abstract_expression(kind: OpKind, exprs: list[Term], dims: list, attrs: dict, loops: int):
-    """The abstract expression of a block operator, or None when the abstraction rejects it:
-    a function of (kind, attributes, loop range, operand terms and dims), asked again for
-    every prefix that holds the same tensors, so it is cached (terms are hash-consed)."""
-    args = (kind, tuple(attrs.items()), loops, tuple(exprs), tuple(dims))
-    try:
-        return _abstract_cached(*args)
-    except TypeError:  # an attribute value that cannot be a key: computed, not cached
-        return _abstract_uncached(*args)
-
-
-def _abstract_uncached(kind, attrs: tuple, loops: int, exprs: tuple, dims: tuple):
-    full_attrs = {**dict(attrs), "forloop_range": loops, "reduction_dimx": 64}
+    """The abstract expression of a block operator, or None when the abstraction rejects it
+    (its caller, :meth:`Enumerator._checked_expression`, keeps the answer for the search)."""
+    full_attrs = {**attrs, "forloop_range": loops, "reduction_dimx": 64}
     try:
         return ABSTRACT_SEMANTICS[kind](list(exprs), list(dims), full_attrs)
     except Exception:  # noqa: BLE001 - counted by the caller
         return None
-
-
-_abstract_cached = functools.lru_cache(maxsize=1 << 16)(_abstract_uncached)
 
 
 def _pair_shapes(older: list[int], tensors: list[Tensor], dj: tuple[int, ...]) -> _PairShapes:

@@ -2186,6 +2186,9 @@ class KeptProducts:
     The law is the memo's: a product is a function of its operands' values, and arrays the
     round keeps are never written and never freed while it lives, so their memory (the memo
     key) names the same values for every candidate. An entry keeps its operands alive.
+
+    Large sums of the round's memory are kept the same way (:meth:`summed`), under a budget
+    of their own.
     """
 
     def __init__(self, memo: dict, *kept: Any, max_bytes: int) -> None:
