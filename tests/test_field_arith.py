@@ -325,6 +325,33 @@ def test_sum(ctx: FieldContext, rng: np.random.Generator) -> None:
     assert total.shape == () and int(total.p) == sum(int(v) for v in x.p.ravel()) % P
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_large_sums_of_strided_views_are_exact(rng: np.random.Generator, workers: int) -> None:
+    """Sums of a million elements or more run in the operand's memory order (slab by slab
+    when the summed axes are outside the kept ones): each against Python's exact sum, for
+    a weight's tiles over a for-loop, a tile view summed over two axes, a sum over the
+    innermost axis and one over more slabs than are added one by one."""
+    m = fa.P
+    w = rng.integers(0, m, size=(1024, 2048), dtype=np.int64)
+    lanes = rng.integers(0, m, size=(8, 4, 64, 512), dtype=np.int64)
+    tiles = np.lib.stride_tricks.as_strided(  # (loop, grid x, grid y, rows, cols) of w
+        w, shape=(4, 2, 16, 128, 128), strides=tuple(8 * s for s in (
+            128 * 2048, 512 * 2048, 128, 2048, 1)))
+    cases = [
+        (tiles, 0), (tiles, (0, 1)), (tiles, -1), (w, 0), (w.T, 1), (lanes, (0, 2)),
+        (lanes.transpose(3, 1, 0, 2), 2), (w.reshape(2, 512, 2048), 0),
+    ]
+    with fa.parallel_evaluation(workers):
+        for x, axis in cases:
+            assert x.size >= fa._SUM_SPLIT_MIN
+            expected = np.sum(x, axis=axis, keepdims=True, dtype=object) % m
+            got = fa.sum_mod(x, m, axis=axis, keepdims=True)
+            assert got.shape == expected.shape and got.dtype == np.int64
+            assert np.array_equal(got, expected.astype(np.int64)), (x.shape, axis)
+            flat = fa.sum_mod(x, m, axis=axis)
+            assert np.array_equal(flat, np.squeeze(got, axis=axis))
+
+
 # ---------------------------------------------------------------------------------------------
 # constants
 # ---------------------------------------------------------------------------------------------

@@ -826,43 +826,116 @@ def sum_mod(
 ) -> np.ndarray:
     """Sum over axis mod m (exact: int64 holds up to 2^32 terms below 2^31).
 
-    Large sums run over the axes in the order of x's memory (a strided tile view is read as
-    the memory lies) and are split along a kept axis over the worker threads of
-    :func:`parallel_evaluation`; integer sums are exact, so the order changes nothing."""
+    Large sums (:func:`_sum_large`) are computed in the memory order of x and returned as a
+    view of that order; small ones are one ``np.sum``."""
     x = np.asarray(x)
     axes = tuple(range(x.ndim)) if axis is None else tuple(
         _axis_index(a, x.ndim) for a in ((axis,) if isinstance(axis, int | np.integer) else axis))
     if math.prod(x.shape[a] for a in axes) >= 1 << 32:
         raise ValueError("reduction of 2^32 or more elements")
-    total = _sum_keepdims(x, axes) if x.size >= _SUM_SPLIT_MIN else np.asarray(
-        np.sum(x, axis=axes, keepdims=True, dtype=np.int64))
+    if x.size >= _SUM_SPLIT_MIN:
+        total = _sum_large(x, axes, m)
+        return total if keepdims else np.squeeze(total, axis=axes)
+    total = np.asarray(np.sum(x, axis=axes, keepdims=True, dtype=np.int64))
     _canon_(total, m)
     return total if keepdims else total.reshape(_reduced_shape(x.shape, axes, False))
 
 
-_SUM_SPLIT_MIN = 1 << 20  # sums of arrays this large are reordered and spread over threads
+_SUM_SPLIT_MIN = 1 << 20  # sums of arrays this large run in memory order, over the threads
+_SUM_MAX_SLABS = 64  # a sum over at most this many slabs is added slab by slab
 
 
-def _sum_keepdims(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
-    """``np.sum(x, axes, keepdims=True)`` in int64 (C-contiguous), x's axes taken in memory
-    order, the kept axis that is outermost in memory split over the worker threads."""
-    out = recycled_empty(tuple(1 if i in axes else n for i, n in enumerate(x.shape)))
+def _sum_large(x: np.ndarray, axes: tuple[int, ...], m: int) -> np.ndarray:
+    """``sum_mod(x, m, axes, keepdims=True)`` for a large int64 ``x``, in x's memory order.
+
+    x's axes are taken in the order of its memory (a strided tile view — a weight's tiles
+    over a for-loop — is read as it lies) and the sum is written C-contiguous in that order:
+    the result is a transposed view of it. When every summed axis lies outside every kept
+    axis in memory and they make at most ``_SUM_MAX_SLABS`` slabs, the sum is computed block
+    by block of the result (:func:`_block_slices`): a block's slabs are added in a work array
+    in cache and brought into [0, m) there, and the block is written once (``np.sum`` over an
+    outer axis, then a pass to reduce the result, read and write memory several times over).
+    Else it is one ``np.sum`` per part of the outermost kept axis, then reduced block by
+    block. Both spread over the worker threads; integer sums are exact, so no order changes
+    the result."""
     order = sorted(range(x.ndim), key=lambda i: -abs(x.strides[i]) if x.shape[i] > 1 else 0)
-    xt, ot = x.transpose(order), out.transpose(order)
+    xt = x.transpose(order)
     red = tuple(order.index(a) for a in axes)
-    split = next((i for i in range(x.ndim) if i not in red and xt.shape[i] >= 2), None)
+    out = recycled_empty(tuple(1 if i in red else n for i, n in enumerate(xt.shape)))
+    kept = [i for i in range(xt.ndim) if i not in red and xt.shape[i] > 1]
+    slabs = math.prod(xt.shape[i] for i in red)
+    if kept and all(r < kept[-1] for r in red) and slabs <= _SUM_MAX_SLABS:
+        _sum_slabs(xt, red, out, m)
+    else:
+        _sum_reduce(xt, red, kept[0] if kept else None, out, m)
+    return out.transpose(np.argsort(order))
+
+
+def _sum_slabs(xt: np.ndarray, red: tuple[int, ...], out: np.ndarray, m: int) -> None:
+    """``out`` (xt's shape, 1 on the axes ``red``) ← the sum of xt over ``red`` mod m, block
+    by block of ``out`` in cache (see :func:`_sum_large`)."""
+    picks = [()]
+    for r in red:
+        picks = [(*p, (r, j)) for p in picks for j in range(xt.shape[r])]
+    blocks = _block_slices(out.shape, _BLOCK)
+    workers = max(1, min(_WORKERS, len(blocks) // 4))
+    bounds = [len(blocks) * i // workers for i in range(workers + 1)]
+
+    def slab(index: tuple[slice, ...], pick: tuple) -> np.ndarray:
+        index = list(index)
+        for r, j in pick:
+            index[r] = slice(j, j + 1)
+        return xt[tuple(index)]
+
+    def share(part: Sequence[tuple[slice, ...]]) -> Callable[[], None]:
+        def run() -> None:
+            held = thread_scratch()
+            for index in part:
+                target = out[index]
+                work = held.get_int("sum_slabs", (2, *target.shape))
+                acc, spare = work[0], work[1]
+                if len(picks) == 1:
+                    np.copyto(acc, slab(index, picks[0]))
+                else:
+                    np.add(slab(index, picks[0]), slab(index, picks[1]), out=acc)
+                for pick in picks[2:]:
+                    np.add(acc, slab(index, pick), out=acc)
+                _canon_into(acc, m, target, spare)
+
+        return run
+
+    tasks = [share(blocks[lo:hi]) for lo, hi in zip(bounds, bounds[1:], strict=False)]
+    if len(tasks) == 1:
+        tasks[0]()
+    else:
+        _run_parallel(tasks)
+
+
+def _sum_reduce(
+    xt: np.ndarray, red: tuple[int, ...], split: int | None, out: np.ndarray, m: int
+) -> None:
+    """``out`` ← the sum of xt over ``red`` mod m: ``np.sum`` per part of axis ``split`` over
+    the worker threads, then reduced into [0, m) block by block."""
     parts = 1 if split is None else min(_WORKERS, xt.shape[split])
-    if parts < 2:
-        np.sum(xt, axis=red, keepdims=True, dtype=np.int64, out=ot)
-        return out
-    bounds = [xt.shape[split] * i // parts for i in range(parts + 1)]
+    bounds = [0 if split is None else xt.shape[split] * i // parts for i in range(parts + 1)]
 
     def part(lo: int, hi: int) -> Callable[[], None]:
-        index = (slice(None),) * split + (slice(lo, hi),)
-        return lambda: np.sum(xt[index], axis=red, keepdims=True, dtype=np.int64, out=ot[index])
+        index = () if split is None else (slice(None),) * split + (slice(lo, hi),)
+        return lambda: np.sum(xt[index], axis=red, keepdims=True, dtype=np.int64,
+                              out=out[index])
 
-    _run_parallel([part(lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False)])
-    return out
+    tasks = [part(lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False)]
+    if len(tasks) == 1:
+        tasks[0]()
+    else:
+        _run_parallel(tasks)
+    flat = out.reshape(-1)
+
+    def canon(lo: int, hi: int, scratch: np.ndarray) -> None:
+        block = flat[lo:hi]
+        _canon_into(block, m, block, scratch[0, : hi - lo])
+
+    _blockwise(flat.size, 1, canon)
 
 
 # ---------------------------------------------------------------------------------------------
