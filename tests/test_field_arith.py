@@ -330,7 +330,8 @@ def test_large_sums_of_strided_views_are_exact(rng: np.random.Generator, workers
     """Sums of a million elements or more run in the operand's memory order (slab by slab
     when the summed axes are outside the kept ones): each against Python's exact sum, for
     a weight's tiles over a for-loop, a tile view summed over two axes, a sum over the
-    innermost axis and one over more slabs than are added one by one."""
+    innermost axis and one over more slabs than are added one by one; int64 operands and
+    float64 ones (a random input's mirror)."""
     m = fa.P
     w = rng.integers(0, m, size=(1024, 2048), dtype=np.int64)
     lanes = rng.integers(0, m, size=(8, 4, 64, 512), dtype=np.int64)
@@ -341,6 +342,8 @@ def test_large_sums_of_strided_views_are_exact(rng: np.random.Generator, workers
         (tiles, 0), (tiles, (0, 1)), (tiles, -1), (w, 0), (w.T, 1), (lanes, (0, 2)),
         (lanes.transpose(3, 1, 0, 2), 2), (w.reshape(2, 512, 2048), 0),
     ]
+    # a random input's float64 mirror is summed as it is (no int64 copy of it first)
+    cases += [(x.astype(np.float64), axis) for x, axis in cases[:4]]
     with fa.parallel_evaluation(workers):
         for x, axis in cases:
             assert x.size >= fa._SUM_SPLIT_MIN

@@ -461,6 +461,16 @@ class FieldArray:
         value = self._p if name == "p" else self._q
         return value if isinstance(value, np.ndarray) else None
 
+    def sum_part(self, name: str) -> np.ndarray:
+        """Component ``name`` as the operand of a sum: the component if it is computed, else
+        its float64 mirror when there is one (a weight's tiles summed over a for-loop need
+        no int64 copy of the weight: the sum converts what it adds), else the component."""
+        computed = self.computed_part(name)
+        mirror = self.mirrors[0 if name == "p" else 1]
+        if computed is not None or mirror is None:
+            return self.p if name == "p" else self.q
+        return mirror if isinstance(mirror, np.ndarray) else mirror()
+
     def gemm_part(self, name: str, compute: bool = True) -> np.ndarray | None:
         """Component ``name`` as a matmul operand: its float64 mirror when there is one, else
         the component (computed if needed; with ``compute=False``, None if not computed)."""
@@ -824,7 +834,9 @@ def inv_mod(x: np.ndarray, m: int, component: str = "?") -> np.ndarray:
 def sum_mod(
     x: np.ndarray, m: int, axis: int | tuple[int, ...] | None = None, keepdims: bool = False
 ) -> np.ndarray:
-    """Sum over axis mod m (exact: int64 holds up to 2^32 terms below 2^31).
+    """Sum over axis mod m (exact: int64 holds up to 2^32 terms below 2^31). ``x`` is int64,
+    or float64 holding integers of [0, m) (a random input's mirror, :meth:`FieldArray.sum_part`):
+    its elements are converted exactly as they are added.
 
     Large sums (:func:`_sum_large`) are computed in the memory order of x and returned as a
     view of that order; small ones are one ``np.sum``."""
@@ -874,6 +886,7 @@ def _sum_large(x: np.ndarray, axes: tuple[int, ...], m: int) -> np.ndarray:
 def _sum_slabs(xt: np.ndarray, red: tuple[int, ...], out: np.ndarray, m: int) -> None:
     """``out`` (xt's shape, 1 on the axes ``red``) ← the sum of xt over ``red`` mod m, block
     by block of ``out`` in cache (see :func:`_sum_large`)."""
+    floats = xt.dtype == np.float64
     picks = [()]
     for r in red:
         picks = [(*p, (r, j)) for p in picks for j in range(xt.shape[r])]
@@ -894,12 +907,18 @@ def _sum_slabs(xt: np.ndarray, red: tuple[int, ...], out: np.ndarray, m: int) ->
                 target = out[index]
                 work = held.get_int("sum_slabs", (2, *target.shape))
                 acc, spare = work[0], work[1]
-                if len(picks) == 1:
-                    np.copyto(acc, slab(index, picks[0]))
+                if floats:  # integers added in float64 (exact below 2^53), converted once
+                    total = held.get("sum_slabs_float", target.shape)
                 else:
-                    np.add(slab(index, picks[0]), slab(index, picks[1]), out=acc)
+                    total = acc
+                if len(picks) == 1:
+                    np.copyto(total, slab(index, picks[0]))
+                else:
+                    np.add(slab(index, picks[0]), slab(index, picks[1]), out=total)
                 for pick in picks[2:]:
-                    np.add(acc, slab(index, pick), out=acc)
+                    np.add(total, slab(index, pick), out=total)
+                if floats:
+                    np.copyto(acc, total, casting="unsafe")
                 _canon_into(acc, m, target, spare)
 
         return run
@@ -1960,8 +1979,8 @@ class FieldContext:
         self, a: FieldArray, axis: int | tuple[int, ...] | None = None, keepdims: bool = False
     ) -> FieldArray:
         shape = _reduced_shape(a.shape, axis, keepdims)
-        return self._make(shape, lambda: self._sum(a.p, self.p, axis, keepdims),
-                          lambda: self._sum(a.q, self.q, axis, keepdims), a.q_zero)
+        return self._make(shape, lambda: self._sum(a.sum_part("p"), self.p, axis, keepdims),
+                          lambda: self._sum(a.sum_part("q"), self.q, axis, keepdims), a.q_zero)
 
     def _sum(self, x: np.ndarray, m: int, axis: Any, keepdims: bool) -> np.ndarray:
         if self._kept is None:
