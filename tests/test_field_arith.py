@@ -355,6 +355,21 @@ def test_large_sums_of_strided_views_are_exact(rng: np.random.Generator, workers
             assert np.array_equal(flat, np.squeeze(got, axis=axis))
 
 
+@pytest.mark.parametrize("n", [fa._BATCH_INV_MIN, 50_001, 131_073, 1 << 20])
+def test_batch_inversion_at_every_row_count(rng: np.random.Generator, n: int) -> None:
+    """Montgomery's batch inversion (its grid has 8 to 64 rows by size, the last row padded
+    with ones) gives x·x^-1 = 1 for every element, and the same values as Fermat's x^(m-2)."""
+    m = fa.P
+    x = rng.integers(1, m, size=(n,), dtype=np.int64)
+    inverse = fa.inv_mod(x, m)
+    assert np.all(fa.mul_mod(x, inverse, m) == 1)
+    sample = rng.integers(0, n, size=64)
+    assert np.array_equal(inverse[sample], fa.pow_mod(x[sample], m - 2, m))
+    x[n // 3] = 0
+    with pytest.raises(FieldDivisionByZero):
+        fa.inv_mod(x, m)
+
+
 # ---------------------------------------------------------------------------------------------
 # constants
 # ---------------------------------------------------------------------------------------------
