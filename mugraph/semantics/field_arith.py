@@ -898,7 +898,7 @@ def _sum_slabs(xt: np.ndarray, red: tuple[int, ...], out: np.ndarray, m: int) ->
     bounds = [len(blocks) * i // workers for i in range(workers + 1)]
 
     def slab(index: tuple[slice, ...], pick: tuple) -> np.ndarray:
-        index = list(index)
+        index = [*index, *(slice(None),) * (xt.ndim - len(index))]  # (blocks name outer axes)
         for r, j in pick:
             index[r] = slice(j, j + 1)
         return xt[tuple(index)]
