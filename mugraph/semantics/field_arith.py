@@ -697,10 +697,14 @@ def _elementwise(
 def _large(*operands: Any) -> bool:
     """Whether int64 operands (arrays or scalars) broadcast to a result worth
     :func:`_elementwise`."""
-    if not all(isinstance(x, np.ndarray | np.int64) for x in operands):
-        return False
-    return all(x.dtype == np.int64 for x in operands) and \
-        math.prod(np.broadcast_shapes(*(np.shape(x) for x in operands))) >= _ELEMENTWISE_MIN
+    largest, bound = 0, 1  # a broadcast result has at least the largest operand's elements
+    for x in operands:  # and at most their product: most calls are decided without shapes
+        if not isinstance(x, np.ndarray | np.int64) or x.dtype != np.int64:
+            return False
+        largest, bound = max(largest, x.size), bound * x.size
+    if largest >= _ELEMENTWISE_MIN or bound < _ELEMENTWISE_MIN:
+        return largest >= _ELEMENTWISE_MIN
+    return math.prod(np.broadcast_shapes(*(np.shape(x) for x in operands))) >= _ELEMENTWISE_MIN
 
 
 def _lift_negatives(out: np.ndarray, m: int, spare: np.ndarray) -> None:
