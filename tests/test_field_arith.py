@@ -342,6 +342,10 @@ def test_large_sums_of_strided_views_are_exact(rng: np.random.Generator, workers
         (tiles, 0), (tiles, (0, 1)), (tiles, -1), (w, 0), (w.T, 1), (lanes, (0, 2)),
         (lanes.transpose(3, 1, 0, 2), 2), (w.reshape(2, 512, 2048), 0),
     ]
+    # a reversed view, and a broadcast one (an axis of stride 0) summed along and across it
+    column = rng.integers(0, m, size=(1024, 1), dtype=np.int64)
+    cases += [(w[::-1, ::2], 0), (np.broadcast_to(column, (1024, 2048)), 1),
+              (np.broadcast_to(column, (1024, 2048)), 0), (tiles[:, :, :, ::-1], 0)]
     # a random input's float64 mirror is summed as it is (no int64 copy of it first)
     cases += [(x.astype(np.float64), axis) for x, axis in cases[:4]]
     with fa.parallel_evaluation(workers):
