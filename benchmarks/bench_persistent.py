@@ -366,6 +366,10 @@ VARIANTS = {
     "per_kernel_tasks": ({"task_allocation": "kernel"}, {}),
     "no_hoist": ({"hoist": False}, {}),
     "fuse": ({}, {"fuse_attention_output": True}),
+    # more programs per SM, the kernel's registers capped so that they fit (its heaviest body,
+    # the attention partials, spills; the projections need 56-106 registers)
+    "pps3_r168": ({"programs_per_sm": 3, "max_registers": 168}, {}),
+    "pps4_r128": ({"programs_per_sm": 4, "max_registers": 128}, {}),
 }
 
 

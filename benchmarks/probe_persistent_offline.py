@@ -53,8 +53,11 @@ LOAD = re.compile(r"\s(LDG[.\w]*)")
 LOAD_BYTES = {"U8": "1", "S8": "1", "U16": "2", "S16": "2", "64": "8", "128": "16"}  # else 4
 
 
-def compile_module(text: str, name: str, warps: int) -> tuple[dict, collections.Counter]:
-    """Resources and load counts of the kernel ``name`` defined by ``text``, for sm_90a."""
+def compile_module(
+    text: str, name: str, warps: int, maxnreg: int | None = None
+) -> tuple[dict, collections.Counter]:
+    """Resources and load counts of the kernel ``name`` defined by ``text``, for sm_90a
+    (``maxnreg``: the register cap the compiler must fit, spilling what does not)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -69,7 +72,8 @@ def compile_module(text: str, name: str, warps: int) -> tuple[dict, collections.
     compiled = triton.compile(
         ASTSource(getattr(module, name), SIGNATURE, {}),
         target=GPUTarget("cuda", 90, 32),
-        options={"num_warps": warps, "num_stages": 1},
+        options={"num_warps": warps, "num_stages": 1,
+                 **({"maxnreg": maxnreg} if maxnreg else {})},
     )
     cubin = os.path.join(folder, "kernel.cubin")
     Path(cubin).write_bytes(compiled.asm["cubin"])
@@ -124,6 +128,8 @@ def main(argv=None) -> int:
     p.add_argument("--variants", nargs="+", default=["default", "s17_default"],
                    choices=sorted(VARIANTS))
     p.add_argument("--per-body", action="store_true")
+    p.add_argument("--maxnreg", type=int, default=None,
+                   help="cap the registers per thread (PersistentProgram(max_registers=...))")
     p.add_argument("--attention-chunk", type=int, default=TilePolicy.attention_chunk,
                    help="cached positions per attention block (TilePolicy.attention_chunk)")
     args = p.parse_args(argv)
@@ -134,7 +140,8 @@ def main(argv=None) -> int:
         specs = kernel_specs(decoder.kernel)
         for variant in args.variants:
             options = PersistentOptions(interpret=False, **VARIANTS[variant])
-            res, loads = compile_module(program_source(specs, options), KERNEL_NAME, args.warps)
+            res, loads = compile_module(program_source(specs, options), KERNEL_NAME, args.warps,
+                                       args.maxnreg)
             rows.append((model_name, variant, "whole kernel", res, widths(loads)))
             print(*rows[-1], flush=True)
             if not args.per_body:
@@ -142,7 +149,7 @@ def main(argv=None) -> int:
             _, bodies = task_bodies(specs, options)
             for body in bodies:
                 text = generate_program([body], descriptor_width(specs), KERNEL_NAME, options)
-                res, loads = compile_module(text, KERNEL_NAME, args.warps)
+                res, loads = compile_module(text, KERNEL_NAME, args.warps, args.maxnreg)
                 rows.append((model_name, variant, ", ".join(body.kernels)[:40], res,
                              widths(loads)))
                 print(*rows[-1], flush=True)

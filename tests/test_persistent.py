@@ -209,6 +209,19 @@ def test_runtime_rejects_bad_options():
         decoder.compile(programs_per_sm=0)
     with pytest.raises(mugraph.UnsupportedError, match="prefetch_distance"):
         decoder.compile(prefetch_distance=0)
+    for registers in (8, 256, 128.0):
+        with pytest.raises(mugraph.UnsupportedError, match="max_registers"):
+            decoder.compile(max_registers=registers)
+
+
+def test_register_cap_is_a_gpu_launch_option():
+    """``max_registers`` becomes Triton's ``maxnreg`` on a GPU launch; the interpreter, which
+    has no registers, launches as without it (and decodes the same tokens)."""
+    decoder = build_decoder(tiny_model("qwen3"), 8, tiles=SMALL_TILES)
+    capped = decoder.compile(max_registers=128)
+    assert capped.launch_options == {"num_warps": capped.num_warps, "num_stages": 1}
+    plain = decoder.compile()
+    assert capped.generate([1, 2], 3) == plain.generate([1, 2], 3)
 
 
 def test_runtime_rejects_bad_steps():

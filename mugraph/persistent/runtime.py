@@ -8,8 +8,9 @@ the kernel walks (task descriptors, queues, event counters, the meta buffer) and
   each running its queue; before the first launch the compiled kernel's registers and shared
   memory are checked so that every program is resident at once (otherwise a wait could block a
   program whose producer never gets an SM: a deadlock). When the count was not given and that
-  many do not fit, the task graph is rebuilt for as many as fit. Steps can be replayed from a
-  CUDA graph: the kernel advances the position itself.
+  many do not fit, the task graph is rebuilt for as many as fit. ``max_registers`` caps the
+  registers per thread (Triton's ``maxnreg``) so that more programs fit, spilling what does
+  not. Steps can be replayed from a CUDA graph: the kernel advances the position itself.
 - **topological mode** (CPU under ``TRITON_INTERPRET=1``, or on request): one program runs every
   task in the global topological order; each wait only checks that its event has fired.
 
@@ -183,6 +184,7 @@ class PersistentProgram:
         num_programs: int | None = None,
         programs_per_sm: int = PROGRAMS_PER_SM,
         num_warps: int = NUM_WARPS,
+        max_registers: int | None = None,
         prefetch: bool = True,
         prefetch_task: bool = False,
         prefetch_distance: int | None = None,
@@ -220,6 +222,13 @@ class PersistentProgram:
                 f"persistent runtime: programs_per_sm must be a positive int, got "
                 f"{programs_per_sm!r}"
             )
+        if max_registers is not None and (
+            not isinstance(max_registers, int) or not 16 <= max_registers <= 255
+        ):
+            raise UnsupportedError(
+                f"persistent runtime: max_registers must be an int in [16, 255] (registers "
+                f"per thread), got {max_registers!r}"
+            )
         if prefetch_distance is not None and (
             not isinstance(prefetch_distance, int) or prefetch_distance < 1
         ):
@@ -239,6 +248,12 @@ class PersistentProgram:
         elif num_programs is None:
             num_programs = 4
         self.num_warps = num_warps
+        # what every launch of the kernel passes Triton; ``maxnreg`` caps the registers of the
+        # whole kernel (its heaviest body sets them otherwise) so that more programs fit per
+        # SM, spilling what does not fit (GPU only: the interpreter has no registers)
+        self.launch_options: dict[str, int] = {"num_warps": num_warps, "num_stages": 1}
+        if max_registers is not None and on_cuda and not interpret:
+            self.launch_options["maxnreg"] = max_registers
         self.task_allocation = task_allocation
         gpu = on_cuda and not interpret
         self.options = PersistentOptions(
@@ -384,7 +399,7 @@ class PersistentProgram:
 
         try:
             compiled = self.fn.warmup(
-                *self._args(), grid=self.grid, num_warps=self.num_warps, num_stages=1
+                *self._args(), grid=self.grid, **self.launch_options
             )
             if hasattr(compiled, "_init_handles"):
                 compiled._init_handles()
@@ -415,7 +430,7 @@ class PersistentProgram:
                 f"persistent kernel: {self.grid[0]} programs cannot be resident at once "
                 f"({regs} registers x {threads} threads, {shared} bytes of shared memory: "
                 f"{per_sm} per SM on {props.multi_processor_count} SMs); use fewer programs "
-                "or fewer warps"
+                "or fewer warps, or cap the registers (max_registers)"
             )
 
     def _rebuild(self, num_programs: int) -> None:
@@ -438,7 +453,7 @@ class PersistentProgram:
         if self._graph is not None:
             self._graph.replay()
             return
-        self.fn[self.grid](*self._args(), num_warps=self.num_warps, num_stages=1)
+        self.fn[self.grid](*self._args(), **self.launch_options)
 
     def capture(self) -> None:
         """Record one launch in a CUDA graph; later steps replay it (the kernel advances the
@@ -452,7 +467,7 @@ class PersistentProgram:
             self._checked = True
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            self.fn[self.grid](*self._args(), num_warps=self.num_warps, num_stages=1)
+            self.fn[self.grid](*self._args(), **self.launch_options)
         self._graph = graph
 
     # ---- decoding -------------------------------------------------------------------------
