@@ -631,10 +631,7 @@ def _blockwise(n: int, scratch_rows: int, block: Callable[[int, int, np.ndarray]
         return run
 
     tasks = [share(a, b) for a, b in zip(bounds, bounds[1:], strict=False)]
-    if len(tasks) == 1:
-        tasks[0]()
-    else:
-        _run_parallel(tasks)
+    _run_parallel(tasks)
 
 
 _ELEMENTWISE_MIN = 1 << 20  # results this large are computed block by block (in cache)
@@ -687,10 +684,7 @@ def _elementwise(
         return run
 
     tasks = [share(blocks[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)]
-    if len(tasks) == 1:
-        tasks[0]()
-    else:
-        _run_parallel(tasks)
+    _run_parallel(tasks)
     return out
 
 
@@ -931,10 +925,7 @@ def _sum_slabs(xt: np.ndarray, red: tuple[int, ...], out: np.ndarray, m: int) ->
         return run
 
     tasks = [share(blocks[lo:hi]) for lo, hi in zip(bounds, bounds[1:], strict=False)]
-    if len(tasks) == 1:
-        tasks[0]()
-    else:
-        _run_parallel(tasks)
+    _run_parallel(tasks)
 
 
 def _sum_reduce(
@@ -951,10 +942,7 @@ def _sum_reduce(
                               out=out[index])
 
     tasks = [part(lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False)]
-    if len(tasks) == 1:
-        tasks[0]()
-    else:
-        _run_parallel(tasks)
+    _run_parallel(tasks)
     flat = out.reshape(-1)
 
     def canon(lo: int, hi: int, scratch: np.ndarray) -> None:
@@ -1097,7 +1085,8 @@ os.register_at_fork(after_in_child=_forget_pool)
 
 
 def _run_parallel(tasks: Sequence[Callable[[], Any]]) -> list[Any]:
-    """Run ``tasks`` on the pool, the last one in this thread; results in order."""
+    """Run ``tasks`` on the pool, the last one in this thread (a single task runs here, with
+    no pool); results in order."""
     futures = [_pool().submit(task) for task in tasks[:-1]]
     last = tasks[-1]()
     return [f.result() for f in futures] + [last]
@@ -1189,10 +1178,7 @@ def _matmul_core(x: np.ndarray, y: np.ndarray, m: int, limbs: int | None) -> np.
     bounds = [len(tiles) * i // workers for i in range(workers + 1)]
     tasks = [functools.partial(_run_tiles, items, tiles[a:b], layout)
              for a, b in zip(bounds, bounds[1:], strict=False)]
-    if len(tasks) == 1:
-        tasks[0]()
-    else:
-        _run_parallel(tasks)
+    _run_parallel(tasks)
     return out
 
 
