@@ -859,7 +859,8 @@ _SUM_MAX_SLABS = 64  # a sum over at most this many slabs is added slab by slab
 
 
 def _sum_large(x: np.ndarray, axes: tuple[int, ...], m: int) -> np.ndarray:
-    """``sum_mod(x, m, axes, keepdims=True)`` for a large int64 ``x``, in x's memory order.
+    """``sum_mod(x, m, axes, keepdims=True)`` for a large ``x`` (int64, or float64 holding
+    integers of [0, m)), in x's memory order.
 
     x's axes are taken in the order of its memory (a strided tile view — a weight's tiles
     over a for-loop — is read as it lies) and the sum is written C-contiguous in that order:
