@@ -2,7 +2,7 @@
 
     python benchmarks/probe_persistent_offline.py [--models qwen3-0.6b llama-3.2-1b]
         [--layers 1] [--warps 4] [--variants default unaligned no_pipeline] [--per-body]
-        [--attention-chunk 64]
+        [--attention-chunk 64] [--maxnreg 168]
 
 Builds ``bench_persistent``'s model shapes (random bfloat16 weights on the CPU, ``--layers``
 decoder layers: every layer has the same bodies), generates the persistent module in GPU mode
