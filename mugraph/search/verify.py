@@ -129,7 +129,17 @@ class Form:
         return self.gdeg > 0 or self.m > 1 or self.mdeg > 0
 
     def normal(self) -> Form:
-        """Saturated counts; without an exponential every term is e^0 and they merge."""
+        """Saturated counts; without an exponential every term is e^0 and they merge. (A
+        function of the form's fields: computed once per distinct form, as a search's
+        candidates repeat a few forms many times.)"""
+        known = _NORMAL.get(self)
+        if known is None:
+            if len(_NORMAL) >= 1 << 16:
+                _NORMAL.clear()
+            known = _NORMAL[self] = self._normal()
+        return known
+
+    def _normal(self) -> Form:
         f = replace(self, **{k: _cap(getattr(self, k)) for k in _COUNTS})
         if f.depth == 0:
             f = replace(f, n=1, m=1, gdeg=_cap(f.gdeg + f.mdeg), mdeg=0, eh=0, eu=0)
@@ -137,6 +147,7 @@ class Form:
 
 
 _COUNTS = ("n", "m", "deg", "mdeg", "gdeg", "eh", "eu")
+_NORMAL: dict[Form, Form] = {}  # Form.normal's answers (counts saturate: forms are few)
 CONSTANT = Form(deg=0)
 VARIABLE = Form()
 
