@@ -60,6 +60,7 @@ program's side of each round for the next candidate.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
@@ -132,12 +133,7 @@ class Form:
         """Saturated counts; without an exponential every term is e^0 and they merge. (A
         function of the form's fields: computed once per distinct form, as a search's
         candidates repeat a few forms many times.)"""
-        known = _NORMAL.get(self)
-        if known is None:
-            if len(_NORMAL) >= 1 << 16:
-                _NORMAL.clear()
-            known = _NORMAL[self] = self._normal()
-        return known
+        return _normal(self)
 
     def _normal(self) -> Form:
         f = replace(self, **{k: _cap(getattr(self, k)) for k in _COUNTS})
@@ -147,7 +143,7 @@ class Form:
 
 
 _COUNTS = ("n", "m", "deg", "mdeg", "gdeg", "eh", "eu")
-_NORMAL: dict[Form, Form] = {}  # Form.normal's answers (counts saturate: forms are few)
+_normal = functools.lru_cache(maxsize=1 << 16)(Form._normal)  # (counts saturate: forms are few)
 CONSTANT = Form(deg=0)
 VARIABLE = Form()
 

@@ -669,7 +669,22 @@ def _elementwise(
     shape = tuple(np.broadcast_shapes(*(np.shape(x) for x in operands)))
     full = [x if np.shape(x) == shape else np.broadcast_to(x, shape) for x in operands]
     out = recycled_empty(shape)
-    blocks = _block_slices(shape, _BLOCK)
+
+    def block(index: tuple[slice, ...], held: TileScratch) -> None:
+        target = out[index]
+        scratch = held.get_int("elementwise", (scratch_rows, *target.shape))
+        kernel(target, *(x[index] for x in full), scratch)
+
+    _over_blocks(_block_slices(shape, _BLOCK), block)
+    return out
+
+
+def _over_blocks(
+    blocks: Sequence[tuple[slice, ...]], block: Callable[[tuple[slice, ...], TileScratch], None]
+) -> None:
+    """``block(index, scratch)`` for every index of ``blocks`` (:func:`_block_slices`), the
+    blocks shared out in runs over the worker threads of :func:`parallel_evaluation` (at
+    least four blocks a thread); ``scratch``: the running thread's work arrays."""
     workers = max(1, min(_WORKERS, len(blocks) // 4))
     bounds = [len(blocks) * i // workers for i in range(workers + 1)]
 
@@ -677,15 +692,11 @@ def _elementwise(
         def run() -> None:
             held = thread_scratch()
             for index in part:
-                target = out[index]
-                scratch = held.get_int("elementwise", (scratch_rows, *target.shape))
-                kernel(target, *(x[index] for x in full), scratch)
+                block(index, held)
 
         return run
 
-    tasks = [share(blocks[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)]
-    _run_parallel(tasks)
-    return out
+    _run_parallel([share(blocks[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)])
 
 
 def _large(*operands: Any) -> bool:
@@ -892,9 +903,6 @@ def _sum_slabs(xt: np.ndarray, red: tuple[int, ...], out: np.ndarray, m: int) ->
     picks = [()]
     for r in red:
         picks = [(*p, (r, j)) for p in picks for j in range(xt.shape[r])]
-    blocks = _block_slices(out.shape, _BLOCK)
-    workers = max(1, min(_WORKERS, len(blocks) // 4))
-    bounds = [len(blocks) * i // workers for i in range(workers + 1)]
 
     def slab(index: tuple[slice, ...], pick: tuple) -> np.ndarray:
         index = [*index, *(slice(None),) * (xt.ndim - len(index))]  # (blocks name outer axes)
@@ -902,31 +910,23 @@ def _sum_slabs(xt: np.ndarray, red: tuple[int, ...], out: np.ndarray, m: int) ->
             index[r] = slice(j, j + 1)
         return xt[tuple(index)]
 
-    def share(part: Sequence[tuple[slice, ...]]) -> Callable[[], None]:
-        def run() -> None:
-            held = thread_scratch()
-            for index in part:
-                target = out[index]
-                work = held.get_int("sum_slabs", (2, *target.shape))
-                acc, spare = work[0], work[1]
-                if floats:  # integers added in float64 (exact below 2^53), converted once
-                    total = held.get("sum_slabs_float", target.shape)
-                else:
-                    total = acc
-                if len(picks) == 1:
-                    np.copyto(total, slab(index, picks[0]))
-                else:
-                    np.add(slab(index, picks[0]), slab(index, picks[1]), out=total)
-                for pick in picks[2:]:
-                    np.add(total, slab(index, pick), out=total)
-                if floats:
-                    np.copyto(acc, total, casting="unsafe")
-                _canon_into(acc, m, target, spare)
+    def block(index: tuple[slice, ...], held: TileScratch) -> None:
+        target = out[index]
+        work = held.get_int("sum_slabs", (2, *target.shape))
+        acc, spare = work[0], work[1]
+        # a float64 operand's integers are added in float64 (exact below 2^53), converted once
+        total = held.get("sum_slabs_float", target.shape) if floats else acc
+        if len(picks) == 1:
+            np.copyto(total, slab(index, picks[0]))
+        else:
+            np.add(slab(index, picks[0]), slab(index, picks[1]), out=total)
+        for pick in picks[2:]:
+            np.add(total, slab(index, pick), out=total)
+        if floats:
+            np.copyto(acc, total, casting="unsafe")
+        _canon_into(acc, m, target, spare)
 
-        return run
-
-    tasks = [share(blocks[lo:hi]) for lo, hi in zip(bounds, bounds[1:], strict=False)]
-    _run_parallel(tasks)
+    _over_blocks(_block_slices(out.shape, _BLOCK), block)
 
 
 def _sum_reduce(
