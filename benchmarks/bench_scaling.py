@@ -114,6 +114,8 @@ def run_one(cell: str, engine: str, workers: int, cap: float) -> dict:
         "memo_waits": result.stats.pruned.get("memo_waits", 0),
         "memo_wait_s": round(result.stats.pruned.get("memo_wait_ms", 0) / 1e3, 2),
         "memo_io_s": round(result.stats.pruned.get("memo_io_ms", 0) / 1e3, 2),
+        "kept_shared": result.stats.pruned.get("kept_shared", 0),
+        "kept_io_s": round(result.stats.pruned.get("kept_io_ms", 0) / 1e3, 2),
         "handed_back": result.handed_back,
         "worker_s": round(result.worker_seconds, 2),
         "cpu_s": round(result.worker_cpu_seconds, 2),

@@ -380,6 +380,7 @@ def test_sums_of_the_rounds_memory_are_kept_apart_from_products(monkeypatch):
     from mugraph.semantics.field_arith import KeptProducts, sum_mod
 
     monkeypatch.setattr(field_arith, "KEPT_SUM_MIN_ELEMENTS", 16)
+    monkeypatch.setattr(field_arith, "KEPT_SUM_MIN_RATIO", 8)
     rng = np.random.default_rng(3)
     exp_like = rng.integers(0, 97, size=(8, 4, 64), dtype=np.int64)  # the round's memory
     kept = KeptProducts({("exp", 0): (exp_like, exp_like)}, max_bytes=1 << 20)
@@ -398,3 +399,146 @@ def test_sums_of_the_rounds_memory_are_kept_apart_from_products(monkeypatch):
     assert len(kept.sums) == 2 and len(calls) == 4
     assert kept.keep({}, {}, room=1 << 20) == kept.sum_bytes  # counted once in the rounds
     assert kept.keep({}, {}, room=1 << 20) == 0
+    small = KeptProducts({("exp", 0): (exp_like, exp_like)}, max_bytes=1 << 20,
+                         max_sum_bytes=first.nbytes)
+    small.summed(exp_like, 97, 0, True)
+    small.summed(exp_like, 97, 2, True)  # past the sums' own budget: not kept
+    assert len(small.sums) == 1 and small.sum_bytes == first.nbytes
+
+
+class _CountingStore:
+    """A SharedArrays stand-in in memory that counts what it is asked."""
+
+    def __init__(self) -> None:
+        self.arrays, self.loads, self.saves = {}, 0, 0
+
+    def load(self, key):
+        self.loads += 1
+        return self.arrays.get(key)
+
+    def save(self, key, value):
+        self.saves += 1
+        self.arrays.setdefault(key, value)
+
+
+def _verify_in_child(rounds, candidate, made):
+    """Verify ``candidate`` on ``rounds`` in a forked process: (passed, rounds, guarantee,
+    products it computed, the store's counts there)."""
+    import multiprocessing
+
+    def run(conn):
+        result = rounds.verify(candidate, max_rounds=2)
+        conn.send((result.passed, result.rounds, result.guarantee, len(made),
+                   rounds.shared.counts()))
+        conn.close()
+
+    ctx = multiprocessing.get_context("fork")
+    receive, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=run, args=(send,))
+    child.start()
+    out = receive.recv()
+    child.join(30)
+    return out
+
+
+def test_forked_processes_share_products_of_the_rounds_they_inherited(monkeypatch, tmp_path):
+    """Workers forked after the rounds were drawn hold the rounds' memory at the same
+    addresses: the first to check a split-KV candidate computes its partial products and
+    writes them to the search's store, the next reads them instead of computing them — with
+    the same answers. The process that drew the rounds shares nothing."""
+    from mugraph.search.memo import SharedArrays
+
+    work = WORKLOADS["attention_flashdecoding"]
+    program, candidate = work.naive(work.small), work.optimized(work.small)
+    rounds = ProgramRounds(program, seed=5, shared=SharedArrays(tmp_path))
+    assert rounds.prepare(2) == 2
+    made = _products_computed(monkeypatch)
+    first = _verify_in_child(rounds, candidate, made)
+    second = _verify_in_child(rounds, candidate, made)
+    assert first[:3] == second[:3] and first[0]
+    assert first[3] > 0 and first[4]["kept_shared"] == 0
+    assert second[3] == 0 and second[4]["kept_shared"] == first[3]
+    assert len(list(tmp_path.glob("*.arr"))) == first[3]
+    mutant = next(tv._build(m, program) for m in tv.mutants(candidate)
+                  if tv._build(m, program) is not None
+                  and tv.float_differs(tv._build(m, program), program))  # fmt: skip
+    assert not _verify_in_child(rounds, mutant, made)[0]
+    files = len(list(tmp_path.glob("*.arr")))
+    assert rounds.verify(candidate, max_rounds=2).passed  # the drawing process: no sharing
+    assert rounds.shared.counts()["kept_shared"] == 0
+    assert len(list(tmp_path.glob("*.arr"))) == files
+
+
+def test_only_products_of_the_memory_a_round_held_when_made_are_shared():
+    from mugraph.semantics.field_arith import KeptProducts, _ident, _product_key
+
+    a, b = np.ones((4, 8), dtype=np.int64), np.ones((8, 2), dtype=np.int64)
+    kept = KeptProducts({("exp", 0): (a, a)}, b, max_bytes=1 << 20)
+    store = _CountingStore()
+    own_key = _product_key(a[:, :4], b[:4], 7, None)
+    assert kept.shared_product(own_key) is None and store.loads == 0  # no store yet
+    kept.share_through(store, "round-1")
+    later = np.ones((4, 8), dtype=np.int64)  # made after the round: not the round's memory
+    assert kept.shared_product(_product_key(later, b, 7, None)) is None and store.loads == 0
+    assert kept.shared_product(own_key) is None and store.loads == 1
+    product = np.full((4, 2), 3, dtype=np.int64)
+    store.arrays[("round-1", own_key)] = product
+    assert kept.shared_product(own_key) is product
+    # keep() writes what it keeps of the round's own memory, but not what it read
+    entries = {own_key: (a[:, :4], b[:4], product),
+               _product_key(a, b, 7, None): (a, b, np.zeros((4, 2), dtype=np.int64)),
+               _product_key(later, b, 7, None): (later, b, np.zeros((4, 2), dtype=np.int64))}
+    kept.keep(entries, {}, room=1 << 20)
+    assert store.saves == 1 and ("round-1", _product_key(a, b, 7, None)) in store.arrays
+    assert _ident(a)[0] != _ident(later)[0]
+
+
+def test_shared_arrays_ignore_missing_truncated_and_foreign_files(tmp_path):
+    from mugraph.search.memo import SharedArrays
+
+    store = SharedArrays(tmp_path)
+    value = np.arange(12, dtype=np.int64).reshape(3, 4)
+    assert store.load(("s", 1)) is None
+    store.save(("s", 1), value.T)  # any layout: stored in C order
+    got = store.load(("s", 1))
+    assert np.array_equal(got, value.T) and got.dtype == value.dtype
+    assert not got.flags.writeable  # mapped read-only: a kept array is never written
+    store.save(("s", 1), value.T + 1)  # written once: the first stays
+    assert np.array_equal(store.load(("s", 1)), value.T)
+    store.save(("s", 3), np.zeros((0, 4)))
+    assert store.load(("s", 3)).shape == (0, 4)
+    data = store._path(("s", 1)).read_bytes()
+    path = store._path(("s", 2))
+    path.write_bytes(data)  # another key's file
+    assert store.load(("s", 2)) is None
+    store._path(("s", 1)).write_bytes(data[:-8])  # truncated
+    assert store.load(("s", 1)) is None
+    path.write_bytes(b"not an array file")
+    assert store.load(("s", 2)) is None
+    assert store.counts()["kept_shared"] == 3
+
+
+def test_sums_that_would_be_kept_are_shared_through_the_store(monkeypatch):
+    """Two workers' KeptProducts of one round (here: of the same memory in one process):
+    the first computes a sum of the round's memory and stores it, the second reads it; a
+    sum too small to keep, or of memory made later, is neither stored nor asked for."""
+    from mugraph.semantics import field_arith
+    from mugraph.semantics.field_arith import KeptProducts, sum_mod
+
+    monkeypatch.setattr(field_arith, "KEPT_SUM_MIN_ELEMENTS", 16)
+    weight = np.random.default_rng(4).integers(0, 97, size=(4, 64, 8), dtype=np.int64)
+    store = _CountingStore()
+    workers = [KeptProducts({}, weight, max_bytes=1 << 20) for _ in range(2)]
+    for kept in workers:
+        kept.share_through(store, "round-1")
+    calls = []
+    monkeypatch.setattr(field_arith, "sum_mod",
+                        lambda *a, **k: calls.append(1) or sum_mod(*a, **k))  # fmt: skip
+    first = workers[0].summed(weight, 97, 0, True)  # the loop's four tiles summed
+    second = workers[1].summed(weight, 97, 0, True)
+    assert len(calls) == 1 and store.saves == 1 and store.loads == 2
+    assert np.array_equal(first, second) and np.array_equal(second, sum_mod(weight, 97, 0,
+                                                                             keepdims=True))
+    workers[1].summed(weight[:1], 97, 0, True)  # one tile: nothing to gain
+    workers[1].summed(weight.copy(), 97, 0, True)  # memory made after the round
+    assert store.loads == 2 and store.saves == 1 and len(calls) == 3

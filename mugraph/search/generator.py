@@ -73,6 +73,10 @@ PRUNING_RULES: dict[str, str] = {
     "instead of waiting for a continuation another worker was computing",
     "memo_io_ms": "not a loss: milliseconds spent reading and writing shared continuations, "
     "summed over workers",
+    "kept_shared": "not a loss: products of a verification round's memory read from "
+    "another worker of the search instead of computed (mugraph.search.memo.SharedArrays)",
+    "kept_io_ms": "not a loss: milliseconds spent reading and writing those shared arrays, "
+    "summed over workers",
     "invalid_graph": "the complete graph failed the builder's checks (counted, never returned)",
     "not_verifiable": "the complete graph is outside what the verifier decides (two "
     "exponentials on one path, reachable without abstract pruning); never returned",

@@ -18,18 +18,25 @@ Sharing cannot change the answer: an entry is written only once its enumeration 
 visits exactly the graphs, in exactly the order, that computing it would. Each file holds the
 key itself and is used only when the key it holds equals the one asked (a digest collision, a
 truncated or foreign file is ignored and the continuation computed).
+
+The same directory holds :class:`SharedArrays`: the products and sums that the workers'
+candidates compute from a verification round they all inherited from the zygote.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
+import mmap
 import os
 import pickle
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 # how long a worker waits for a continuation another worker claimed before computing it itself
 CLAIM_WAIT_S = 30.0
@@ -196,3 +203,86 @@ class SharedMemo(LocalMemo):
             self.claimed.discard(claim.name)
             with contextlib.suppress(OSError):
                 claim.unlink()
+
+
+class SharedArrays:
+    """Arrays that the workers of one search on this machine compute from memory they all
+    inherited from the zygote: the products and sums of a verification round's memory
+    (:class:`~mugraph.semantics.field_arith.KeptProducts`). One file per key in
+    ``directory``, written atomically: a header (the key, the array's dtype and shape), then
+    the array's bytes, which a reader maps read-only instead of copying (the workers share
+    one copy in the page cache).
+
+    The law: a product or a sum is a function of its operands' values, and memory that every
+    worker inherited from the zygote, never written after, holds the same values at the same
+    address in each of them. So an array one worker computed from such memory, keyed by
+    where the operands are, is the array another worker would compute. The caller keys only
+    such arrays, with a scope that names the round (a token drawn when the round was made,
+    which a process that made its own rounds does not share). A missing, truncated or
+    foreign file, or one holding another key, is ignored and the array computed.
+    """
+
+    _ALIGN = 64  # the array's bytes start at a multiple of this in the file
+
+    def __init__(self, directory: str | os.PathLike) -> None:
+        self.directory = Path(directory)
+        self.hits = 0  # arrays read from another worker's file
+        self.io_s = 0.0  # seconds spent reading and writing them
+
+    def _path(self, key: Any) -> Path:
+        return self.directory / f"{key_digest('kept', key)}.arr"
+
+    def load(self, key: Any) -> np.ndarray | None:
+        """The array stored under ``key`` (read-only, mapped from its file), or None."""
+        started = time.perf_counter()
+        try:
+            value = self._map(self._path(key), key)
+        finally:
+            self.io_s += time.perf_counter() - started
+        self.hits += value is not None
+        return value
+
+    def _map(self, path: Path, key: Any) -> np.ndarray | None:
+        try:
+            with open(path, "rb") as file:
+                length = int.from_bytes(file.read(8), "little")
+                stored, dtype, shape = pickle.loads(file.read(length))
+                if stored != key:
+                    return None
+                offset = -(-(8 + length) // self._ALIGN) * self._ALIGN
+                count = math.prod(shape)
+                if os.fstat(file.fileno()).st_size != offset + count * np.dtype(dtype).itemsize:
+                    return None  # truncated
+                if count == 0:
+                    return np.zeros(shape, dtype=dtype)
+                mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+        except Exception:  # noqa: BLE001 - missing, foreign or unreadable: compute it
+            return None
+        return np.frombuffer(mapped, dtype=dtype, count=count, offset=offset).reshape(shape)
+
+    def save(self, key: Any, value: np.ndarray) -> None:
+        """Store ``value`` under ``key`` for the other workers (once: an existing file is
+        kept; a directory that is gone writes nothing)."""
+        started = time.perf_counter()
+        try:
+            path = self._path(key)
+            if not path.exists():
+                self._write(path, key, np.ascontiguousarray(value))
+        finally:
+            self.io_s += time.perf_counter() - started
+
+    def _write(self, path: Path, key: Any, value: np.ndarray) -> None:
+        header = pickle.dumps((key, value.dtype.str, value.shape),
+                              protocol=pickle.HIGHEST_PROTOCOL)  # fmt: skip
+        offset = -(-(8 + len(header)) // self._ALIGN) * self._ALIGN
+        temporary = path.with_suffix(f".{os.getpid()}.tmp")
+        with contextlib.suppress(OSError):
+            with open(temporary, "wb") as file:
+                file.write(len(header).to_bytes(8, "little") + header)
+                file.write(b"\0" * (offset - 8 - len(header)))
+                file.write(memoryview(value.reshape(-1)).cast("B"))
+            os.replace(temporary, path)
+
+    def counts(self) -> dict[str, int]:
+        """What sharing did so far, as search statistics."""
+        return {"kept_shared": self.hits, "kept_io_ms": round(self.io_s * 1e3)}

@@ -771,7 +771,10 @@ def zygote_main(conn: Connection) -> None:
     _die_with_parent()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the workers it forks
     with contextlib.suppress(ImportError):  # what every worker loads at its first find
+        import mugraph.codegen.decisions  # noqa: F401 - the cost estimate's
+        import mugraph.ir.hashing  # noqa: F401 - a found graph's structural hash
         import mugraph.optimize.cost_model  # noqa: F401
+        import mugraph.runtime.compiled  # noqa: F401 - the cost estimate's launch defaults
         import mugraph.search.driver  # noqa: F401
     imported = time.time()
     state = _Loaded()

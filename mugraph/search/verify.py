@@ -63,6 +63,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import secrets
 import sys
 import threading
 import time
@@ -995,11 +996,16 @@ class _ProgramRound:
     outputs: list[Any] | FieldDivisionByZero
     nbytes: int
     kept: KeptProducts | None = None  # candidates' products on the round's memory
+    maker: int = field(default_factory=os.getpid)  # the process that drew it
+    scope: str = field(default_factory=lambda: secrets.token_hex(8))  # its name in a store
 
 
 # the share of a ProgramRounds' memory (max_bytes) that each round may spend on candidates'
 # products of the round's own memory (KeptProducts)
 KEPT_PRODUCTS_SHARE = 8
+# ... and on sums of it (the for-loop's tiles of a weight summed, which candidates of one
+# tiling ask again and again: a quarter of the weight for a loop of four)
+KEPT_SUMS_SHARE = 2
 
 
 class ProgramRounds:
@@ -1019,6 +1025,11 @@ class ProgramRounds:
     drawn again from their seeds when asked and evaluated as :func:`verify` does. A candidate
     that needs a Z_q component for an input the program does not (:func:`q_inputs`) gets
     fresh rounds drawn for it.
+
+    ``shared``: a store (:class:`~mugraph.search.memo.SharedArrays`) through which the
+    processes forked after a round was made (a search's workers, forked by its zygote)
+    share the products and sums that candidates compute from that round's memory
+    (:meth:`KeptProducts.share_through`). A round a process drew itself is not shared.
     """
 
     def __init__(
@@ -1028,9 +1039,11 @@ class ProgramRounds:
         seed: int | None = None,
         primes: tuple[int, int] = (P, Q),
         max_bytes: int = 1 << 30,
+        shared: Any = None,
     ) -> None:
         program.check()
         self.program = program
+        self.shared = shared
         self.primes = primes
         self.analysis = analyse(program)
         self.q_needed = q_inputs(program)
@@ -1064,8 +1077,10 @@ class ProgramRounds:
         if isinstance(state.outputs, FieldDivisionByZero):
             return _Redraw(f"the program: {state.outputs}")
         if state.kept is None:
-            state.kept = KeptProducts(state.ctx.memo, state.inputs, state.outputs,
-                                      max_bytes=self.max_bytes // KEPT_PRODUCTS_SHARE)
+            state.kept = self._kept_products(state)
+        if self.shared is not None and state.maker != os.getpid() and state.kept._store is None:
+            # inherited from the process that drew it: the other workers hold it too
+            state.kept.share_through(self.shared, state.scope)
         # the candidate works in a copy of the memo: what it computes is dropped after,
         # but for products of the round's own memory (kept for the next candidates)
         ctx = state.ctx.with_memo_of(state.ctx).keeping(state.kept)
@@ -1103,11 +1118,18 @@ class ProgramRounds:
             return None
         state = self._draw(self._rng(index))
         if self._kept + state.nbytes <= self.max_bytes:
+            # the round's own memory is what its KeptProducts holds when made
+            state.kept = self._kept_products(state)
             self._rounds.append(state)
             self._kept += state.nbytes
         else:
             self._full = True  # this one is used once, the next ones are not kept
         return state
+
+    def _kept_products(self, state: _ProgramRound) -> KeptProducts:
+        return KeptProducts(state.ctx.memo, state.inputs, state.outputs,
+                            max_bytes=self.max_bytes // KEPT_PRODUCTS_SHARE,
+                            max_sum_bytes=self.max_bytes // KEPT_SUMS_SHARE)
 
     def _draw(self, rng: np.random.Generator) -> _ProgramRound:
         with parallel_evaluation():

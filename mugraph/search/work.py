@@ -34,6 +34,7 @@ from mugraph.search.generator import (
     Stats,
     Trail,
 )
+from mugraph.search.memo import SharedArrays
 from mugraph.search.verify import NotVerifiableError
 from mugraph.semantics import field_arith
 
@@ -188,6 +189,8 @@ def run_item(
         max_kernel_ops=base.max_kernel_ops if base.kernel_kinds else item.kernels,
     )
     gen = Enumerator(program, config, oracle, deadline, shared_memo=setup.shared_memo())
+    store = _program_rounds(program).shared
+    shared_before = store.counts() if store is not None else {}
     found: dict[str, dict] = {}
 
     def visit(ops, outputs) -> None:
@@ -234,6 +237,9 @@ def run_item(
     result.seconds = time.monotonic() - started
     result.cpu_seconds = time.process_time() - cpu
     gen.stats.pruned.update({name: n for name, n in gen.memo.counts().items() if n})
+    if store is not None:  # what this item read of the arrays other workers shared
+        gen.stats.pruned.update({name: n - shared_before[name]
+                                 for name, n in store.counts().items() if n > shared_before[name]})
     return result
 
 
@@ -243,14 +249,21 @@ def _verify(graph, program, delta, rounds):
     return _program_rounds(program).verify(graph, delta, max_rounds=rounds)
 
 
-def _program_rounds(program):
-    """This process's verification rounds of ``program`` (made on first use)."""
+def _program_rounds(program, shared_dir: str | None = None):
+    """This process's verification rounds of ``program`` (made on first use; ``shared_dir``:
+    the search's shared directory, where the workers forked after the rounds were drawn
+    share what candidates compute from them, :class:`~mugraph.search.memo.SharedArrays`)."""
     from mugraph.search.verify import ProgramRounds
 
     kept = _ROUNDS.get("rounds")
     if kept is None or kept.program is not program:
         _ROUNDS.clear()  # the earlier program's rounds first: at most one set in memory
-        kept = _ROUNDS["rounds"] = ProgramRounds(program, max_bytes=ROUND_BYTES)
+        store = None
+        if shared_dir:
+            directory = os.path.join(shared_dir, "kept")
+            os.makedirs(directory, exist_ok=True)
+            store = SharedArrays(directory)
+        kept = _ROUNDS["rounds"] = ProgramRounds(program, max_bytes=ROUND_BYTES, shared=store)
     return kept
 
 
@@ -270,7 +283,7 @@ def prepare_rounds(setup: SearchSetup, threads: int) -> int:
     kept_threads = field_arith._MAX_WORKERS
     field_arith._MAX_WORKERS = max(1, threads)
     try:
-        return _program_rounds(program).prepare(config.verify_rounds)
+        return _program_rounds(program, setup.shared_memo()).prepare(config.verify_rounds)
     finally:
         field_arith._MAX_WORKERS = kept_threads
         field_arith.stop_threads()

@@ -179,6 +179,7 @@ never a wrong acceptance.
 
 from __future__ import annotations
 
+import bisect
 import copy
 import decimal
 import functools
@@ -853,8 +854,7 @@ def sum_mod(
     Large sums (:func:`_sum_large`) are computed in the memory order of x and returned as a
     view of that order; small ones are one ``np.sum``."""
     x = np.asarray(x)
-    axes = tuple(range(x.ndim)) if axis is None else tuple(
-        _axis_index(a, x.ndim) for a in ((axis,) if isinstance(axis, int | np.integer) else axis))
+    axes = _axes_of(axis, x.ndim)
     if math.prod(x.shape[a] for a in axes) >= 1 << 32:
         raise ValueError("reduction of 2^32 or more elements")
     if x.size >= _SUM_SPLIT_MIN:
@@ -1384,7 +1384,9 @@ def _folded_product(
         if entry is None:
             entry = _product_of_equal_operands(memo, xf, yf, m, limbs)
             if entry is None:
-                entry = (xf, yf, _matmul_core(xf, yf, m, limbs))
+                stored = memo.kept.shared_product(key) if type(memo) is _StoreBackedMemo \
+                    else None
+                entry = (xf, yf, _matmul_core(xf, yf, m, limbs) if stored is None else stored)
                 _keep_k_merged(memo, entry, m, limbs)
             memo[key] = (xf, yf, entry[2])  # (these operands kept alive: their ids stay theirs)
         product = entry[2]
@@ -1739,8 +1741,11 @@ class FieldContext:
         return out
 
     def keeping(self, kept: KeptProducts) -> FieldContext:
-        """This context, reusing (and adding to) ``kept``'s sums of the round's memory."""
+        """This context, reusing (and adding to) ``kept``'s sums of the round's memory, and
+        the products that ``kept``'s store holds (:meth:`KeptProducts.share_through`)."""
         object.__setattr__(self, "_kept", kept)
+        if kept._store is not None:
+            object.__setattr__(self, "_memo", _StoreBackedMemo(self._memo, kept))
         return self
 
     @property
@@ -2214,15 +2219,20 @@ def _broadcast(a: FieldArray, b: FieldArray) -> tuple[int, ...]:
         raise ShapeError(f"shapes {a.shape} and {b.shape} do not broadcast") from exc
 
 
+def _axes_of(axis: int | tuple[int, ...] | None, ndim: int) -> tuple[int, ...]:
+    """The axes a reduction over ``axis`` (None: all) of an ``ndim``-d array sums, each in
+    [0, ndim) (NumPy's rules and errors)."""
+    if axis is None:
+        return tuple(range(ndim))
+    return tuple(_axis_index(a, ndim)
+                 for a in ((axis,) if isinstance(axis, int | np.integer) else axis))
+
+
 def _reduced_shape(
     shape: tuple[int, ...], axis: int | tuple[int, ...] | None, keepdims: bool
 ) -> tuple[int, ...]:
     """The shape of a reduction of ``shape`` over ``axis`` (NumPy's rules and errors)."""
-    if axis is None:
-        axes = set(range(len(shape)))
-    else:
-        axes = {_axis_index(a, len(shape))
-                for a in ((axis,) if isinstance(axis, int | np.integer) else axis)}
+    axes = set(_axes_of(axis, len(shape)))
     if keepdims:
         return tuple(1 if i in axes else n for i, n in enumerate(shape))
     return tuple(n for i, n in enumerate(shape) if i not in axes)
@@ -2247,6 +2257,12 @@ def _root(x: np.ndarray) -> np.ndarray:
         x = base
 
 
+def _extent(x: np.ndarray) -> tuple[int, int]:
+    """(first byte, end) of the memory a contiguous array owns."""
+    start = x.__array_interface__["data"][0]
+    return start, start + x.nbytes
+
+
 def _ident(x: np.ndarray) -> tuple[int, tuple[int, ...], tuple[int, ...], str]:
     """Where an array's elements are: equal for two arrays exactly when they read the same
     memory the same way (so, arrays being immutable here, when they hold the same values);
@@ -2256,7 +2272,7 @@ def _ident(x: np.ndarray) -> tuple[int, tuple[int, ...], tuple[int, ...], str]:
 
 
 KEPT_SUM_MIN_ELEMENTS = 1 << 16  # smaller sums are computed again (a lookup costs as much)
-KEPT_SUM_MIN_RATIO = 8  # a sum is kept when it has at most 1/8 of its operand's elements
+KEPT_SUM_MIN_RATIO = 2  # a sum is kept when it has at most 1/2 of its operand's elements
 
 
 class KeptProducts:
@@ -2275,13 +2291,22 @@ class KeptProducts:
 
     Large sums of the round's memory are kept the same way (:meth:`summed`), under a budget
     of their own.
+
+    Processes forked after the round was made (a search's workers) can also share what they
+    compute from the round's own memory — what this object held when it was made, at the
+    same addresses in each of them — through a store (:meth:`share_through`): a product, or
+    a sum that would be kept, of that memory is read from the store before it is computed,
+    and written to it after.
     """
 
-    def __init__(self, memo: dict, *kept: Any, max_bytes: int) -> None:
+    def __init__(
+        self, memo: dict, *kept: Any, max_bytes: int, max_sum_bytes: int | None = None
+    ) -> None:
         self.entries: dict = {}
         self.sums: dict = {}  # (modulus, operand's memory, axis, keepdims) -> (operand, sum)
         self.nbytes = 0  # of the products
-        self.max_bytes = max_bytes  # for the products, and as much again for the sums
+        self.max_bytes = max_bytes  # for the products
+        self.max_sum_bytes = max_bytes if max_sum_bytes is None else max_sum_bytes
         self.sum_bytes = 0
         self._sums_added = 0  # bytes of sums kept since the last keep()
         roots = {}
@@ -2290,6 +2315,38 @@ class KeptProducts:
                 root = _root(array)
                 roots[id(root)] = root
         self._roots = roots  # (held: an id stays its array's while the array lives)
+        # the round's own memory, as it is when made: (first byte, end) of each array
+        self._own = sorted(_extent(r) for r in roots.values() if r.nbytes)
+        self._own_starts = [start for start, _ in self._own]
+        self._store: Any = None  # SharedArrays-like: load(key), save(key, value)
+        self._scope: Any = None
+        self._from_store: set = set()  # product keys read from the store (not written back)
+
+    def share_through(self, store: Any, scope: Any) -> None:
+        """Read and write products and sums of the round's own memory in ``store`` (an
+        object with ``load(key)`` and ``save(key, value)``), under keys that begin with
+        ``scope``: a name of this round that only processes holding its memory at the same
+        addresses share (the store's user must see to that)."""
+        self._store, self._scope = store, scope
+
+    def _own_memory(self, ident: tuple) -> bool:
+        """Whether the array ``ident`` names (see :func:`_ident`) reads the round's own
+        memory: its first element lies in an array the round held when it was made."""
+        i = bisect.bisect_right(self._own_starts, ident[0]) - 1
+        return i >= 0 and ident[0] < self._own[i][1]
+
+    def shared_product(self, key: tuple) -> np.ndarray | None:
+        """The product a memo ``key`` names, from the store (None: not there, or not of the
+        round's own memory)."""
+        if self._store is None or not self._shareable_product(key):
+            return None
+        product = self._store.load((self._scope, key))
+        if product is not None:
+            self._from_store.add(key)
+        return product
+
+    def _shareable_product(self, key: tuple) -> bool:
+        return key[0] == "matmul" and self._own_memory(key[3]) and self._own_memory(key[4])
 
     def keep(self, memo: dict, known: dict, room: int) -> int:
         """Keep the products of ``memo`` (a candidate's copy of the round's memo, which
@@ -2302,6 +2359,9 @@ class KeptProducts:
             x, y, product = entry
             if id(_root(x)) not in self._roots or id(_root(y)) not in self._roots:
                 continue
+            if self._store is not None and key not in self._from_store \
+                    and self._shareable_product(key):
+                self._store.save((self._scope, key), product)
             size = _root(product).nbytes
             if self.nbytes + size > self.max_bytes or added + size > room:
                 continue
@@ -2323,15 +2383,33 @@ class KeptProducts:
         entry = self.sums.get(key)
         if entry is not None:
             return entry[1]
-        total = sum_mod(x, m, axis=axis, keepdims=keepdims)
+        summed_over = math.prod(x.shape[a] for a in _axes_of(axis, x.ndim))
+        shared = self._store is not None and summed_over >= KEPT_SUM_MIN_RATIO \
+            and self._own_memory(key[1])
+        total = self._store.load((self._scope, "sum", key)) if shared else None
+        if total is None:
+            total = sum_mod(x, m, axis=axis, keepdims=keepdims)
+            if shared:
+                self._store.save((self._scope, "sum", key), total)
         size = _root(total).nbytes
-        # kept when it sums many elements into each one kept, within a budget of the sums'
-        # own (products save more, and must not be crowded out)
-        if total.size * KEPT_SUM_MIN_RATIO <= x.size and self.sum_bytes + size <= self.max_bytes:
+        # kept when it sums several elements into each one kept, within a budget of the
+        # sums' own (products save more, and must not be crowded out)
+        if total.size * KEPT_SUM_MIN_RATIO <= x.size \
+                and self.sum_bytes + size <= self.max_sum_bytes:
             self.sums[key] = (x, total)  # (x keeps the memory its key names alive)
             self.sum_bytes += size
             self._sums_added += size
         return total
+
+
+class _StoreBackedMemo(dict):
+    """A candidate's memo whose products it lacks are looked up (by :func:`_folded_product`)
+    in the store of the round's :class:`KeptProducts` — products of the round's own memory
+    that another process computed — before they are computed."""
+
+    def __init__(self, table: dict, kept: KeptProducts) -> None:
+        super().__init__(table)
+        self.kept = kept
 
 
 def _shared_elementwise(
