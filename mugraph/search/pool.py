@@ -33,6 +33,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import gc
+import importlib
 import mmap
 import multiprocessing
 import os
@@ -45,6 +46,7 @@ import tempfile
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
@@ -86,8 +88,9 @@ _MAIN_HINT = {
 
 class ZygoteClock(NamedTuple):
     """The zygote's clock (``time.time()``) as it readied a search: when its interpreter
-    had imported this module, then the search's modules, when it received the search's setup,
-    and when it had drawn the program's verification rounds (None: it drew none)."""
+    had imported this module (and with it the search), when it was ready for messages, when
+    it received the search's setup, and when it had drawn the program's verification rounds
+    (None: it drew none). (It imports the modules of :data:`WORKER_MODULES` while it waits.)"""
 
     entered: float
     imported: float
@@ -761,6 +764,11 @@ def worker_main(conn: Connection, loaded: _Loaded | None = None) -> None:
             return
 
 
+# modules a worker imports at its first find (the cost estimate, a found graph's hash)
+WORKER_MODULES = ("mugraph.optimize.cost_model", "mugraph.search.driver", "mugraph.ir.hashing",
+                  "mugraph.codegen.decisions", "mugraph.runtime.compiled")
+
+
 def zygote_main(conn: Connection) -> None:
     """The zygote: load each setup it is sent (and draw the program's rounds), fork a worker
     for each channel it is handed; until told to stop or the channel closes."""
@@ -770,15 +778,13 @@ def zygote_main(conn: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the workers it forks
-    with contextlib.suppress(ImportError):  # what every worker loads at its first find
-        import mugraph.codegen.decisions  # noqa: F401 - the cost estimate's
-        import mugraph.ir.hashing  # noqa: F401 - a found graph's structural hash
-        import mugraph.optimize.cost_model  # noqa: F401
-        import mugraph.runtime.compiled  # noqa: F401 - the cost estimate's launch defaults
-        import mugraph.search.driver  # noqa: F401
+    preload = list(WORKER_MODULES)
     imported = time.time()
     state = _Loaded()
     while True:
+        # what every worker would import at its first find: imported here while nothing
+        # waits (the driver still builds the oracle), and the rest before the first fork
+        _preload(preload, lambda: conn.poll())
         try:
             message = conn.recv()
         except (EOFError, OSError):
@@ -795,6 +801,7 @@ def zygote_main(conn: Connection) -> None:
                 state.clock = ZygoteClock(entered, imported, received, drawn)
         elif message[0] == "fork":
             fds = [recv_handle(conn) for _ in range(message[1])]
+            _preload(preload, lambda: False)  # once in here, not once in every worker
             gc.collect()
             gc.freeze()  # a child's collector never walks (so never writes) inherited objects
             try:
@@ -806,6 +813,13 @@ def zygote_main(conn: Connection) -> None:
                 os.close(fd)
         else:
             return
+
+
+def _preload(modules: list[str], stop: Callable[[], bool]) -> None:
+    """Import ``modules`` (taking them off the list) until ``stop()`` says to stop."""
+    while modules and not stop():
+        with contextlib.suppress(ImportError):
+            importlib.import_module(modules.pop(0))
 
 
 def _fork_worker(fd: int, fds: list[int], zygote_conn: Connection, state: _Loaded) -> None:
