@@ -370,6 +370,7 @@ VARIANTS = {
     # the attention partials, spills; the projections need 56-106 registers)
     "pps3_r168": ({"programs_per_sm": 3, "max_registers": 168}, {}),
     "pps4_r128": ({"programs_per_sm": 4, "max_registers": 128}, {}),
+    "claims": ({"claim_blocks": True}, {}),  # blocks taken from a counter per kernel (s23)
 }
 
 

@@ -913,3 +913,36 @@ def test_attention_layer_checks_its_shapes():
         pk.attention_layer(q, k, k, cache, vcache, (1, 2), num_heads=4, num_kv_heads=2)
     out = pk.attention_layer(q, k, k, cache, vcache, rope, num_heads=4, num_kv_heads=2)
     assert out.dims == (1, 16)
+
+
+def test_claimed_blocks_decode_like_transformers():
+    """``claim_blocks``: the tasks of a kernel that wait for one event and trigger the same
+    events take their blocks from a counter of the step (topological mode: the first task
+    takes them all); the counters of the next step are zeroed by the last program, so every
+    step decodes the same tokens as transformers."""
+    from mugraph.persistent.runtime import claim_groups
+
+    model = tiny_model("llama", layers=2)
+    prompt = [5, 17, 42]
+    ref_tokens, _ = hf_greedy(model, prompt, 6)
+    decoder = build_decoder(model, 16, tiles=replace(SMALL_TILES, weight_tile_bytes=1024))
+    program = decoder.compile(pipeline=True, num_programs=3, claim_blocks=True)
+    groups = claim_groups(program.tasks)
+    assert groups and "while blk < end:" in program.source
+    tasks = program.tasks.tasks
+    for first, count, members in groups:
+        assert len({tasks[t].kernel for t in members}) == 1 and len(members) > 1
+        assert sum(tasks[t].num_blocks for t in members) == count
+        assert min(tasks[t].first_block for t in members) == first
+        assert len({(tasks[t].wait, tuple(sorted(tasks[t].triggers))) for t in members}) == 1
+    assert program.generate(prompt, 6) == ref_tokens
+    base, n = len(program.tasks.events), len(groups)
+    counters = program.events[base:base + 2 * n].tolist()
+    following = int(program.meta[int(MetaSlot.STEP)])  # the next step (its parity's slots)
+    assert counters[following % 2::2] == [0] * n and any(counters[1 - following % 2::2])
+    program.reset()
+    assert program.generate(prompt, 6) == ref_tokens
+    plain = decoder.compile(pipeline=True, num_programs=3)
+    assert "while blk < end:" not in plain.source and "claim" not in plain.source
+    with pytest.raises(mugraph.UnsupportedError, match="claim_blocks"):
+        decoder.compile(claim_blocks=True, continuations=True)

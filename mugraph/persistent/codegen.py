@@ -129,6 +129,12 @@ class PersistentOptions:
     cache_hint: load tiles written in this step with ``.cg`` (L2 only, GPU only).
     hoist: compute block-invariant values once per task rather than once per block.
     trace: record globaltimer stamps per task (start, after the wait, end; GPU only).
+    claim_field: with claims (>= 0), the descriptor field that names a task's block counter
+        (-1: the task runs its own range of blocks): the tasks of a kernel that all wait for
+        the same event and trigger the same events take their blocks one at a time from a
+        counter of the step (two ahead of the one they compute), so a program that runs
+        faster computes more blocks. The dispatcher's last program zeroes the next step's
+        counters. (With ``pipeline``; not with ``continuations`` or ``lookahead``.)
     """
 
     interpret: bool = False
@@ -145,6 +151,11 @@ class PersistentOptions:
     cache_hint: bool = True
     hoist: bool = True
     trace: bool = False
+    claim_field: int = -1
+
+    @property
+    def claims(self) -> bool:
+        return self.claim_field >= 0
 
     @property
     def codegen(self) -> CodegenOptions:
@@ -203,10 +214,10 @@ def block_invariant_ops(block: BlockGraph) -> frozenset[int]:
     return frozenset(i for i, v in enumerate(inv) if v and (phases[i] is PRE or loop_ok))
 
 
-def next_block_exists(rank: int) -> str:
-    """Whether the task has a block after ``blk``, as a rank-``rank`` mask (the interpreter
-    refuses a scalar comparison as the mask of a tile of pointers)."""
-    return f"(tl.full([{', '.join(['1'] * rank)}], blk + 1, tl.int32) < end)"
+def next_block_exists(rank: int, nxt: str = "blk + 1") -> str:
+    """Whether the task has a block after ``blk`` (the block ``nxt``), as a rank-``rank``
+    mask (the interpreter refuses a scalar comparison as the mask of a tile of pointers)."""
+    return f"(tl.full([{', '.join(['1'] * rank)}], {nxt}, tl.int32) < end)"
 
 
 @dataclass(frozen=True)
@@ -252,6 +263,7 @@ class TaskEmitter(KernelEmitter):
             pipelinable_loads(spec, self.hoisted, self.loop) if options.pipeline else frozenset()
         )
         self.pipelined: dict[int, PipelinedLoad] = {}  # block op position -> its loads
+        self.claims = options.claims  # the next block is ``nxt`` (claimed), not blk + 1
 
     def emit(self, sec: Phase, line: str) -> None:
         (self.task_lines if self._route[-1] else self.lines)[sec].append(line)
@@ -296,7 +308,8 @@ class TaskEmitter(KernelEmitter):
         """Record the loads of a pipelined tile; the block reads the carried register."""
         if position not in self.pipelined:
             valid = tiles.valid_mask(op.outputs[0].dims[self.lead :], pad)
-            more = tiles.and_masks(valid, next_block_exists(len(pad)))
+            nxt = "nxt" if self.claims else "blk + 1"
+            more = tiles.and_masks(valid, next_block_exists(len(pad), nxt))
             self.pipelined[position] = PipelinedLoad(
                 carried=f"ahead{position}",
                 current=f"cur{position}",
@@ -499,6 +512,31 @@ def _section(em: TaskEmitter, lines: dict[Phase, list[str]], tail: list[str]) ->
     return out + lines[POST] + tail
 
 
+_CLAIM = 'tl.atomic_add(ctr, 1, mask={}, sem="relaxed", scope="gpu")'
+# the block after ``nxt``: claimed while the counter has blocks left, else ``end``; a task
+# that runs its own range (no counter) takes them in order
+_CLAIM_NEXT = [
+    "more = claiming & (nxt < end)",
+    f"got = {_CLAIM.format('more')}",
+    "nn = tl.where(claiming, tl.where(nxt < end, first + got, end), nxt + 1)",
+]
+
+
+def _claim_lines(field: int) -> list[str]:
+    """A task's first two blocks: from its counter (the slot of this step's parity) when
+    the descriptor names one, else ``first`` and ``first + 1``. The claims precede the wait:
+    which block a program computes does not depend on the data."""
+    return [
+        f"claim = tl.load(desc + {field}).to(tl.int32)",
+        "claiming = claim >= 0",
+        "ctr = evt_ptr + tl.maximum(claim, 0) + step % 2",
+        f"got = {_CLAIM.format('claiming')}",
+        "blk = tl.where(claiming, first + got, first)",
+        f"got = {_CLAIM.format('claiming')}",
+        "nxt = tl.where(claiming, first + got, first + 1)",
+    ]
+
+
 def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> BodySource:
     """The task body (and its prefetch function) of one custom kernel."""
     em = TaskEmitter(spec, name, options)
@@ -523,12 +561,20 @@ def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> Bo
         body.append(f"tl.store(trace_ptr + tl.load(desc + {FIELD_TASK}) * 3, {_CLOCK})")
     grid = spec.block.grid_dim
     ahead = list(em.pipelined.values())
+    if options.claims:
+        body += _claim_lines(options.claim_field)
     if ahead:  # the first block's static tiles stream while the task waits
-        body += _pid_lines(grid, "first") + [f"{p.carried} = {p.first}" for p in ahead]
+        start = "tl.minimum(blk, end - 1)" if options.claims else "first"  # (a claim may be past)
+        body += _pid_lines(grid, start) + [f"{p.carried} = {p.first}" for p in ahead]
     # with pipelined loads, the loop's register loads cover block + 1, its L2 prefetch the
     # block ``distance`` ahead; the blocks in between are prefetched now, before the wait
     near = 2 if ahead else 1
     distance = max(near, options.prefetch_distance or near)
+    if options.claims and distance != near:
+        raise UnsupportedError(
+            f"{spec.label}: claimed blocks are prefetched into L2 only as far ahead as they "
+            f"are claimed ({near}), not {distance} (prefetch_distance)"
+        )
     if pf_name and distance > near:
         body += [
             f"for pblk in range(first + {near}, tl.minimum(first + {distance}, end)):",
@@ -538,17 +584,24 @@ def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> Bo
     if options.trace:
         body.append(f"tl.store(trace_ptr + tl.load(desc + {FIELD_TASK}) * 3 + 1, {_CLOCK})")
     body += _section(em, em.task_lines, [])
-    block = [f"{p.current} = {p.carried}" for p in ahead]
+    # the block after this one, and the one after that (claimed: ``nxt`` and ``nn``)
+    if options.claims:
+        nxt, later = "nxt", ("nxt", "nn")[distance - 1]
+    else:
+        nxt, later = "(blk + 1)", f"blk + {distance}"
+    block = list(_CLAIM_NEXT) if options.claims else []
+    block += [f"{p.current} = {p.carried}" for p in ahead]
     if ahead:  # the next block's static tiles stream while this one computes
-        block += _pid_lines(grid, "(blk + 1)") + [f"{p.carried} = {p.next}" for p in ahead]
+        block += _pid_lines(grid, nxt) + [f"{p.carried} = {p.next}" for p in ahead]
     block += _pid_lines(grid, "blk")
     if pf_name:
-        block += [
-            f"if blk + {distance} < end:",
-            f"    {pf_name}(desc, blk + {distance}, pos, meta_ptr)",
-        ]
+        block += [f"if {later} < end:", f"    {pf_name}(desc, {later}, pos, meta_ptr)"]
     block += _section(em, em.lines, tail)
-    body += ["for blk in range(first, end):"] + [INDENT + line for line in block]
+    if options.claims:
+        body += ["while blk < end:"] + [INDENT + line for line in block + ["blk = nxt",
+                                                                           "nxt = nn"]]
+    else:
+        body += ["for blk in range(first, end):"] + [INDENT + line for line in block]
     body += _trigger_lines(options.continuations)
     if options.trace:
         body.append(f"tl.store(trace_ptr + tl.load(desc + {FIELD_TASK}) * 3 + 2, {_CLOCK})")
@@ -708,6 +761,12 @@ def generate_program(
         f"    tl.store(meta_ptr + {int(MetaSlot.POS)}, pos + 1)",
         f"    tl.store(meta_ptr + {int(MetaSlot.STEP)}, step + 1)",
     ]
+    if options.claims:  # the next step's block counters (its parity's slots) start at 0
+        d += [
+            f"    claim_base = tl.load(meta_ptr + {int(MetaSlot.CLAIM_BASE)})",
+            f"    for c in range(0, tl.load(meta_ptr + {int(MetaSlot.CLAIMS)})):",
+            "        tl.store(evt_ptr + claim_base + 2 * c + epoch % 2, 0)",
+        ]
     lines += ["@triton.jit", f"def {name}({DISPATCH_SIG}):"] + [INDENT + line for line in d]
     return "\n".join(lines) + "\n"
 

@@ -11,6 +11,10 @@ the kernel walks (task descriptors, queues, event counters, the meta buffer) and
   many do not fit, the task graph is rebuilt for as many as fit. ``max_registers`` caps the
   registers per thread (Triton's ``maxnreg``) so that more programs fit, spilling what does
   not. Steps can be replayed from a CUDA graph: the kernel advances the position itself.
+  With ``claim_blocks=True`` the tasks of a kernel that wait for one event and trigger the
+  same events (:func:`claim_groups`: the projections, gate/up and down of a decoder) take
+  their blocks one at a time from a counter of the step instead of each running a fixed
+  range, so that no level waits for its slowest program's share.
 - **topological mode** (CPU under ``TRITON_INTERPRET=1``, or on request): one program runs every
   task in the global topological order; each wait only checks that its event has fired.
 
@@ -24,6 +28,7 @@ KV caches stay on the device; ``generate`` runs greedy decoding without synchron
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from mugraph.codegen.loader import interpreter_active, load_kernel
@@ -32,6 +37,8 @@ from mugraph.ir.ops import OpKind
 from mugraph.ir.tensor import TensorRef
 from mugraph.persistent.codegen import (
     DESC_HEADER,
+    FIELD_COUNT,
+    FIELD_FIRST,
     PREFETCH_PRIORITIES,
     QUEUE_KIND_BITS,
     TRIGGER_FIELDS,
@@ -125,7 +132,30 @@ def task_bodies(
 def program_source(specs: list[KernelSpec], options: PersistentOptions) -> str:
     """The Triton module of a persistent kernel: its bodies and the dispatcher."""
     _, bodies = task_bodies(specs, options)
-    return generate_program(bodies, descriptor_width(specs), KERNEL_NAME, options)
+    width = descriptor_width(specs) + (1 if options.claims else 0)
+    return generate_program(bodies, width, KERNEL_NAME, options)
+
+
+def claim_groups(tg: TaskGraph) -> list[tuple[int, int, list[int]]]:
+    """The kernels whose tasks can take their blocks from one counter (``claim_blocks``):
+    ``(first block, blocks, tasks)`` each. A kernel qualifies when it has several tasks,
+    they cover one range of blocks, all wait for the same event and all trigger the same
+    events: then an event they trigger fires only once every one of them has finished, that
+    is once the whole range is done, whichever task computed which block."""
+    by_kernel: dict[int, list] = {}
+    for t in tg.tasks:
+        by_kernel.setdefault(t.kernel, []).append(t)
+    groups = []
+    for tasks in by_kernel.values():
+        tasks.sort(key=lambda t: t.first_block)
+        first, end = tasks[0].first_block, tasks[0].first_block
+        for t in tasks:
+            end = end + t.num_blocks if t.first_block == end else -1
+        uniform = all(t.wait == tasks[0].wait and sorted(t.triggers) == sorted(tasks[0].triggers)
+                      for t in tasks)  # fmt: skip
+        if len(tasks) > 1 and end > first and uniform:
+            groups.append((first, end - first, [t.index for t in tasks]))
+    return groups
 
 
 def descriptor_width(specs: list[KernelSpec]) -> int:
@@ -198,6 +228,7 @@ class PersistentProgram:
         hoist: bool = True,
         trace: bool = False,
         task_allocation: str = "level",
+        claim_blocks: bool = False,
     ) -> None:
         import torch
 
@@ -236,6 +267,11 @@ class PersistentProgram:
                 f"persistent runtime: prefetch_distance must be a positive int (blocks), got "
                 f"{prefetch_distance!r}"
             )
+        if claim_blocks and (continuations or lookahead):
+            raise UnsupportedError(
+                "persistent runtime: claim_blocks does not combine with continuations or "
+                "lookahead"
+            )
         if prefetch_priority not in PREFETCH_PRIORITIES:
             raise UnsupportedError(
                 f"persistent runtime: prefetch_priority must be one of "
@@ -272,8 +308,11 @@ class PersistentProgram:
             trace=trace and gpu,
         )
         self.specs = kernel_specs(kernel)
-        self.kinds, self.bodies = self._bodies()
         self.desc_width = descriptor_width(self.specs)
+        if claim_blocks:  # a task's block counter: one more descriptor field
+            self.options = replace(self.options, claim_field=self.desc_width)
+            self.desc_width += 1
+        self.kinds, self.bodies = self._bodies()
         self.source = generate_program(self.bodies, self.desc_width, KERNEL_NAME, self.options)
         self.fn = load_kernel(KERNEL_NAME, self.source)
         self._allocate()
@@ -314,13 +353,24 @@ class PersistentProgram:
         import torch
 
         dev = self.device
-        self.events = torch.zeros(max(1, len(self.tasks.events)), dtype=torch.int32, device=dev)
+        # with claims, two block counters (even and odd steps) per claiming kernel follow the
+        # events
+        self.claim_groups = claim_groups(self.tasks) if self.options.claims else []
+        size = len(self.tasks.events) + 2 * len(self.claim_groups)
+        self.events = torch.zeros(max(1, size), dtype=torch.int32, device=dev)
+        self._claim_slots()
         scratch = max((b.scratch for b in self.bodies), default=0)
         self.scratch = torch.zeros(
             max(1, scratch * self.num_programs), dtype=torch.float32, device=dev
         )
         slots = 3 * len(self.tasks.tasks) if self.options.trace else 1
         self.trace = torch.zeros(slots, dtype=torch.int64, device=dev)
+
+    def _claim_slots(self) -> None:
+        """Where the block counters are, for the dispatcher's last program (which zeroes
+        the next step's)."""
+        self.meta[int(MetaSlot.CLAIM_BASE)] = len(self.tasks.events)
+        self.meta[int(MetaSlot.CLAIMS)] = len(self.claim_groups)
 
     def _address(self, ref: TensorRef) -> int:
         graph = self.kernel.graph
@@ -344,12 +394,20 @@ class PersistentProgram:
         graph = self.kernel.graph
         tg = self.tasks
         desc = np.zeros((len(tg.tasks), self.desc_width), dtype=np.int64)
+        if self.options.claims:
+            desc[:, self.options.claim_field] = -1
+            for g, (first, count, members) in enumerate(self.claim_groups):
+                for t in members:  # every task of the group: the kernel's whole range
+                    desc[t, FIELD_FIRST], desc[t, FIELD_COUNT] = first, count
+                    desc[t, self.options.claim_field] = len(tg.events) + 2 * g
         triggers: list[int] = []  # TRIGGER_FIELDS each: event, its continuation or -1, count
         specs = {s.op: s for s in self.specs}
         for t in tg.tasks:
             op = graph.ops[t.kernel]
             row = desc[t.index]
-            row[0], row[1], row[2] = self.kinds[t.kernel], t.first_block, t.num_blocks
+            row[0] = self.kinds[t.kernel]
+            if not self.options.claims or row[self.options.claim_field] < 0:
+                row[FIELD_FIRST], row[FIELD_COUNT] = t.first_block, t.num_blocks
             row[3] = t.wait
             row[4] = tg.events[t.wait].count if t.wait >= 0 else 0
             row[5], row[6], row[7] = len(triggers) // TRIGGER_FIELDS, len(t.triggers), t.index
@@ -476,6 +534,7 @@ class PersistentProgram:
         """Back to position 0: counters, history (and the KV caches)."""
         self.meta.zero_()
         self.events.zero_()
+        self._claim_slots()
         self.history.zero_()
         self.pos = self.steps = 0
         if clear_caches:

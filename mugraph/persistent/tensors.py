@@ -33,6 +33,8 @@ class MetaSlot(enum.IntEnum):
     TOKEN = 2  # the current token (input of the embedding; the argmax writes the next one)
     DONE = 3  # programs that finished this step (the last one advances POS and STEP)
     ERROR = 4  # 0, or 1 + the task that gave up waiting (persistent mode's spin limit)
+    CLAIM_BASE = 5  # where the block counters begin in the event array (with claims)
+    CLAIMS = 6  # how many block counters there are (two slots each: even and odd steps)
 
 
 META_SIZE = 8

@@ -39,6 +39,8 @@ def _model(dtype, layers=2):
         (torch.bfloat16, {"align_hints": False, "programs_per_sm": 1, "num_warps": 8}),
         (torch.bfloat16, {"continuations": True}),
         (torch.bfloat16, {"lookahead": True, "prefetch_distance": 4, "poll_load": True}),
+        (torch.float32, {"claim_blocks": True}),
+        (torch.bfloat16, {"claim_blocks": True, "trace": True}),
     ],
 )
 def test_persistent_mode_matches_transformers(dtype, options):
