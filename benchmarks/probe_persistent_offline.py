@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import importlib.util
 import os
 import re
@@ -38,6 +39,7 @@ VARIANTS = {  # PersistentOptions beyond the GPU mode's defaults (aligned and pi
     "no_pipeline": {"pipeline": False},
     "s17_default": {"align_hints": False, "pipeline": False},
     "lookahead": {"lookahead": True},
+    "claims": {"claim_field": 0},  # (the field is the one after the addresses: set below)
 }
 SIGNATURE = {  # the dispatcher's arguments (codegen.DISPATCH_SIG)
     "desc_ptr": "*i64",
@@ -140,6 +142,8 @@ def main(argv=None) -> int:
         specs = kernel_specs(decoder.kernel)
         for variant in args.variants:
             options = PersistentOptions(interpret=False, **VARIANTS[variant])
+            if options.claims:  # the runtime's place for a task's block counter
+                options = dataclasses.replace(options, claim_field=descriptor_width(specs))
             res, loads = compile_module(program_source(specs, options), KERNEL_NAME, args.warps,
                                        args.maxnreg)
             rows.append((model_name, variant, "whole kernel", res, widths(loads)))
