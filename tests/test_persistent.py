@@ -928,6 +928,8 @@ def test_claimed_blocks_decode_like_transformers():
     decoder = build_decoder(model, 16, tiles=replace(SMALL_TILES, weight_tile_bytes=1024))
     program = decoder.compile(pipeline=True, num_programs=3, claim_blocks=True)
     groups = claim_groups(program.tasks)
+    split = claim_groups(program.tasks, per_counter=2)  # three tasks: counters of 1 and 2
+    assert len(split) == len(groups) and all(len(m) == 2 for _, _, m in split)
     assert groups and "while blk < end:" in program.source
     tasks = program.tasks.tasks
     for first, count, members in groups:
@@ -946,3 +948,7 @@ def test_claimed_blocks_decode_like_transformers():
     assert "while blk < end:" not in plain.source and "claim" not in plain.source
     with pytest.raises(mugraph.UnsupportedError, match="claim_blocks"):
         decoder.compile(claim_blocks=True, continuations=True)
+    with pytest.raises(mugraph.UnsupportedError, match="claim_blocks"):
+        decoder.compile(claim_blocks=1)
+    paired = decoder.compile(pipeline=True, num_programs=3, claim_blocks=2)
+    assert paired.claim_groups == split and paired.generate(prompt, 6) == ref_tokens

@@ -136,12 +136,19 @@ def program_source(specs: list[KernelSpec], options: PersistentOptions) -> str:
     return generate_program(bodies, width, KERNEL_NAME, options)
 
 
-def claim_groups(tg: TaskGraph) -> list[tuple[int, int, list[int]]]:
-    """The kernels whose tasks can take their blocks from one counter (``claim_blocks``):
-    ``(first block, blocks, tasks)`` each. A kernel qualifies when it has several tasks,
-    they cover one range of blocks, all wait for the same event and all trigger the same
-    events: then an event they trigger fires only once every one of them has finished, that
-    is once the whole range is done, whichever task computed which block."""
+CLAIMING_TASKS = 8  # tasks per block counter (``claim_blocks=True``)
+
+
+def claim_groups(
+    tg: TaskGraph, per_counter: int = CLAIMING_TASKS
+) -> list[tuple[int, int, list[int]]]:
+    """The tasks that take their blocks from one counter (``claim_blocks``): ``(first block,
+    blocks, tasks)`` each, at most ``per_counter`` tasks of one kernel with consecutive
+    ranges (one counter for a whole level's 264 programs serializes their atomics: on the
+    H100, twenty-third session, the level started 2.6 µs later). A kernel's tasks qualify
+    when they cover one range of blocks, all wait for the same event and all trigger the
+    same events: then an event they trigger fires only once every one of them has finished,
+    that is once the whole range is done, whichever task computed which block."""
     by_kernel: dict[int, list] = {}
     for t in tg.tasks:
         by_kernel.setdefault(t.kernel, []).append(t)
@@ -153,8 +160,14 @@ def claim_groups(tg: TaskGraph) -> list[tuple[int, int, list[int]]]:
             end = end + t.num_blocks if t.first_block == end else -1
         uniform = all(t.wait == tasks[0].wait and sorted(t.triggers) == sorted(tasks[0].triggers)
                       for t in tasks)  # fmt: skip
-        if len(tasks) > 1 and end > first and uniform:
-            groups.append((first, end - first, [t.index for t in tasks]))
+        if len(tasks) < 2 or end <= first or not uniform:
+            continue
+        count = -(-len(tasks) // per_counter)  # counters, the tasks spread evenly over them
+        for c in range(count):
+            part = tasks[len(tasks) * c // count : len(tasks) * (c + 1) // count]
+            if len(part) > 1:
+                start = part[0].first_block
+                groups.append((start, sum(t.num_blocks for t in part), [t.index for t in part]))
     return groups
 
 
@@ -228,7 +241,7 @@ class PersistentProgram:
         hoist: bool = True,
         trace: bool = False,
         task_allocation: str = "level",
-        claim_blocks: bool = False,
+        claim_blocks: bool | int = False,
     ) -> None:
         import torch
 
@@ -266,6 +279,13 @@ class PersistentProgram:
             raise UnsupportedError(
                 f"persistent runtime: prefetch_distance must be a positive int (blocks), got "
                 f"{prefetch_distance!r}"
+            )
+        if not isinstance(claim_blocks, bool) and (
+            not isinstance(claim_blocks, int) or claim_blocks < 2
+        ):
+            raise UnsupportedError(
+                f"persistent runtime: claim_blocks must be a bool or a number of tasks per "
+                f"counter (at least 2), got {claim_blocks!r}"
             )
         if claim_blocks and (continuations or lookahead):
             raise UnsupportedError(
@@ -309,6 +329,8 @@ class PersistentProgram:
         )
         self.specs = kernel_specs(kernel)
         self.desc_width = descriptor_width(self.specs)
+        # tasks per block counter (claim_blocks: True, or that number)
+        self.claiming_tasks = CLAIMING_TASKS if claim_blocks is True else int(claim_blocks)
         if claim_blocks:  # a task's block counter: one more descriptor field
             self.options = replace(self.options, claim_field=self.desc_width)
             self.desc_width += 1
@@ -355,7 +377,8 @@ class PersistentProgram:
         dev = self.device
         # with claims, two block counters (even and odd steps) per claiming kernel follow the
         # events
-        self.claim_groups = claim_groups(self.tasks) if self.options.claims else []
+        self.claim_groups = (claim_groups(self.tasks, self.claiming_tasks)
+                             if self.options.claims else [])  # fmt: skip
         size = len(self.tasks.events) + 2 * len(self.claim_groups)
         self.events = torch.zeros(max(1, size), dtype=torch.int32, device=dev)
         self._claim_slots()
