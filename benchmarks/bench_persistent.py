@@ -370,7 +370,10 @@ VARIANTS = {
     # the attention partials, spills; the projections need 56-106 registers)
     "pps3_r168": ({"programs_per_sm": 3, "max_registers": 168}, {}),
     "pps4_r128": ({"programs_per_sm": 4, "max_registers": 128}, {}),
-    "claims": ({"claim_blocks": True}, {}),  # blocks taken from a counter per kernel (s23)
+    # blocks taken from counters, one per 8 (4, 32) tasks of a kernel (twenty-third session)
+    "claims": ({"claim_blocks": True}, {}),
+    "claims4": ({"claim_blocks": 4}, {}),
+    "claims32": ({"claim_blocks": 32}, {}),
 }
 
 
