@@ -14,7 +14,8 @@ the kernel walks (task descriptors, queues, event counters, the meta buffer) and
   With ``claim_blocks=True`` the tasks of a kernel that wait for one event and trigger the
   same events (:func:`claim_groups`: the projections, gate/up and down of a decoder) take
   their blocks one at a time from a counter of the step instead of each running a fixed
-  range, so that no level waits for its slowest program's share.
+  range, so that no level waits for its slowest program's share. (Off by default: on the
+  H100 it made both decoders' steps slower, twenty-third session.)
 - **topological mode** (CPU under ``TRITON_INTERPRET=1``, or on request): one program runs every
   task in the global topological order; each wait only checks that its event has fired.
 
