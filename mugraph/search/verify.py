@@ -1078,7 +1078,7 @@ class ProgramRounds:
             return _Redraw(f"the program: {state.outputs}")
         if state.kept is None:
             state.kept = self._kept_products(state)
-        if self.shared is not None and state.maker != os.getpid() and state.kept._store is None:
+        if self.shared is not None and state.maker != os.getpid() and not state.kept.shares:
             # inherited from the process that drew it: the other workers hold it too
             state.kept.share_through(self.shared, state.scope)
         # the candidate works in a copy of the memo: what it computes is dropped after,

@@ -1744,7 +1744,7 @@ class FieldContext:
         """This context, reusing (and adding to) ``kept``'s sums of the round's memory, and
         the products that ``kept``'s store holds (:meth:`KeptProducts.share_through`)."""
         object.__setattr__(self, "_kept", kept)
-        if kept._store is not None:
+        if kept.shares:
             object.__setattr__(self, "_memo", _StoreBackedMemo(self._memo, kept))
         return self
 
@@ -2328,6 +2328,11 @@ class KeptProducts:
         ``scope``: a name of this round that only processes holding its memory at the same
         addresses share (the store's user must see to that)."""
         self._store, self._scope = store, scope
+
+    @property
+    def shares(self) -> bool:
+        """Whether a store is attached (:meth:`share_through`)."""
+        return self._store is not None
 
     def _own_memory(self, ident: tuple) -> bool:
         """Whether the array ``ident`` names (see :func:`_ident`) reads the round's own
