@@ -130,11 +130,12 @@ class PersistentOptions:
     hoist: compute block-invariant values once per task rather than once per block.
     trace: record globaltimer stamps per task (start, after the wait, end; GPU only).
     claim_field: with claims (>= 0), the descriptor field that names a task's block counter
-        (-1: the task runs its own range of blocks): the tasks of a kernel that all wait for
-        the same event and trigger the same events take their blocks one at a time from a
-        counter of the step (two ahead of the one they compute), so a program that runs
-        faster computes more blocks. The dispatcher's last program zeroes the next step's
-        counters. (With ``pipeline``; not with ``continuations`` or ``lookahead``.)
+        (-1: the task runs its own range of blocks), followed by the first block the counter
+        hands out: the tasks of a kernel that all wait for the same event and trigger the
+        same events each compute one block of their own, then take blocks one at a time
+        from a counter of the step (two ahead of the one they compute), so a program that
+        runs faster computes more blocks. The dispatcher's last program zeroes the next
+        step's counters. (Not with ``continuations`` or ``lookahead``.)
     """
 
     interpret: bool = False
@@ -513,27 +514,28 @@ def _section(em: TaskEmitter, lines: dict[Phase, list[str]], tail: list[str]) ->
 
 
 _CLAIM = 'tl.atomic_add(ctr, 1, mask={}, sem="relaxed", scope="gpu")'
-# the block after ``nxt``: claimed while the counter has blocks left, else ``end``; a task
-# that runs its own range (no counter) takes them in order
+# the block after ``nxt``: claimed from the pool while the counter has blocks left, else
+# ``end``; a task that runs its own range (no counter) takes its blocks in order
 _CLAIM_NEXT = [
     "more = claiming & (nxt < end)",
     f"got = {_CLAIM.format('more')}",
-    "nn = tl.where(claiming, tl.where(nxt < end, first + got, end), nxt + 1)",
+    "nn = tl.where(claiming, tl.where(nxt < end, pool + got, end), nxt + 1)",
 ]
 
 
 def _claim_lines(field: int) -> list[str]:
-    """A task's first two blocks: from its counter (the slot of this step's parity) when
-    the descriptor names one, else ``first`` and ``first + 1``. The claims precede the wait:
-    which block a program computes does not depend on the data."""
+    """A task's first block is its own (``first``: no atomic before its loads); the next one
+    comes from its counter (the slot of this step's parity), which hands out the blocks from
+    ``pool`` to ``end``, when the descriptor names one, else it is ``first + 1``. The claim
+    precedes the wait: which block a program computes does not depend on the data."""
     return [
         f"claim = tl.load(desc + {field}).to(tl.int32)",
         "claiming = claim >= 0",
+        f"pool = tl.load(desc + {field + 1}).to(tl.int32)",
         "ctr = evt_ptr + tl.maximum(claim, 0) + step % 2",
+        "blk = first",
         f"got = {_CLAIM.format('claiming')}",
-        "blk = tl.where(claiming, first + got, first)",
-        f"got = {_CLAIM.format('claiming')}",
-        "nxt = tl.where(claiming, first + got, first + 1)",
+        "nxt = tl.where(claiming, pool + got, first + 1)",
     ]
 
 
@@ -564,8 +566,7 @@ def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> Bo
     if options.claims:
         body += _claim_lines(options.claim_field)
     if ahead:  # the first block's static tiles stream while the task waits
-        start = "tl.minimum(blk, end - 1)" if options.claims else "first"  # (a claim may be past)
-        body += _pid_lines(grid, start) + [f"{p.carried} = {p.first}" for p in ahead]
+        body += _pid_lines(grid, "first") + [f"{p.carried} = {p.first}" for p in ahead]
     # with pipelined loads, the loop's register loads cover block + 1, its L2 prefetch the
     # block ``distance`` ahead; the blocks in between are prefetched now, before the wait
     near = 2 if ahead else 1

@@ -133,11 +133,12 @@ def task_bodies(
 def program_source(specs: list[KernelSpec], options: PersistentOptions) -> str:
     """The Triton module of a persistent kernel: its bodies and the dispatcher."""
     _, bodies = task_bodies(specs, options)
-    width = descriptor_width(specs) + (1 if options.claims else 0)
+    width = descriptor_width(specs) + (CLAIM_FIELDS if options.claims else 0)
     return generate_program(bodies, width, KERNEL_NAME, options)
 
 
 CLAIMING_TASKS = 8  # tasks per block counter (``claim_blocks=True``)
+CLAIM_FIELDS = 2  # descriptor fields of claims: the counter, the first block it hands out
 
 
 def claim_groups(
@@ -332,9 +333,9 @@ class PersistentProgram:
         self.desc_width = descriptor_width(self.specs)
         # tasks per block counter (claim_blocks: True, or that number)
         self.claiming_tasks = CLAIMING_TASKS if claim_blocks is True else int(claim_blocks)
-        if claim_blocks:  # a task's block counter: one more descriptor field
+        if claim_blocks:  # a task's block counter and its pool: descriptor fields
             self.options = replace(self.options, claim_field=self.desc_width)
-            self.desc_width += 1
+            self.desc_width += CLAIM_FIELDS
         self.kinds, self.bodies = self._bodies()
         self.source = generate_program(self.bodies, self.desc_width, KERNEL_NAME, self.options)
         self.fn = load_kernel(KERNEL_NAME, self.source)
@@ -419,11 +420,15 @@ class PersistentProgram:
         tg = self.tasks
         desc = np.zeros((len(tg.tasks), self.desc_width), dtype=np.int64)
         if self.options.claims:
-            desc[:, self.options.claim_field] = -1
+            field = self.options.claim_field
+            desc[:, field] = -1
             for g, (first, count, members) in enumerate(self.claim_groups):
-                for t in members:  # every task of the group: the kernel's whole range
-                    desc[t, FIELD_FIRST], desc[t, FIELD_COUNT] = first, count
-                    desc[t, self.options.claim_field] = len(tg.events) + 2 * g
+                # task i of the group computes block first + i, then takes blocks from the
+                # pool first + len(members) .. first + count - 1
+                for i, t in enumerate(members):
+                    desc[t, FIELD_FIRST], desc[t, FIELD_COUNT] = first + i, count - i
+                    desc[t, field], desc[t, field + 1] = len(tg.events) + 2 * g, first + len(
+                        members)
         triggers: list[int] = []  # TRIGGER_FIELDS each: event, its continuation or -1, count
         specs = {s.op: s for s in self.specs}
         for t in tg.tasks:
