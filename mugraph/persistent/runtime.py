@@ -391,6 +391,18 @@ class PersistentProgram:
         slots = 3 * len(self.tasks.tasks) if self.options.trace else 1
         self.trace = torch.zeros(slots, dtype=torch.int64, device=dev)
 
+    def _claim_fields(self, desc) -> None:
+        """The descriptors' claim fields: -1 (a range of its own), or for task i of a group
+        its block counter, the pool the counter hands out (first + len(tasks) .. first +
+        count - 1), and block first + i as its own first block."""
+        field = self.options.claim_field
+        desc[:, field] = -1
+        for g, (first, count, members) in enumerate(self.claim_groups):
+            for i, t in enumerate(members):
+                desc[t, FIELD_FIRST], desc[t, FIELD_COUNT] = first + i, count - i
+                desc[t, field] = len(self.tasks.events) + 2 * g
+                desc[t, field + 1] = first + len(members)
+
     def _claim_slots(self) -> None:
         """Where the block counters are, for the dispatcher's last program (which zeroes
         the next step's)."""
@@ -419,24 +431,13 @@ class PersistentProgram:
         graph = self.kernel.graph
         tg = self.tasks
         desc = np.zeros((len(tg.tasks), self.desc_width), dtype=np.int64)
-        if self.options.claims:
-            field = self.options.claim_field
-            desc[:, field] = -1
-            for g, (first, count, members) in enumerate(self.claim_groups):
-                # task i of the group computes block first + i, then takes blocks from the
-                # pool first + len(members) .. first + count - 1
-                for i, t in enumerate(members):
-                    desc[t, FIELD_FIRST], desc[t, FIELD_COUNT] = first + i, count - i
-                    desc[t, field], desc[t, field + 1] = len(tg.events) + 2 * g, first + len(
-                        members)
         triggers: list[int] = []  # TRIGGER_FIELDS each: event, its continuation or -1, count
         specs = {s.op: s for s in self.specs}
         for t in tg.tasks:
             op = graph.ops[t.kernel]
             row = desc[t.index]
             row[0] = self.kinds[t.kernel]
-            if not self.options.claims or row[self.options.claim_field] < 0:
-                row[FIELD_FIRST], row[FIELD_COUNT] = t.first_block, t.num_blocks
+            row[FIELD_FIRST], row[FIELD_COUNT] = t.first_block, t.num_blocks
             row[3] = t.wait
             row[4] = tg.events[t.wait].count if t.wait >= 0 else 0
             row[5], row[6], row[7] = len(triggers) // TRIGGER_FIELDS, len(t.triggers), t.index
@@ -451,6 +452,8 @@ class PersistentProgram:
                     addresses.append(self.history.data_ptr())
             assert len(addresses) == len(specs[t.kernel].args)
             row[DESC_HEADER : DESC_HEADER + len(addresses)] = addresses
+        if self.options.claims:
+            self._claim_fields(desc)
         if self.mode == "persistent":
             queues = tg.queues
         else:

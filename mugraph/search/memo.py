@@ -232,6 +232,11 @@ class SharedArrays:
     def _path(self, key: Any) -> Path:
         return self.directory / f"{key_digest('kept', key)}.arr"
 
+    def _data_offset(self, header: int) -> int:
+        """Where the array's bytes start: after the header's length (8 bytes) and the
+        header, aligned."""
+        return -(-(8 + header) // self._ALIGN) * self._ALIGN
+
     def load(self, key: Any) -> np.ndarray | None:
         """The array stored under ``key`` (read-only, mapped from its file), or None."""
         started = time.perf_counter()
@@ -249,7 +254,7 @@ class SharedArrays:
                 stored, dtype, shape = pickle.loads(file.read(length))
                 if stored != key:
                     return None
-                offset = -(-(8 + length) // self._ALIGN) * self._ALIGN
+                offset = self._data_offset(length)
                 count = math.prod(shape)
                 if os.fstat(file.fileno()).st_size != offset + count * np.dtype(dtype).itemsize:
                     return None  # truncated
@@ -274,7 +279,7 @@ class SharedArrays:
     def _write(self, path: Path, key: Any, value: np.ndarray) -> None:
         header = pickle.dumps((key, value.dtype.str, value.shape),
                               protocol=pickle.HIGHEST_PROTOCOL)  # fmt: skip
-        offset = -(-(8 + len(header)) // self._ALIGN) * self._ALIGN
+        offset = self._data_offset(len(header))
         temporary = path.with_suffix(f".{os.getpid()}.tmp")
         with contextlib.suppress(OSError):
             with open(temporary, "wb") as file:

@@ -784,7 +784,7 @@ def zygote_main(conn: Connection) -> None:
     while True:
         # what every worker would import at its first find: imported here while nothing
         # waits (the driver still builds the oracle), and the rest before the first fork
-        _preload(preload, lambda: conn.poll())
+        _preload(preload, conn.poll)
         try:
             message = conn.recv()
         except (EOFError, OSError):
