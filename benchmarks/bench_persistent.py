@@ -365,6 +365,20 @@ VARIANTS = {
     "prefetch_task": ({"prefetch_task": True}, {}),
     "per_kernel_tasks": ({"task_allocation": "kernel"}, {}),
     "no_hoist": ({"hoist": False}, {}),
+    # hoisted static tiles (norm weights, rotary rows) loaded after the wait (before s24)
+    "no_early": ({"early_static": False}, {}),
+    # a block's tiles written in this step (a residual) loaded where first used (before s24)
+    "no_loads_first": ({"loads_first": False}, {}),
+    "no_early_no_loads_first": ({"early_static": False, "loads_first": False}, {}),
+    # the trigger table read after the task's last store (before s24)
+    "late_triggers": ({"early_triggers": False}, {}),
+    # descriptors found through the queue entries (before s24)
+    "queue_entries": ({"desc_by_position": False}, {}),
+    "s23_default": (
+        {"early_static": False, "loads_first": False, "early_triggers": False,
+         "desc_by_position": False},
+        {},
+    ),
     "fuse": ({}, {"fuse_attention_output": True}),
     # more programs per SM, the kernel's registers capped so that they fit (its heaviest body,
     # the attention partials, spills; the projections need 56-106 registers)
@@ -558,13 +572,9 @@ def task_kinds(program) -> list[str]:
 
 def task_programs(program) -> list[int]:
     """The program whose queue holds each task (-1: none, e.g. a continuation)."""
-    from mugraph.persistent.codegen import QUEUE_KIND_BITS
-
     owner = [-1] * len(program.tasks.tasks)
-    queue = [entry >> QUEUE_KIND_BITS for entry in program.queue.cpu().tolist()]
-    starts = program.qstart.cpu().tolist()
-    for p in range(len(starts) - 1):
-        for task in queue[starts[p] : starts[p + 1]]:
+    for p, queue in enumerate(program.tasks.queues):
+        for task in queue:
             owner[task] = p
     return owner
 

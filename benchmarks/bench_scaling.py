@@ -302,11 +302,27 @@ def main(argv=None) -> None:
         cell, engine, workers = args.one
         print(json.dumps(run_one(cell, engine, int(workers), args.cap)), flush=True)
         return
-    print(f"cpus: {os.cpu_count()}; {_cpu_model()}", flush=True)
+    print(f"cpus: {os.cpu_count()}; {_cpu_model()}; {_numpy_bytecode()}", flush=True)
     records = orchestrate(args)
     if args.json:
         Path(args.json).write_text(json.dumps(records, indent=1))
     print(table(records))
+
+
+def _numpy_bytecode() -> str:
+    """Whether NumPy's modules have compiled bytecode. Every worker process imports NumPy;
+    without bytecode (an image built with ``PYTHONDONTWRITEBYTECODE``, as the H100 machines
+    are) it compiles NumPy's sources at each start: 0.33-0.42 s against 0.15 s there
+    (twenty-fourth session). ``python -m compileall <numpy's folder>`` writes it."""
+    import importlib.util
+
+    import numpy
+
+    source = Path(numpy.__file__).parent / "lib" / "_function_base_impl.py"
+    if not source.exists():
+        return "numpy bytecode unknown"
+    present = Path(importlib.util.cache_from_source(str(source))).exists()
+    return f"numpy bytecode {'present' if present else 'ABSENT'}"
 
 
 def _cpu_model() -> str:

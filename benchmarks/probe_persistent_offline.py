@@ -39,6 +39,10 @@ VARIANTS = {  # PersistentOptions beyond the GPU mode's defaults (aligned and pi
     "no_pipeline": {"pipeline": False},
     "s17_default": {"align_hints": False, "pipeline": False},
     "lookahead": {"lookahead": True},
+    "no_early": {"early_static": False},
+    "no_loads_first": {"loads_first": False},
+    "late_triggers": {"early_triggers": False},
+    "queue_entries": {"desc_by_position": False},
     "claims": {"claim_field": 0},  # (the field is the one after the addresses: set below)
 }
 SIGNATURE = {  # the dispatcher's arguments (codegen.DISPATCH_SIG)

@@ -265,6 +265,81 @@ def test_pipelined_body_loads_the_first_block_before_the_wait_and_the_next_while
     assert not any("ahead" in t for t in plain.values())
 
 
+def test_norm_weights_are_loaded_before_the_wait():
+    """``early_static``: a task's static tiles that are the same in every block (the norm's
+    weight and epsilon) are loaded before its wait; the row it normalises, written in this
+    step, after it. Without the option every hoisted load follows the wait."""
+    decoder = build_decoder(tiny_model("qwen3"), 16, tiles=SMALL_TILES)
+    for early in (True, False):
+        text = next(
+            t
+            for label, t in _gpu_bodies(decoder, early_static=early).items()
+            if label.endswith("mlp.gate_up")
+        )
+        lines = [line.strip() for line in text.splitlines()]
+        wait = lines.index("if wait_evt >= 0:")
+        loads = [i for i, line in enumerate(lines) if line.startswith("early")]
+        row = next(i for i, line in enumerate(lines) if "in0_ptr +" in line and "tl.load" in line)
+        assert row > wait
+        if early:
+            assert len(loads) == 2 and all(i < wait for i in loads)  # norm weight and eps
+            assert all(f"= {lines[i].split(' =')[0]}" in text for i in loads)  # and used
+        else:
+            assert not loads
+
+
+def test_a_task_reads_its_trigger_table_before_the_wait():
+    """``early_triggers``: the trigger's event is read before the wait, so that the release
+    atomic follows the task's last store with no load between them."""
+    decoder = build_decoder(tiny_model("qwen3"), 16, tiles=SMALL_TILES)
+    for early in (True, False):
+        text = next(
+            t
+            for label, t in _gpu_bodies(decoder, early_triggers=early).items()
+            if label.endswith("mlp.down")
+        )
+        lines = [line.strip() for line in text.splitlines()]
+        wait = lines.index("if wait_evt >= 0:")
+        table = [i for i, line in enumerate(lines) if line.startswith("trig_")]
+        assert len(table) == (3 if early else 2)
+        assert all(i < wait for i in table) == early
+        atomic = 'tl.atomic_add(evt_ptr + trig_evt, 1, sem="release", scope="gpu")'
+        assert (atomic in lines) == early
+        assert lines[lines.index("tl.debug_barrier()") + 1].startswith("if trig_first") == early
+
+
+def test_a_blocks_residual_is_loaded_before_its_dot_product():
+    """``loads_first``: a block loads its tile of a tensor written in this step (the down
+    projection's residual) at its start, before the reduction of its dot product; without the
+    option, where it is first used, after it."""
+    decoder = build_decoder(tiny_model("qwen3"), 16, tiles=SMALL_TILES)
+    for first in (True, False):
+        text = next(
+            t
+            for label, t in _gpu_bodies(decoder, loads_first=first).items()
+            if label.endswith("mlp.down")
+        )
+        lines = [line.strip() for line in text.splitlines()]
+        loop = lines.index("for blk in range(first, end):")
+        residual = next(
+            i for i, line in enumerate(lines) if "tl.load(in2_ptr" in line and i > loop
+        )
+        dot = next(i for i, line in enumerate(lines) if "tl.sum(" in line and i > loop)
+        assert (residual < dot) == first
+        assert lines[residual].startswith("tile2 = ") == first
+
+
+def test_decode_with_the_loads_and_triggers_where_they_were_matches_transformers():
+    model = tiny_model("qwen3", layers=1)
+    prompt = [5, 17, 42]
+    ref_tokens, _ = hf_greedy(model, prompt, 6)
+    decoder = build_decoder(model, 16, tiles=SMALL_TILES)
+    program = decoder.compile(
+        early_static=False, loads_first=False, early_triggers=False, desc_by_position=False
+    )
+    assert program.generate(prompt, 6) == ref_tokens
+
+
 def test_prefetch_distance_keeps_blocks_in_flight_from_the_task_start():
     decoder = build_decoder(tiny_model("qwen3"), 16, tiles=SMALL_TILES)
     default = next(t for label, t in _gpu_bodies(decoder).items() if label.endswith("mlp.down"))
@@ -300,8 +375,29 @@ def test_lookahead_dispatcher_reads_entries_ahead_and_prefetches_inside_the_wait
     assert lines[call - 1].startswith("if (tl.atomic_add(evt_ptr + wait_evt")  # not yet fired
     assert "pnxt" not in ahead  # the dispatcher itself prefetches nothing
     plain = program_source(specs, PersistentOptions(interpret=False))
-    assert "mg_prefetch_next" not in plain and "pnxt = desc_ptr" in plain
+    assert "mg_prefetch_next" not in plain and "pnxt = desc + " in plain
     assert "kind = tl.load(desc + 0).to(tl.int32)" in plain
+
+
+def test_descriptors_are_stored_in_queue_order():
+    """The dispatcher finds a queued task's descriptor at its queue position (no read of the
+    queue entry first); the continuations' descriptors follow, and the trigger table and
+    queue entries name descriptors by that row."""
+    from mugraph.persistent.codegen import FIELD_TASK, QUEUE_KIND_BITS, TRIGGER_FIELDS
+
+    decoder = build_decoder(tiny_model("llama"), 16, tiles=SMALL_TILES)
+    for continuations in (False, True):
+        program = decoder.compile(num_programs=3, continuations=continuations)
+        tg = program.tasks
+        queues = tg.queues if program.mode == "persistent" else [tg.queued_order]
+        queued = [t for q in queues for t in q]
+        rows = program.desc[:, FIELD_TASK].cpu().tolist()
+        assert rows == queued + sorted(tg.continuations)
+        entries = program.queue.cpu().tolist()
+        assert [e >> QUEUE_KIND_BITS for e in entries] == list(range(len(queued)))
+        follows = program.triggers.view(-1, TRIGGER_FIELDS)[:, 1].cpu().tolist()
+        assert {rows[f] for f in follows if f >= 0} == set(tg.continuations)
+        assert ("desc = desc_ptr + qi * " in program.source) != continuations
 
 
 def test_queue_entries_pack_task_and_kind():

@@ -7,16 +7,25 @@ descriptor, which the body walks block by block. Kernels with the same source (t
 kind in every decoder layer) share one body. A body:
 
 1. reads its tensors' addresses from the descriptor (rows chosen at run time add
-   ``meta[slot] * row_stride``; strides are compile-time constants);
-2. with ``pipeline`` on, loads its first block's tiles of *static* inputs (weights, tables,
-   caches: nothing this step writes) before it waits, so they stream while it waits;
+   ``meta[slot] * row_stride``; strides are compile-time constants), and its range of the
+   trigger table with its first event (``early_triggers``);
+2. before it waits, loads its first block's tiles of *static* inputs (weights, tables,
+   caches: nothing this step writes; ``pipeline``) and the static tiles that are the same in
+   every block (a norm's weight: ``early_static``), so they stream while it waits;
 3. waits for its event (a counter reaching ``count * (step + 1)``: events are never reset),
    with an acquire atomic, and computes its block-invariant values once (``hoist``);
 4. per block: issues the next block's static loads (``pipeline``: one block ahead, into
-   registers), then computes the block graph and stores its outputs;
+   registers) and its own tiles of tensors this step writes (``loads_first``), then computes
+   the block graph and stores its outputs;
 5. after its last block: a barrier, then one release atomic per event it triggers; with
    ``continuations``, where the event has one and this trigger completed the event, the body
    returns that task.
+
+Every load after the wait is a round trip to L2 at least (the acquire empties L1), and one
+that waits for another, or for a reduction, adds one to the level's critical path: steps 1,
+2 and 4 keep the loads that can go earlier off it (twenty-fourth session, H100: together
+with the dispatcher's descriptors by position, Qwen3-0.6B 945 → 856 µs per step,
+Llama-3.2-1B 1163 → 1088).
 
 In persistent mode the wait spins (up to ``max_spins``: a wait that gives up writes the task
 into the meta buffer's error slot instead of hanging the GPU); in topological mode (the CPU
@@ -27,7 +36,9 @@ so weights stream while the current task computes or waits (with ``lookahead``, 
 wait issues that prefetch, only when its event has not fired).
 
 The dispatcher: each program reads its queue (a slice of the queue array; an entry packs the
-task and the kind of its body), runs the body of each task's kind (with ``continuations``,
+descriptor's row and the kind of its body; with ``desc_by_position`` the row is the entry's
+position, the descriptors being stored in queue order, and the entry is not read), runs the
+body of each task's kind (with ``continuations``,
 then the continuation the body returned), and at the end counts itself done; the last
 program to finish advances the position and the step in the meta buffer, so consecutive
 launches (or CUDA graph replays) decode consecutive tokens without the host.
@@ -128,6 +139,34 @@ class PersistentOptions:
         against 971 µs, Llama-3.2-1B 1192 against 1174.
     cache_hint: load tiles written in this step with ``.cg`` (L2 only, GPU only).
     hoist: compute block-invariant values once per task rather than once per block.
+    early_static: with ``hoist``, a task loads its block-invariant static tiles (a norm's
+        weight and epsilon, rotary tables) before its wait, as ``pipeline`` does its first
+        block's weights. After the wait they were loaded only once the values computed
+        before them were (an offline sm_90a compile of an RMSNorm + projection body: the
+        norm weight's load after the row's reduction, a second round trip after the wait
+        that reads the row). On the H100 (twenty-fourth session, call 1) Qwen3-0.6B's step
+        ran in 938 against 945 µs without it, Llama-3.2-1B's in 1149 against 1165.
+    loads_first: a block loads its tiles of tensors written in this step (a residual's
+        tile) at its start, before it computes. Emitted where they are first used, they
+        followed the block's reductions, and the compiler does not move a load above a
+        barrier: a round trip to L2 after every block's dot product (offline sm_90a compile
+        of a down projection's body). On the H100 (twenty-fourth session, call 2, with
+        ``early_static``): Qwen3-0.6B 933 against 938 µs without it, Llama-3.2-1B 1133
+        against 1144.
+    early_triggers: a task reads its range of the trigger table and its first event before
+        its wait (not with ``continuations``). Read after its last store, they were two
+        dependent round trips to L2 (the wait's acquire empties L1) between the task's
+        stores and its release atomic, on the way to every consumer's wake. On the H100
+        (twenty-fourth session, call 3): Qwen3-0.6B 880 against 934 µs without it,
+        Llama-3.2-1B 1095 against 1133.
+    desc_by_position: the dispatcher finds a queued task's descriptor at its position in the
+        queues (the runtime stores the descriptors in queue order), and the next one's, which
+        it prefetches, just after it. Reading the queue entry first made every task start one
+        round trip to L2 later (the previous task's acquire empties L1), and the next
+        task's prefetch another one later still. Not with ``lookahead``, which reads the
+        entries a task ahead. On the H100 (twenty-fourth session, call 4): Qwen3-0.6B 856
+        against 881 µs without it, Llama-3.2-1B 1087 against 1100 (``lookahead`` on top of
+        the others: 871 / 1101).
     trace: record globaltimer stamps per task (start, after the wait, end; GPU only).
     claim_field: with claims (>= 0), the descriptor field that names a task's block counter
         (-1: the task runs its own range of blocks), followed by the first block the counter
@@ -151,6 +190,10 @@ class PersistentOptions:
     poll_load: bool = False
     cache_hint: bool = True
     hoist: bool = True
+    early_static: bool = True
+    loads_first: bool = True
+    early_triggers: bool = True
+    desc_by_position: bool = True
     trace: bool = False
     claim_field: int = -1
 
@@ -247,10 +290,40 @@ def pipelinable_loads(spec: KernelSpec, hoisted: frozenset[int], loop: bool) -> 
     )
 
 
+def early_loads(spec: KernelSpec, hoisted: frozenset[int]) -> frozenset[int]:
+    """Block inputs a task loads before its wait: static, the same in every block (hoisted)
+    and outside the for-loop."""
+    phases = block_phases(spec.block)
+    return frozenset(
+        i
+        for i, op in enumerate(spec.block.ops)
+        if op.kind is OpKind.BLOCK_INPUT
+        and op.attr("index") in spec.static_inputs
+        and i in hoisted
+        and phases[i] is PRE
+    )
+
+
+def first_loads(spec: KernelSpec, hoisted: frozenset[int], ahead: frozenset[int]) -> frozenset[int]:
+    """Block inputs a block loads before it computes: different in every block (not
+    hoisted), not loaded a block ahead, and outside the for-loop."""
+    phases = block_phases(spec.block)
+    return frozenset(
+        i
+        for i, op in enumerate(spec.block.ops)
+        if op.kind is OpKind.BLOCK_INPUT
+        and i not in hoisted
+        and i not in ahead
+        and phases[i] is PRE
+    )
+
+
 class TaskEmitter(KernelEmitter):
-    """The block-graph emitter, with three changes for task bodies: values that are the same
+    """The block-graph emitter, with five changes for task bodies: values that are the same
     in every block go to a *task* section emitted once per task, loads of tiles written in
-    this step are marked ``.cg``, and (``pipeline``) static tiles are loaded a block ahead."""
+    this step are marked ``.cg``, (``pipeline``) static tiles are loaded a block ahead,
+    (``early_static``) static tiles the same in every block before the wait and
+    (``loads_first``) a block's other tiles before it computes."""
 
     def __init__(self, spec: KernelSpec, name: str, options: PersistentOptions) -> None:
         super().__init__(spec.block, name, spec.label, options.codegen)
@@ -264,6 +337,14 @@ class TaskEmitter(KernelEmitter):
             pipelinable_loads(spec, self.hoisted, self.loop) if options.pipeline else frozenset()
         )
         self.pipelined: dict[int, PipelinedLoad] = {}  # block op position -> its loads
+        self._early = (
+            early_loads(spec, self.hoisted) if options.early_static else frozenset()
+        )
+        self.early: dict[int, str] = {}  # block op position -> its load, before the wait
+        self._first = (
+            first_loads(spec, self.hoisted, self._ahead) if options.loads_first else frozenset()
+        )
+        self.first: dict[int, str] = {}  # block op position -> its load, first in the block
         self.claims = options.claims  # the next block is ``nxt`` (claimed), not blk + 1
 
     def emit(self, sec: Phase, line: str) -> None:
@@ -298,8 +379,15 @@ class TaskEmitter(KernelEmitter):
             # H100) refused "Modifier '.evict_first' cannot be combined with modifier '.cg'"
             text = EVICTION_POLICY.sub("", text)[:-1] + ', cache_modifier=".cg")'
         position = self._position(op)
-        if position in self._ahead and shift is None and region is None and not second:
+        plain = shift is None and region is None and not second
+        if position in self._ahead and plain:
             return self._load_ahead(op, position, pad, text)
+        if position in self._early and plain:
+            self.early.setdefault(position, f"early{position} = {text}")
+            return f"early{position}"
+        if position in self._first and plain:
+            self.first.setdefault(position, f"tile{position} = {text}")
+            return f"tile{position}"
         return text
 
     def _position(self, op: Op) -> int | None:
@@ -395,17 +483,33 @@ def _poll(options: PersistentOptions) -> str:
     return 'tl.atomic_add(evt_ptr + wait_evt, 0, sem="acquire", scope="gpu")'
 
 
-def _trigger_lines(continuations: bool) -> list[str]:
-    """One release atomic per event the task triggers. With ``continuations``, where the event
-    has one, the atomic also acquires and its old value tells whether this trigger completed
-    the event: then the body returns the continuation for the dispatcher to run (else -1)."""
-    entry = f"trig_ptr + {TRIGGER_FIELDS} * trig"
-    release = '    tl.atomic_add(evt_ptr + tl.load({}), 1, sem="release", scope="gpu")'
-    head = [
-        "tl.debug_barrier()",
+def _trigger_table_lines() -> list[str]:
+    """The task's range of the trigger table and its first event (``early_triggers``: read
+    before the wait, so that the trigger does not wait for them after the task's stores)."""
+    return [
         f"trig_first = tl.load(desc + {FIELD_TRIG}).to(tl.int32)",
         f"trig_end = trig_first + tl.load(desc + {FIELD_TRIG_COUNT}).to(tl.int32)",
+        f"trig_evt = tl.load(trig_ptr + {TRIGGER_FIELDS} * trig_first, "
+        "mask=trig_first < trig_end, other=0)",
     ]
+
+
+def _trigger_lines(continuations: bool, early: bool = False) -> list[str]:
+    """One release atomic per event the task triggers. With ``continuations``, where the event
+    has one, the atomic also acquires and its old value tells whether this trigger completed
+    the event: then the body returns the continuation for the dispatcher to run (else -1).
+    ``early``: the table lines (:func:`_trigger_table_lines`) were emitted before the wait."""
+    entry = f"trig_ptr + {TRIGGER_FIELDS} * trig"
+    release = '    tl.atomic_add(evt_ptr + tl.load({}), 1, sem="release", scope="gpu")'
+    head = ["tl.debug_barrier()"]
+    if not continuations and early:
+        return head + [
+            "if trig_first < trig_end:",
+            '    tl.atomic_add(evt_ptr + trig_evt, 1, sem="release", scope="gpu")',
+            "for trig in range(trig_first + 1, trig_end):",
+            release.format(entry),
+        ]
+    head += _trigger_table_lines()[:2]
     if not continuations:
         return head + ["for trig in range(trig_first, trig_end):", release.format(entry)]
     return head + [
@@ -557,6 +661,9 @@ def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> Bo
         f"wait_evt = tl.load(desc + {FIELD_WAIT}).to(tl.int32)",
         f"wait_target = tl.load(desc + {FIELD_WAIT_COUNT}).to(tl.int32) * epoch",
     ]
+    early_triggers = options.early_triggers and not options.continuations
+    if early_triggers:
+        body += _trigger_table_lines()
     if em.scratch_used:
         body.append(f"scratch_blk = scratch_ptr + program * {em.scratch_used}")
     if options.trace:
@@ -565,8 +672,9 @@ def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> Bo
     ahead = list(em.pipelined.values())
     if options.claims:
         body += _claim_lines(options.claim_field)
-    if ahead:  # the first block's static tiles stream while the task waits
+    if ahead or em.early:  # the first block's static tiles stream while the task waits
         body += _pid_lines(grid, "first") + [f"{p.carried} = {p.first}" for p in ahead]
+        body += list(em.early.values())
     # with pipelined loads, the loop's register loads cover block + 1, its L2 prefetch the
     # block ``distance`` ahead; the blocks in between are prefetched now, before the wait
     near = 2 if ahead else 1
@@ -594,7 +702,7 @@ def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> Bo
     block += [f"{p.current} = {p.carried}" for p in ahead]
     if ahead:  # the next block's static tiles stream while this one computes
         block += _pid_lines(grid, nxt) + [f"{p.carried} = {p.next}" for p in ahead]
-    block += _pid_lines(grid, "blk")
+    block += _pid_lines(grid, "blk") + list(em.first.values())
     if pf_name:
         block += [f"if {later} < end:", f"    {pf_name}(desc, {later}, pos, meta_ptr)"]
     block += _section(em, em.lines, tail)
@@ -603,7 +711,7 @@ def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> Bo
                                                                            "nxt = nn"]]
     else:
         body += ["for blk in range(first, end):"] + [INDENT + line for line in block]
-    body += _trigger_lines(options.continuations)
+    body += _trigger_lines(options.continuations, early_triggers)
     if options.trace:
         body.append(f"tl.store(trace_ptr + tl.load(desc + {FIELD_TASK}) * 3 + 2, {_CLOCK})")
     if options.continuations:
@@ -648,15 +756,22 @@ def _task_lines(
     the descriptor), the L2 prefetch of the next queued task when ``prefetch_when`` is given
     and holds, and the body of its kind (with ``continuations``, the continuation it returns
     in ``cont``); ``nxt`` / ``nkind`` tell the body the next task for its wait's prefetch."""
-    d = [f"    desc = desc_ptr + ({task}).to(tl.int64) * {desc_width}"]
+    # a queue position (a loop index: a Python int in the interpreter) fits int32 with
+    # its offset; a task read from memory is widened
+    offset = f"{task} * {desc_width}" if task == "qi" else f"({task}).to(tl.int64) * {desc_width}"
+    d = [f"    desc = desc_ptr + {offset}"]
     d.append(f"    kind = {kind or f'tl.load(desc + {FIELD_KIND}).to(tl.int32)'}")
     prefetching = [(k, b) for k, b in enumerate(bodies) if b.prefetch_name]
     if prefetching and prefetch_when:
-        entry = "tl.load(queue_ptr + qi + 1)"
+        following = (
+            f"desc + {desc_width}"
+            if options.desc_by_position
+            else f"desc_ptr + (tl.load(queue_ptr + qi + 1) >> {QUEUE_KIND_BITS}).to(tl.int64) "
+            f"* {desc_width}"
+        )
         d += [
             f"    if {prefetch_when}:",
-            f"        pnxt = desc_ptr + ({entry} >> {QUEUE_KIND_BITS}).to(tl.int64) * "
-            f"{desc_width}",
+            f"        pnxt = {following}",
             f"        pkind = tl.load(pnxt + {FIELD_KIND}).to(tl.int32)",
         ]
         d += [INDENT + line for line in _prefetch_ladder(prefetching, options, "pnxt", "pkind")]
@@ -753,7 +868,8 @@ def generate_program(
         d += _lookahead_loop(bodies, desc_width, options)
     else:
         d += ["for qi in range(q_first, q_end):"]
-        d += _task_lines(bodies, desc_width, options, entry, None, "qi + 1 < q_end")
+        task = "qi" if options.desc_by_position else entry
+        d += _task_lines(bodies, desc_width, options, task, None, "qi + 1 < q_end")
     d += [
         "tl.debug_barrier()",
         f'done = tl.atomic_add(meta_ptr + {int(MetaSlot.DONE)}, 1, sem="acq_rel", scope="gpu")',

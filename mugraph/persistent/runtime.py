@@ -234,6 +234,10 @@ class PersistentProgram:
         prefetch_task: bool = False,
         prefetch_distance: int | None = None,
         pipeline: bool = True,
+        early_static: bool = True,
+        loads_first: bool = True,
+        early_triggers: bool = True,
+        desc_by_position: bool = True,
         prefetch_priority: str = "evict_normal",
         align_hints: bool = True,
         continuations: bool = False,
@@ -320,6 +324,10 @@ class PersistentProgram:
             prefetch_task=prefetch_task,
             prefetch_distance=prefetch_distance,
             pipeline=pipeline,
+            early_static=early_static,
+            loads_first=loads_first,
+            early_triggers=early_triggers,
+            desc_by_position=desc_by_position,
             prefetch_priority=prefetch_priority,
             align_hints=align_hints,
             continuations=continuations,
@@ -430,6 +438,12 @@ class PersistentProgram:
 
         graph = self.kernel.graph
         tg = self.tasks
+        queues = tg.queues if self.mode == "persistent" else [tg.queued_order]
+        # descriptors are stored in queue order (the continuations, which no queue holds,
+        # after them): the dispatcher finds a queued task's descriptor at its position
+        order = [t for q in queues for t in q]
+        order += sorted(set(range(len(tg.tasks))) - set(order))
+        row_of = {t: i for i, t in enumerate(order)}
         desc = np.zeros((len(tg.tasks), self.desc_width), dtype=np.int64)
         triggers: list[int] = []  # TRIGGER_FIELDS each: event, its continuation or -1, count
         specs = {s.op: s for s in self.specs}
@@ -442,7 +456,8 @@ class PersistentProgram:
             row[4] = tg.events[t.wait].count if t.wait >= 0 else 0
             row[5], row[6], row[7] = len(triggers) // TRIGGER_FIELDS, len(t.triggers), t.index
             for e in t.triggers:
-                triggers += [e, tg.events[e].continuation, tg.events[e].count]
+                follow = tg.events[e].continuation
+                triggers += [e, row_of[follow] if follow >= 0 else -1, tg.events[e].count]
             addresses = [self._address(r) for r in op.inputs]
             addresses += [self._address(TensorRef(t.kernel, j)) for j in range(len(op.outputs))]
             role = self.kernel.roles.get(t.kernel)
@@ -454,14 +469,10 @@ class PersistentProgram:
             row[DESC_HEADER : DESC_HEADER + len(addresses)] = addresses
         if self.options.claims:
             self._claim_fields(desc)
-        if self.mode == "persistent":
-            queues = tg.queues
-        else:
-            queues = [tg.queued_order]
-        flat = [queue_entry(t, self.kinds[tg.tasks[t].kernel]) for q in queues for t in q]
+        flat = [queue_entry(row_of[t], self.kinds[tg.tasks[t].kernel]) for q in queues for t in q]
         starts = np.cumsum([0] + [len(q) for q in queues])
         dev = self.device
-        self.desc = torch.as_tensor(desc, device=dev)
+        self.desc = torch.as_tensor(desc[order], device=dev)
         self.triggers = torch.as_tensor(
             np.array(triggers or [0, -1, 0], dtype=np.int32), device=dev
         )
