@@ -25,7 +25,7 @@ Every load after the wait is a round trip to L2 at least (the acquire empties L1
 that waits for another, or for a reduction, adds one to the level's critical path: steps 1,
 2 and 4 keep the loads that can go earlier off it (twenty-fourth session, H100: together
 with the dispatcher's descriptors by position, Qwen3-0.6B 945 → 856 µs per step,
-Llama-3.2-1B 1163 → 1088).
+Llama-3.2-1B 1163 → 1087).
 
 In persistent mode the wait spins (up to ``max_spins``: a wait that gives up writes the task
 into the meta buffer's error slot instead of hanging the GPU); in topological mode (the CPU
