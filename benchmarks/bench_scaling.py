@@ -311,9 +311,9 @@ def main(argv=None) -> None:
 
 def _numpy_bytecode() -> str:
     """Whether NumPy's modules have compiled bytecode. Every worker process imports NumPy;
-    without bytecode (an image built with ``PYTHONDONTWRITEBYTECODE``, as the H100 machines
-    are) it compiles NumPy's sources at each start: 0.33-0.42 s against 0.15 s there
-    (twenty-fourth session). ``python -m compileall <numpy's folder>`` writes it."""
+    without bytecode (an image built with ``PYTHONDONTWRITEBYTECODE``, like the GPU machines'
+    in the twenty-fourth session) it compiles NumPy's sources at each start: 0.33-0.42 s
+    against 0.15 s there. ``python -m compileall <numpy's folder>`` writes it."""
     import importlib.util
 
     import numpy

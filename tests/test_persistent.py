@@ -265,25 +265,27 @@ def test_pipelined_body_loads_the_first_block_before_the_wait_and_the_next_while
     assert not any("ahead" in t for t in plain.values())
 
 
+def _body_lines(decoder, kernel: str, **options) -> list[str]:
+    """The stripped lines of the GPU-mode body of the kernel whose label ends with ``kernel``."""
+    text = next(t for label, t in _gpu_bodies(decoder, **options).items() if label.endswith(kernel))
+    return [line.strip() for line in text.splitlines()]
+
+
 def test_norm_weights_are_loaded_before_the_wait():
     """``early_static``: a task's static tiles that are the same in every block (the norm's
     weight and epsilon) are loaded before its wait; the row it normalises, written in this
     step, after it. Without the option every hoisted load follows the wait."""
     decoder = build_decoder(tiny_model("qwen3"), 16, tiles=SMALL_TILES)
     for early in (True, False):
-        text = next(
-            t
-            for label, t in _gpu_bodies(decoder, early_static=early).items()
-            if label.endswith("mlp.gate_up")
-        )
-        lines = [line.strip() for line in text.splitlines()]
+        lines = _body_lines(decoder, "mlp.gate_up", early_static=early)
         wait = lines.index("if wait_evt >= 0:")
         loads = [i for i, line in enumerate(lines) if line.startswith("early")]
         row = next(i for i, line in enumerate(lines) if "in0_ptr +" in line and "tl.load" in line)
         assert row > wait
         if early:
             assert len(loads) == 2 and all(i < wait for i in loads)  # norm weight and eps
-            assert all(f"= {lines[i].split(' =')[0]}" in text for i in loads)  # and used
+            used = {line.split(" = ")[1] for line in lines if " = early" in line}
+            assert used == {lines[i].split(" =")[0] for i in loads}
         else:
             assert not loads
 
@@ -293,12 +295,7 @@ def test_a_task_reads_its_trigger_table_before_the_wait():
     atomic follows the task's last store with no load between them."""
     decoder = build_decoder(tiny_model("qwen3"), 16, tiles=SMALL_TILES)
     for early in (True, False):
-        text = next(
-            t
-            for label, t in _gpu_bodies(decoder, early_triggers=early).items()
-            if label.endswith("mlp.down")
-        )
-        lines = [line.strip() for line in text.splitlines()]
+        lines = _body_lines(decoder, "mlp.down", early_triggers=early)
         wait = lines.index("if wait_evt >= 0:")
         table = [i for i, line in enumerate(lines) if line.startswith("trig_")]
         assert len(table) == (3 if early else 2)
@@ -314,12 +311,7 @@ def test_a_blocks_residual_is_loaded_before_its_dot_product():
     option, where it is first used, after it."""
     decoder = build_decoder(tiny_model("qwen3"), 16, tiles=SMALL_TILES)
     for first in (True, False):
-        text = next(
-            t
-            for label, t in _gpu_bodies(decoder, loads_first=first).items()
-            if label.endswith("mlp.down")
-        )
-        lines = [line.strip() for line in text.splitlines()]
+        lines = _body_lines(decoder, "mlp.down", loads_first=first)
         loop = lines.index("for blk in range(first, end):")
         residual = next(
             i for i, line in enumerate(lines) if "tl.load(in2_ptr" in line and i > loop

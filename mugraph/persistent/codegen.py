@@ -23,9 +23,9 @@ kind in every decoder layer) share one body. A body:
 
 Every load after the wait is a round trip to L2 at least (the acquire empties L1), and one
 that waits for another, or for a reduction, adds one to the level's critical path: steps 1,
-2 and 4 keep the loads that can go earlier off it (twenty-fourth session, H100: together
-with the dispatcher's descriptors by position, Qwen3-0.6B 945 → 856 µs per step,
-Llama-3.2-1B 1163 → 1087).
+2 and 4 keep the loads that can go earlier off it. On the H100 (twenty-fourth session), with
+these and the dispatcher's descriptors by position off, Qwen3-0.6B's step took 945 µs and
+Llama-3.2-1B's 1163 (call 3); with all of them on, 856 and 1087 (call 4).
 
 In persistent mode the wait spins (up to ``max_spins``: a wait that gives up writes the task
 into the meta buffer's error slot instead of hanging the GPU); in topological mode (the CPU
@@ -163,8 +163,8 @@ class PersistentOptions:
         queues (the runtime stores the descriptors in queue order), and the next one's, which
         it prefetches, just after it. Reading the queue entry first made every task start one
         round trip to L2 later (the previous task's acquire empties L1), and the next
-        task's prefetch another one later still. Not with ``lookahead``, which reads the
-        entries a task ahead. On the H100 (twenty-fourth session, call 4): Qwen3-0.6B 856
+        task's prefetch another one later still. (``lookahead`` reads the entries a task
+        ahead either way.) On the H100 (twenty-fourth session, call 4): Qwen3-0.6B 856
         against 881 µs without it, Llama-3.2-1B 1087 against 1100 (``lookahead`` on top of
         the others: 871 / 1101).
     trace: record globaltimer stamps per task (start, after the wait, end; GPU only).
