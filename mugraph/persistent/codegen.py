@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mugraph.codegen import tiles
@@ -275,46 +276,44 @@ class PipelinedLoad:
     next: str  # the load of the next block, predicated on there being one
 
 
-def pipelinable_loads(spec: KernelSpec, hoisted: frozenset[int], loop: bool) -> frozenset[int]:
-    """Block inputs whose tile can be loaded a block ahead: static (no task of the step writes
-    them), different in every block (not hoisted), and loaded once per block (outside the
-    for-loop, or with no for-loop)."""
+def _block_inputs(spec: KernelSpec, wanted: Callable[[int, Op, Phase], bool]) -> frozenset[int]:
+    """Positions of the block inputs (position, operator, phase) that ``wanted`` accepts."""
     phases = block_phases(spec.block)
     return frozenset(
         i
         for i, op in enumerate(spec.block.ops)
-        if op.kind is OpKind.BLOCK_INPUT
-        and op.attr("index") in spec.static_inputs
+        if op.kind is OpKind.BLOCK_INPUT and wanted(i, op, phases[i])
+    )
+
+
+def pipelinable_loads(spec: KernelSpec, hoisted: frozenset[int], loop: bool) -> frozenset[int]:
+    """Block inputs whose tile can be loaded a block ahead: static (no task of the step writes
+    them), different in every block (not hoisted), and loaded once per block (outside the
+    for-loop, or with no for-loop)."""
+    return _block_inputs(
+        spec,
+        lambda i, op, phase: op.attr("index") in spec.static_inputs
         and i not in hoisted
-        and (phases[i] is PRE or (phases[i] is LOOP and not loop))
+        and (phase is PRE or (phase is LOOP and not loop)),
     )
 
 
 def early_loads(spec: KernelSpec, hoisted: frozenset[int]) -> frozenset[int]:
     """Block inputs a task loads before its wait: static, the same in every block (hoisted)
     and outside the for-loop."""
-    phases = block_phases(spec.block)
-    return frozenset(
-        i
-        for i, op in enumerate(spec.block.ops)
-        if op.kind is OpKind.BLOCK_INPUT
-        and op.attr("index") in spec.static_inputs
+    return _block_inputs(
+        spec,
+        lambda i, op, phase: op.attr("index") in spec.static_inputs
         and i in hoisted
-        and phases[i] is PRE
+        and phase is PRE,
     )
 
 
 def first_loads(spec: KernelSpec, hoisted: frozenset[int], ahead: frozenset[int]) -> frozenset[int]:
     """Block inputs a block loads before it computes: different in every block (not
     hoisted), not loaded a block ahead, and outside the for-loop."""
-    phases = block_phases(spec.block)
-    return frozenset(
-        i
-        for i, op in enumerate(spec.block.ops)
-        if op.kind is OpKind.BLOCK_INPUT
-        and i not in hoisted
-        and i not in ahead
-        and phases[i] is PRE
+    return _block_inputs(
+        spec, lambda i, op, phase: i not in hoisted and i not in ahead and phase is PRE
     )
 
 
@@ -483,12 +482,18 @@ def _poll(options: PersistentOptions) -> str:
     return 'tl.atomic_add(evt_ptr + wait_evt, 0, sem="acquire", scope="gpu")'
 
 
-def _trigger_table_lines() -> list[str]:
-    """The task's range of the trigger table and its first event (``early_triggers``: read
-    before the wait, so that the trigger does not wait for them after the task's stores)."""
+def _trigger_range_lines() -> list[str]:
+    """The task's range of the trigger table."""
     return [
         f"trig_first = tl.load(desc + {FIELD_TRIG}).to(tl.int32)",
         f"trig_end = trig_first + tl.load(desc + {FIELD_TRIG_COUNT}).to(tl.int32)",
+    ]
+
+
+def _trigger_table_lines() -> list[str]:
+    """The task's range of the trigger table and its first event (``early_triggers``: read
+    before the wait, so that the trigger does not wait for them after the task's stores)."""
+    return _trigger_range_lines() + [
         f"trig_evt = tl.load(trig_ptr + {TRIGGER_FIELDS} * trig_first, "
         "mask=trig_first < trig_end, other=0)",
     ]
@@ -509,7 +514,7 @@ def _trigger_lines(continuations: bool, early: bool = False) -> list[str]:
             "for trig in range(trig_first + 1, trig_end):",
             release.format(entry),
         ]
-    head += _trigger_table_lines()[:2]
+    head += _trigger_range_lines()
     if not continuations:
         return head + ["for trig in range(trig_first, trig_end):", release.format(entry)]
     return head + [
@@ -751,14 +756,15 @@ DISPATCH_SIG = (
 def _task_lines(
     bodies: list[BodySource], desc_width: int, options: PersistentOptions, task: str,
     kind: str | None, prefetch_when: str | None, nxt: str = "desc", nkind: str = "-1",
+    positional: bool = False,
 ) -> list[str]:
     """The dispatcher's part for one task: its descriptor, its kind (``kind``, else read from
     the descriptor), the L2 prefetch of the next queued task when ``prefetch_when`` is given
     and holds, and the body of its kind (with ``continuations``, the continuation it returns
-    in ``cont``); ``nxt`` / ``nkind`` tell the body the next task for its wait's prefetch."""
-    # a queue position (a loop index: a Python int in the interpreter) fits int32 with
-    # its offset; a task read from memory is widened
-    offset = f"{task} * {desc_width}" if task == "qi" else f"({task}).to(tl.int64) * {desc_width}"
+    in ``cont``); ``nxt`` / ``nkind`` tell the body the next task for its wait's prefetch.
+    ``positional``: ``task`` is the queue position (a loop index, a Python int in the
+    interpreter, whose offset fits int32), not a row read from memory (widened)."""
+    offset = f"{task} * {desc_width}" if positional else f"({task}).to(tl.int64) * {desc_width}"
     d = [f"    desc = desc_ptr + {offset}"]
     d.append(f"    kind = {kind or f'tl.load(desc + {FIELD_KIND}).to(tl.int32)'}")
     prefetching = [(k, b) for k, b in enumerate(bodies) if b.prefetch_name]
@@ -868,8 +874,9 @@ def generate_program(
         d += _lookahead_loop(bodies, desc_width, options)
     else:
         d += ["for qi in range(q_first, q_end):"]
-        task = "qi" if options.desc_by_position else entry
-        d += _task_lines(bodies, desc_width, options, task, None, "qi + 1 < q_end")
+        by_position = options.desc_by_position
+        d += _task_lines(bodies, desc_width, options, "qi" if by_position else entry, None,
+                         "qi + 1 < q_end", positional=by_position)
     d += [
         "tl.debug_barrier()",
         f'done = tl.atomic_add(meta_ptr + {int(MetaSlot.DONE)}, 1, sem="acq_rel", scope="gpu")',
