@@ -21,8 +21,10 @@ import numpy as np
 
 def load(path: str) -> dict:
     z = np.load(path)
-    stamps = z["stamps"].astype(np.float64) / 1e3  # ns -> µs
-    stamps -= stamps[:, 0].min()
+    # globaltimer nanoseconds are about 1.8e18: subtracted as floats they keep 256 ns steps,
+    # so the first stamp is subtracted in int64
+    raw = z["stamps"]
+    stamps = (raw - raw[:, 0].min()).astype(np.float64) / 1e3  # µs
     return {
         "start": stamps[:, 0],
         "woke": stamps[:, 1],

@@ -328,3 +328,19 @@ def test_a_search_call_of_some_rows_keeps_the_other_rows_summary(tmp_path):
     lines = json.loads((tmp_path / "summary.json").read_text())
     assert [(ln["row"], ln["states"]) for ln in lines] == [("gqa_b1", 2), ("lora_b1", 3)]
     assert "| gqa_b1 |" in (tmp_path / "summary.md").read_text()
+
+
+def test_trace_levels_keeps_the_stamps_nanosecond_exact(tmp_path):
+    """globaltimer stamps (about 1.8e18 ns) lose 256 ns steps as float64 unless the first
+    stamp is subtracted before the conversion."""
+    import numpy as np
+
+    from benchmarks import trace_levels
+
+    base = 1_795_797_916_054_604_192
+    stamps = np.array([[0, 130, 1170], [40, 1210, 2250]], dtype=np.int64) + base
+    path = tmp_path / "t.npz"
+    np.savez(path, stamps=stamps, depth=np.array([0, 1]), kind=np.array(["a", "b"]),
+             blocks=np.array([1, 1]), program=np.array([0, 1]))
+    t = trace_levels.load(str(path))
+    assert t["woke"].tolist() == [0.13, 1.21] and t["end"].tolist() == [1.17, 2.25]
