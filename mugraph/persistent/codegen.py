@@ -137,7 +137,11 @@ class PersistentOptions:
     poll_load: a wait polls its event with ``ld.acquire.gpu`` loads (GPU only) instead of
         acquire atomic adds of 0, which the L2 serializes when every program of a level polls
         one counter. Off by default: on the H100 (nineteenth session, call 1) Qwen3-0.6B 981
-        against 971 µs, Llama-3.2-1B 1192 against 1174.
+        against 971 µs, Llama-3.2-1B 1192 against 1174. Twenty-fifth session (call 2): Qwen3-0.6B
+        862 against 855 µs, Llama-3.2-1B 1114 against 1088, and Llama's logits further from
+        a float32 model's than the default's (3.3% against 2.0%, argmax 26/32 against
+        30/32) in that call, which nothing explains yet: do not turn it on without finding
+        out why.
     cache_hint: load tiles written in this step with ``.cg`` (L2 only, GPU only).
     hoist: compute block-invariant values once per task rather than once per block.
     early_static: with ``hoist``, a task loads its block-invariant static tiles (a norm's
@@ -218,6 +222,7 @@ class ArgSpec:
     row_slot: MetaSlot | None = None  # a run-time row: base + meta[slot] * row_stride
     row_stride: int = 0
     align: int = 1  # a power of two (at most VECTOR_BYTES) dividing every address it takes
+    parity: int = 0  # a summed tensor's rows: base + (step % 2) * parity (0: one row)
 
     @property
     def name(self) -> str:
@@ -263,6 +268,31 @@ def next_block_exists(rank: int, nxt: str = "blk + 1") -> str:
     """Whether the task has a block after ``blk`` (the block ``nxt``), as a rank-``rank``
     mask (the interpreter refuses a scalar comparison as the mask of a tile of pointers)."""
     return f"(tl.full([{', '.join(['1'] * rank)}], {nxt}, tl.int32) < end)"
+
+
+@dataclass(frozen=True)
+class TaskSum:
+    """An accumulating output's sum over a task's blocks (``name``, a float32 register tile
+    of ``shape``), added into the output at ``ptr`` after the block loop."""
+
+    name: str
+    ptr: str
+    mask: str | None
+    shape: tuple[int, ...]
+
+    def init_line(self) -> str:
+        return f"{self.name} = tl.zeros([{', '.join(map(str, self.shape))}], dtype=tl.float32)"
+
+    def add_lines(self) -> list[str]:
+        """The task's atomic add; the task of the first block also zeroes the other step
+        parity's row, which the next step adds into (this step's readers use this row)."""
+        mask = f", mask={self.mask}" if self.mask else ""
+        other = re.sub(r"\b(out\d+)_ptr\b", r"(\1_ptr + \1_other)", self.ptr)
+        return [
+            f'tl.atomic_add({self.ptr}, {self.name}{mask}, sem="relaxed", scope="gpu")',
+            "if first == 0:",
+            f"    tl.store({other}, tl.zeros_like({self.name}){mask})",
+        ]
 
 
 @dataclass(frozen=True)
@@ -345,6 +375,7 @@ class TaskEmitter(KernelEmitter):
         )
         self.first: dict[int, str] = {}  # block op position -> its load, first in the block
         self.claims = options.claims  # the next block is ``nxt`` (claimed), not blk + 1
+        self.task_sums: list[TaskSum] = []  # accumulating outputs, summed over a task's blocks
 
     def emit(self, sec: Phase, line: str) -> None:
         (self.task_lines if self._route[-1] else self.lines)[sec].append(line)
@@ -389,6 +420,15 @@ class TaskEmitter(KernelEmitter):
             return f"tile{position}"
         return text
 
+    def accumulate_text(self, op: Op, ptr: str, value: str, mask: str | None,
+                        shape: tuple[int, ...] = ()) -> str:
+        """A block adds its tile to its task's sum; the task adds the sum into the output once,
+        after its last block (every block of a summed output adds into the same tile: see
+        ``runtime.summed_output``)."""
+        name = f"tsum{len(self.task_sums)}"
+        self.task_sums.append(TaskSum(name, ptr, mask, tuple(shape)))
+        return f"{name} = {name} + {value}"
+
     def _position(self, op: Op) -> int | None:
         return next((i for i, o in enumerate(self.block.ops) if o is op), None)
 
@@ -421,6 +461,10 @@ def _pointer_lines(spec: KernelSpec, only=None, align: bool = False) -> list[str
                 else f"tl.load(meta_ptr + {int(arg.row_slot)})"
             )
             lines.append(f"{arg.name}_ptr = {arg.name}_ptr + {index} * {arg.row_stride}")
+        if arg.parity:  # this step's row of a summed tensor (and, written, the other's offset)
+            lines.append(f"{arg.name}_ptr = {arg.name}_ptr + (step % 2) * {arg.parity}")
+            if arg.role == "out":
+                lines.append(f"{arg.name}_other = ((step + 1) % 2 - step % 2) * {arg.parity}")
         if align and arg.align >= VECTOR_BYTES:
             lines.append(f"{arg.name}_ptr = tl.multiple_of({arg.name}_ptr, {VECTOR_BYTES})")
         for d, s in enumerate(arg.strides):
@@ -711,11 +755,14 @@ def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> Bo
     if pf_name:
         block += [f"if {later} < end:", f"    {pf_name}(desc, {later}, pos, meta_ptr)"]
     block += _section(em, em.lines, tail)
+    body += [s.init_line() for s in em.task_sums]
     if options.claims:
         body += ["while blk < end:"] + [INDENT + line for line in block + ["blk = nxt",
                                                                            "nxt = nn"]]
     else:
         body += ["for blk in range(first, end):"] + [INDENT + line for line in block]
+    for s in em.task_sums:
+        body += s.add_lines()
     body += _trigger_lines(options.continuations, early_triggers)
     if options.trace:
         body.append(f"tl.store(trace_ptr + tl.load(desc + {FIELD_TASK}) * 3 + 2, {_CLOCK})")
