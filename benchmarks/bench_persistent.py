@@ -357,6 +357,8 @@ VARIANTS = {
     "attn_chunk128": ({}, {"attention_chunk": 128}),
     "evict_last": ({"prefetch_priority": "evict_last"}, {}),
     "poll_load": ({"poll_load": True}, {}),
+    # key / value projections of 128 blocks (16 KB of weights each) instead of 256 (8 KB)
+    "min_blocks128": ({}, {"min_blocks": 128}),
     "pf4": ({"prefetch_distance": 4}, {}),
     "pf8": ({"prefetch_distance": 8}, {}),
     "lookahead": ({"lookahead": True}, {}),
@@ -380,6 +382,9 @@ VARIANTS = {
         {},
     ),
     "fuse": ({}, {"fuse_attention_output": True}),
+    # the MLP as one kernel, its down projection summed over blocks (twenty-fifth session)
+    "fuse_mlp": ({}, {"fuse_mlp_down": True}),
+    "fuse_mlp3": ({}, {"fuse_mlp_down": True, "fused_mlp_weights": 3}),  # 16 KB blocks
     # more programs per SM, the kernel's registers capped so that they fit (its heaviest body,
     # the attention partials, spills; the projections need 56-106 registers)
     "pps3_r168": ({"programs_per_sm": 3, "max_registers": 168}, {}),

@@ -1040,3 +1040,80 @@ def test_claimed_blocks_decode_like_transformers():
         decoder.compile(claim_blocks=1)
     paired = decoder.compile(pipeline=True, num_programs=3, claim_blocks=2)
     assert paired.claim_groups == split and paired.generate(prompt, 6) == ref_tokens
+
+
+# ---- the MLP as one kernel: the down projection summed over blocks (fuse_mlp_down) ---------
+
+FUSED_TILES = replace(SMALL_TILES, fuse_mlp_down=True, weight_tile_bytes=1024)
+
+
+@pytest.mark.parametrize("kind", ["qwen3", "llama"])
+def test_decode_with_the_mlp_as_one_kernel_matches_transformers(kind):
+    """Every MLP is one accumulating kernel; the next layer's projections, its o_proj's
+    residual and the LM head's norm add the two rows it leaves. Eight steps alternate the
+    two parity rows of each sum (each step zeroes the other)."""
+    model = tiny_model(kind, layers=2)
+    prompt = [5, 17, 42]
+    ref_tokens, _ = hf_greedy(model, prompt, 8)
+    decoder = build_decoder(model, 16, tiles=FUSED_TILES)
+    parts = [role.part for role in decoder.kernel.roles.values()]
+    assert parts.count("gate_up_down") == 2 and "down" not in parts and "sum" not in parts
+    levels = 1 + max(t.depth for t in decoder.kernel.task_graph(4).tasks)
+    assert levels == 2 * 5 + 4  # five levels a layer, not six
+    program = decoder.compile()
+    assert program.generate(prompt, 8) == ref_tokens
+    program.reset()  # after an odd number of steps: the sums' rows are zeroed, not stale
+    assert program.generate(prompt, 7) == ref_tokens[:7]
+
+
+def test_the_mlp_kernel_adds_its_tasks_sum_once_and_zeroes_the_next_steps_row():
+    decoder = build_decoder(tiny_model("qwen3", layers=2), 16, tiles=FUSED_TILES)
+    lines = _body_lines(decoder, "mlp.gate_up_down")
+    loop = lines.index("for blk in range(first, end):")
+    assert lines[loop - 1] == "tsum0 = tl.zeros([1, 32], dtype=tl.float32)"
+    assert "tsum0 = tsum0 + b20.to(tl.float32)" in lines
+    add = next(i for i, line in enumerate(lines) if line.startswith("tl.atomic_add(out0_ptr"))
+    assert add > loop and 'sem="relaxed"' in lines[add]
+    assert lines[add + 1] == "if first == 0:" and "(out0_ptr + out0_other)" in lines[add + 2]
+    assert add < lines.index("tl.debug_barrier()")  # before the release of its event
+    assert "out0_ptr = out0_ptr + (step % 2) * 32" in lines
+    reader = _body_lines(decoder, "layer1.q_proj.proj")
+    summed = [line for line in reader if "(step % 2)" in line]
+    assert len(summed) == 1 and "tl.pointer_type(tl.float32)" not in summed[0]
+
+
+def test_an_mlp_row_read_whole_is_added_by_a_kernel_of_its_own():
+    """A layer that cannot take the two rows (here a second MLP) reads them added by a
+    ``residual_sum`` kernel; the step's logits match PyTorch's."""
+    torch.manual_seed(0)
+    pk = PersistentKernel(max_seq_len=8, tiles=FUSED_TILES)
+    emb = torch.randn(96, 32)
+    norms = [1 + 0.1 * torch.randn(1, 32) for _ in range(3)]
+    mlps = [[0.2 * torch.randn(*s) for s in ((64, 32), (64, 32), (32, 64))] for _ in range(2)]
+    head = 0.2 * torch.randn(96, 32)
+    x = pk.embed_layer(pk.attach_input(emb, "embed"))
+    for i, (wg, wu, wd) in enumerate(mlps):
+        x = pk.mlp_layer(
+            x,
+            pk.attach_input(norms[i], f"norm{i}"),
+            pk.attach_input(wg, f"gate{i}"),
+            pk.attach_input(wu, f"up{i}"),
+            pk.attach_input(wd, f"down{i}"),
+        )
+    final_norm = pk.attach_input(norms[2], "final_norm")
+    logits = pk.lm_head_layer(x, final_norm, pk.attach_input(head, "head"))
+    pk.argmax_layer(logits)
+    assert [r.part for r in pk.roles.values()].count("sum") == 1
+    program = pk.compile()
+    program.step(7)
+
+    def rms(v, w):
+        return v / torch.sqrt((v * v).mean(-1, keepdim=True) + 1e-6) * w
+
+    h = emb[7:8]
+    for i, (wg, wu, wd) in enumerate(mlps):
+        xn = rms(h, norms[i])
+        h = h + (torch.nn.functional.silu(xn @ wg.T) * (xn @ wu.T)) @ wd.T
+    want = rms(h, norms[2]) @ head.T
+    got = program.buffer(logits).reshape(want.shape)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)

@@ -75,7 +75,7 @@ from mugraph.codegen.stable_exp import (
 from mugraph.dtypes import DType
 from mugraph.errors import MapError, UnsupportedError
 from mugraph.ir import maps
-from mugraph.ir.graph import BlockGraph, Op
+from mugraph.ir.graph import BlockGraph, Op, accumulates
 from mugraph.ir.layout import Layout, LayoutError, logical_divide, make_layout
 from mugraph.ir.ops import AccumKind, Group, OpKind
 from mugraph.ir.phase import Phase, block_phases
@@ -723,7 +723,12 @@ def _output_tile(lw: _Lowering, index: int, op: Op, j: int) -> GlobalTile:
     tile_type = lw.block.tensor_type(op.inputs[0])
     omap, fdim = op.attr("omap"), op.attr("forloop_dim")
     name = f"%out{j}"
-    dims = _mapped_dims(lw, index, name, "omap", omap, fdim, tile_type.dims, maps.output_dims)
+    summed = accumulates(op)
+
+    def assembled(*args):
+        return maps.output_dims(*args, summed)
+
+    dims = _mapped_dims(lw, index, name, "omap", omap, fdim, tile_type.dims, assembled)
     device = TensorType(dims, tile_type.dtype)
     if lw.outputs is not None:
         device = lw.outputs[j]

@@ -89,7 +89,7 @@ from mugraph.codegen.stable_exp import KernelCarry
 from mugraph.dtypes import DType
 from mugraph.errors import UnsupportedError
 from mugraph.ir import tiling
-from mugraph.ir.graph import BlockGraph, Op
+from mugraph.ir.graph import BlockGraph, Op, accumulates
 from mugraph.ir.ops import AccumKind, Group, OpKind
 from mugraph.ir.phase import Phase
 from mugraph.ir.tensor import TensorRef, TensorType
@@ -201,6 +201,14 @@ class KernelEmitter:
         return NAN_MAX
 
     # ---- bookkeeping -------------------------------------------------------------------
+
+    def accumulate_text(self, op: Op, ptr: str, value: str, mask: str | None,
+                        shape: tuple[int, ...] = ()) -> str:
+        """The statement that adds a block's tile into an accumulating output (``value`` is
+        float32). A standalone kernel has no zeroed float32 output to add into: the sum over
+        blocks is generated only inside the persistent kernel (:mod:`mugraph.persistent`)."""
+        raise self.fail(op, op.inputs[0], "an accumulating output (blocks summed into one tile) "
+                        "is generated only inside a persistent kernel")
 
     def fail(self, op: Op, ref: TensorRef | None, why: str) -> UnsupportedError:
         where = f"{op.kind.value}" + (f" b{ref.op}" if ref is not None else "")
@@ -933,8 +941,12 @@ def _emit_store(em: KernelEmitter, spec: Spec, j: int) -> None:
     base = em.placement(target.steps, fdim)
     strides = [f"out{j}_s{d}" for d in range(len(full))]
     offs = tiles.offsets(val.pad, strides, base, None, em.options.index64)
-    value = f"{val.name}.to(out{j}_ptr.dtype.element_ty)"
     mask = tiles.valid_mask(val.dims, val.pad)
+    if accumulates(op):
+        em.emit(sec, em.accumulate_text(op, f"out{j}_ptr + {offs}", f"{val.name}.to(tl.float32)",
+                                        mask, val.pad))
+        return
+    value = f"{val.name}.to(out{j}_ptr.dtype.element_ty)"
     em.emit(sec, _store_text(f"out{j}_ptr + {offs}", value, mask))
     if SpecFlag.CARRIED in spec.flags:
         _store_scales(em, op, j, ref, sec, out_dims, val)

@@ -21,7 +21,7 @@ from mugraph.errors import (
 )
 from mugraph.gpu import DEFAULT_GPU, GPUSpec
 from mugraph.ir import maps
-from mugraph.ir.graph import BlockGraph, Op, freeze_attrs
+from mugraph.ir.graph import BlockGraph, Op, accumulates, freeze_attrs
 from mugraph.ir.ops import AccumKind, Group, Level, OpKind, as_accum_kind
 from mugraph.ir.phase import Phase, op_phase
 from mugraph.ir.shapes import ShapeContext, fmt, infer_output_types, normalize_dim
@@ -430,10 +430,12 @@ def _check_customized_inputs(inputs: list[DTensor], tb_graph: ThreadBlockGraph) 
 
 
 def customized_output_types(block: BlockGraph) -> tuple[TensorType, ...]:
-    """The device tensors a block graph writes, assembled by omap and forloop_dim."""
+    """The device tensors a block graph writes, assembled by omap and forloop_dim (summed over
+    blocks where the output accumulates)."""
     outs = []
     for op in block.output_ops:
         tile = block.tensor_type(op.inputs[0])
+        summed = accumulates(op)
         dims = maps.output_dims(
             "new_output",
             tile.dims,
@@ -441,6 +443,7 @@ def customized_output_types(block: BlockGraph) -> tuple[TensorType, ...]:
             op.attr("omap"),
             block.forloop_range,
             op.attr("forloop_dim"),
+            summed,
         )
         outs.append(TensorType(dims, tile.dtype, contiguous_strides(dims)))
     return tuple(outs)
@@ -537,15 +540,23 @@ class ThreadBlockGraph(GraphBuilder):
         self._dtensors.append(dtensor)
         return self._push(op)[0]
 
-    def new_output(self, stensor: STensor, output_map, forloop_dim: int = -1) -> None:
+    def new_output(
+        self, stensor: STensor, output_map, forloop_dim: int = -1, accumulate: bool = False
+    ) -> None:
+        """Save a tile: ``output_map`` places the blocks' tiles in the output, ``forloop_dim``
+        the iterations'. With ``accumulate`` the blocks along the grid axes the map leaves out
+        (-1) add their tiles into the same part of the output instead."""
         self._check_tensor("new_output", stensor)
         pending = f"new_output({self._ref_text(stensor.ref)})"
         try:
+            if not isinstance(accumulate, bool):
+                raise maps.MapError(f"new_output: accumulate must be a bool, got {accumulate!r}")
             rank = stensor.num_dims
             omap = maps.normalize_map("new_output", "output_map", output_map, rank)
             fdim = maps.check_forloop_dim("new_output", forloop_dim, rank)
             maps.output_dims(
-                "new_output", stensor.dims, self.grid_dim, omap, self.forloop_range, fdim
+                "new_output", stensor.dims, self.grid_dim, omap, self.forloop_range, fdim,
+                accumulate,
             )
             phase = self.phase(stensor)
             if self.forloop_range > 1 and fdim < 0 and phase is Phase.LOOP:
@@ -561,6 +572,8 @@ class ThreadBlockGraph(GraphBuilder):
         except MugraphError as error:
             raise self._fail(error, pending) from None
         attrs = {"omap": omap, "forloop_dim": fdim}
+        if accumulate:  # absent otherwise: existing graphs keep their attributes and hashes
+            attrs["accumulate"] = True
         self._push(Op(OpKind.BLOCK_OUTPUT, (stensor.ref,), freeze_attrs(attrs), ()))
 
     # block-only operators

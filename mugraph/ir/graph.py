@@ -42,6 +42,12 @@ class Op:
         return dict(self.attrs)
 
 
+def accumulates(op: Op) -> bool:
+    """Whether a block output sums the blocks its omap leaves out (``new_output(...,
+    accumulate=True)``) instead of placing every block's tile."""
+    return bool(op.attr("accumulate", False))
+
+
 @dataclass(frozen=True)
 class BlockGraph:
     """The frozen computation of one thread block of a graph-defined kernel operator.

@@ -6,7 +6,10 @@ the blocks along that axis (-1: every block sees the whole dim, i.e. replication
 forloop_dim is the dim each block's part is split into across iterations (-1: the same tile
 every iteration). An output's omap gives, for each grid axis, the output dim along which the
 blocks' tiles are concatenated; its forloop_dim concatenates the iterations' tiles (-1: the
-tile is an accumulator's result, written once).
+tile is an accumulator's result, written once). An *accumulating* output (``accumulate``)
+sums instead: the blocks along a grid axis its omap leaves out (-1) add their tiles into the
+same part of the output (a split-K product whose partial products meet in one tensor; the
+persistent kernel, the one code generator that emits it, keeps the sum in float32).
 
 Within one tensor dim, the split is nested in the order grid axis, then for-loop: block b
 takes the b-th contiguous chunk, and iteration i the i-th contiguous sub-chunk of it.
@@ -42,6 +45,12 @@ def normalize_map(op: str, name: str, grid_map: tuple[int, ...], rank: int) -> G
     if len(named) != len(set(named)):
         raise MapError(f"{op}: {name} {entries} maps two grid axes to the same dim")
     return entries  # type: ignore[return-value]
+
+
+def summed_axes(grid: tuple[int, int, int], omap: GridMap) -> tuple[int, ...]:
+    """The grid axes an accumulating output sums over: several blocks, left out of omap."""
+    return tuple(axis for axis, (g, d) in enumerate(zip(grid, omap, strict=True))
+                 if g > 1 and d < 0)  # fmt: skip
 
 
 def check_forloop_dim(op: str, forloop_dim: int, rank: int) -> int:
@@ -90,14 +99,30 @@ def output_dims(
     omap: GridMap,
     forloop_range: int,
     forloop_dim: int,
+    accumulate: bool = False,
 ) -> tuple[int, ...]:
-    """The device tensor assembled from every block's (and iteration's) tile."""
-    for axis, (g, dim) in enumerate(zip(grid, omap, strict=True)):
-        if g > 1 and dim < 0:
-            raise MapError(
-                f"{op}: omap {omap} does not cover the output: grid axis {AXES[axis]} "
-                f"has {g} blocks but is mapped to no dim, so they would overwrite each other"
-            )
+    """The device tensor assembled from every block's (and iteration's) tile (with
+    ``accumulate``, summed over the grid axes the omap leaves out)."""
+    left_out = [axis for axis, (g, dim) in enumerate(zip(grid, omap, strict=True))
+                if g > 1 and dim < 0]  # fmt: skip
+    if accumulate and not left_out:
+        raise MapError(
+            f"{op}: an accumulating output sums the blocks along a grid axis that omap "
+            f"{omap} leaves out (-1), but every grid axis of {grid} with several blocks is "
+            f"mapped: there is nothing to sum"
+        )
+    if accumulate and forloop_dim >= 0:
+        raise MapError(
+            f"{op}: an accumulating output cannot also concatenate the for-loop's iterations "
+            f"(forloop_dim={forloop_dim}): accumulate them first (forloop_accum)"
+        )
+    if left_out and not accumulate:
+        axis = left_out[0]
+        raise MapError(
+            f"{op}: omap {omap} does not cover the output: grid axis {AXES[axis]} "
+            f"has {grid[axis]} blocks but is mapped to no dim, so they would overwrite each "
+            f"other (accumulate=True sums them instead)"
+        )
     dims = list(tile)
     for g, dim in zip(grid, omap, strict=True):
         if dim >= 0:

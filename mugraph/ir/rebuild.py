@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 from mugraph.errors import GraphStructureError, MugraphError
 from mugraph.ir.builder import KernelGraph, ThreadBlockGraph
-from mugraph.ir.graph import BlockGraph, Op
+from mugraph.ir.graph import BlockGraph, Op, accumulates
 from mugraph.ir.ops import Group, OpKind
 from mugraph.ir.tensor import DTensor, TensorRef
 
@@ -66,7 +66,9 @@ def rebuild_block_graph(block: BlockGraph, dtensors: list[DTensor]) -> ThreadBlo
                     )
                 made = [tb.new_input(dtensors[index], op.attr("imap"), op.attr("forloop_dim"))]
             elif op.kind is OpKind.BLOCK_OUTPUT:
-                tb.new_output(args[0], op.attr("omap"), op.attr("forloop_dim"))
+                tb.new_output(
+                    args[0], op.attr("omap"), op.attr("forloop_dim"), accumulates(op)
+                )
                 made = []
             elif op.kind in Group.BLOCK:
                 made = tb._append(op.kind, args, op.attr_dict)

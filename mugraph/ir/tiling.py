@@ -93,10 +93,12 @@ def input_division(op: str, dims: tuple[int, ...], strides: tuple[int, ...],
 
 def output_division(op: str, tile: tuple[int, ...], strides: tuple[int, ...] | None,
                     grid: tuple[int, int, int], omap: GridMap, forloop_range: int,
-                    forloop_dim: int) -> tuple[tuple[int, ...], TileDivision]:
+                    forloop_dim: int, accumulate: bool = False,
+                    ) -> tuple[tuple[int, ...], TileDivision]:
     """(dims, division) of the tensor a block output assembles from tiles of ``tile``
-    (stored row-major unless ``strides`` are given)."""
-    dims = maps.output_dims(op, tile, grid, omap, forloop_range, forloop_dim)
+    (stored row-major unless ``strides`` are given; ``accumulate``: the blocks the omap leaves
+    out share their part)."""
+    dims = maps.output_dims(op, tile, grid, omap, forloop_range, forloop_dim, accumulate)
     layout = row_major(dims) if strides is None else Layout(tuple(dims), tuple(strides))
     return dims, tile_division(layout, tile, grid, omap, forloop_range, forloop_dim)
 

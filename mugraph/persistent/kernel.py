@@ -56,6 +56,21 @@ class TilePolicy:
         default: on the H100 (2026-11-23, fourth session) the fused form ran the decode step
         slower, Qwen3-0.6B 1516 against 1293 µs and Llama-3.2-1B 1870 against 1577 µs
         (``bench_persistent.py --variants default no_fuse``; benchmarks/RESULTS.md).
+    fuse_mlp_down: the MLP's down projection is split over the intermediate dim inside the
+        gate / up kernel (:func:`~mugraph.persistent.layers.rmsnorm_gate_up_down`, an
+        accumulating output; one dependency level fewer per layer): the MLP's result is left
+        as two rows, its residual and the float32 sum, which the next layer's projections
+        (and the LM head's norm) add as they read them. The down weight is attached
+        transposed, a copy. Only on one rank, and only for an MLP whose ``output=`` is not
+        given. Off by default: the float32 sums are added in whatever order the blocks
+        finish, so a step's logits differ from run to run (on the H100, twenty-fifth session:
+        layer 0's sums by at most 1.2e-6 relative, the logits of a 96-step run by 1.4-1.7%
+        at the median from the unfused kernel's, as bfloat16 roundings downstream flip). The
+        step was faster for Qwen3-0.6B (818 against 855-857 µs) and not for Llama-3.2-1B
+        (1085-1090 against 1087-1089 µs): ``bench_persistent.py --variants default fuse_mlp``.
+    fused_mlp_weights: how many weights' rows of a fused MLP block ``weight_tile_bytes``
+        counts (2: the gate's and the up's, as for the unfused gate / up kernel, the block's
+        rows of the transposed down weight coming on top; 3: all three).
     """
 
     weight_tile_bytes: int = 16 * 1024
@@ -65,6 +80,8 @@ class TilePolicy:
     copy_tile: int = 1024
     argmax_parts: int = 128
     fuse_attention_output: bool = False
+    fuse_mlp_down: bool = False
+    fused_mlp_weights: int = 2
 
     def gemv(self, n: int, k: int, itemsize: int, weights: int = 1) -> L.GemvTiles:
         """The widest tile of output columns dividing ``n`` whose weight rows fit the budget
@@ -102,6 +119,17 @@ class LayerRecord:
     name: str
     kind: str
     kernels: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PendingSum:
+    """A row left as two, ``base + summed``: an MLP's residual and the float32 down projection
+    its fused kernel accumulates (``TilePolicy.fuse_mlp_down``). Readers that add the two as
+    they read them take both; any other gets them added by a kernel of its own first."""
+
+    record: LayerRecord
+    base: DTensor
+    summed: DTensor
 
 
 @dataclass(frozen=True)
@@ -328,6 +356,14 @@ class PersistentKernel:
             )
         return p.dtensor
 
+    def _read_row(self, layer: str, arg: str, t: object) -> tuple[DTensor, DTensor | None]:
+        """A row input as ``(base, summed)``: a pending MLP sum's two rows, unadded, or the
+        row and None."""
+        p = self._check_handle(layer, arg, t)
+        if isinstance(p.pending, PendingSum):
+            return p.pending.base, p.pending.summed
+        return self._read(layer, arg, t), None
+
     def _write(
         self,
         layer: str,
@@ -448,11 +484,11 @@ class PersistentKernel:
         record = self._layer("rmsnorm_linear", name)
 
         def build():
-            x = self._read(record.name, "input", input)
+            x, summed = self._read_row(record.name, "input", input)
             wn = self._read(record.name, "weight_norm", weight_norm)
             w = self._read(record.name, "weight_linear", weight_linear)
             tiles = self.tiles.gemv(w.dims[0], w.dims[-1], w.dtype.itemsize)
-            out = L.rmsnorm_linear(self.graph, x, wn, self._eps(eps), w, tiles)
+            out = L.rmsnorm_linear(self.graph, x, wn, self._eps(eps), w, tiles, summed)
             self._role(record, out, "proj")
             return self._write(record.name, out, output, f"{record.name}.out")
 
@@ -474,8 +510,10 @@ class PersistentKernel:
         def build():
             pending = self._check_handle(record.name, "input", input).pending
             w = self._read(record.name, "weight", weight)
-            r = self._read(record.name, "residual", residual)
+            r, summed = self._read_row(record.name, "residual", residual)
             tiles = self.tiles.gemv(w.dims[0], w.dims[-1], w.dtype.itemsize)
+            if summed is not None and (pending is not None or self.world_size > 1):
+                r, summed = self._read(record.name, "residual", residual), None
             if pending is not None and self.world_size == 1:
                 _, parts, shape = pending
                 out = L.attention_output_projection(self.graph, *parts, shape, w, r, tiles)
@@ -483,7 +521,7 @@ class PersistentKernel:
                 return self._write(record.name, out, output, f"{record.name}.out")
             x = self._read(record.name, "input", input)
             if self.world_size == 1:
-                out = L.linear_residual(self.graph, x, w, r, tiles)
+                out = L.linear_residual(self.graph, x, w, r, tiles, summed)
                 self._role(record, out, "proj")
                 return self._write(record.name, out, output, f"{record.name}.out")
             share = L.linear_partial(self.graph, x, w, tiles)
@@ -518,6 +556,8 @@ class PersistentKernel:
             wd = self._read(record.name, "weight_down", weight_down)
             r = self._read(record.name, "residual", residual if residual is not None else input)
             size = wg.dtype.itemsize
+            if self.tiles.fuse_mlp_down and self.world_size == 1 and output is None:
+                return self._fused_mlp(record, x, wn, wg, wu, weight_down, r, eps)
             h = L.rmsnorm_gate_up(
                 self.graph,
                 x,
@@ -540,6 +580,29 @@ class PersistentKernel:
             return self._all_reduce(record, share_t, r, output)
 
         return self._run(record, build)
+
+    def _fused_mlp(self, record, x, wn, wg, wu, weight_down, r, eps) -> PTensor:
+        """The MLP as one accumulating kernel (``TilePolicy.fuse_mlp_down``): its result is a
+        pending sum of the residual ``r`` and the kernel's float32 output."""
+        down = self._check_handle(record.name, "weight_down", weight_down)
+        binding = down.binding
+        whole = isinstance(binding, Attached) and not binding.offset
+        if not whole or tuple(binding.tensor.shape) != tuple(down.dims):
+            raise GraphStructureError(
+                f"{record.name}: weight_down must be a whole attached tensor to be transposed "
+                f"(TilePolicy.fuse_mlp_down), got {down.name!r} bound to {binding!r}"
+            )
+        t = binding.tensor
+        wdt = self.attach_input(t.t().contiguous(), self._fresh(f"{down.name}.T")).dtensor
+        size = wg.dtype.itemsize
+        tiles = self.tiles.gemv(wg.dims[0], wg.dims[1], size, self.tiles.fused_mlp_weights)
+        summed = L.rmsnorm_gate_up_down(self.graph, x, wn, self._eps(eps), wg, wu, wdt, tiles)
+        self._role(record, summed, "gate_up_down")
+        self._write(record.name, summed, None, f"{record.name}.down_sum")
+        name = self._fresh(f"{record.name}.out")
+        return self._register(
+            PTensor(name, tuple(r.dims), r.dtype, Scratch(), pending=PendingSum(record, r, summed))
+        )
 
     def attention_layer(
         self,
@@ -663,9 +726,18 @@ class PersistentKernel:
         return self._run(record, build)
 
     def _materialize(self, p: PTensor) -> None:
-        """Build the combine kernel of a deferred attention output."""
-        record, parts, shape = p.pending
-        p.pending = None
+        """Build the kernel a deferred tensor still needs: an attention output's combination,
+        or the sum of a pending MLP row's two halves."""
+        pending, p.pending = p.pending, None
+        if isinstance(pending, PendingSum):
+            hidden = pending.base.dims[1]
+            tile = largest_divisor(hidden, self.tiles.copy_tile)
+            out = L.residual_sum(self.graph, pending.base, pending.summed, tile)
+            self._role(pending.record, out, "sum")
+            p.dtensor, p.writer = out, pending.record.name
+            self._by_ref[(out.ref.op, out.ref.index)] = p
+            return
+        record, parts, shape = pending
         out = L.attention_combine(self.graph, *parts, shape)
         self._role(record, out, "combine")
         p.dtensor, p.writer = out, record.name
@@ -692,11 +764,11 @@ class PersistentKernel:
         record = self._layer("lm_head", name)
 
         def build():
-            x = self._read(record.name, "input", input)
+            x, summed = self._read_row(record.name, "input", input)
             wn = self._read(record.name, "weight_norm", weight_norm)
             w = self._read(record.name, "weight", weight)
             tiles = self.tiles.gemv(w.dims[0], w.dims[1], w.dtype.itemsize)
-            out = L.rmsnorm_linear(self.graph, x, wn, self._eps(eps), w, tiles)
+            out = L.rmsnorm_linear(self.graph, x, wn, self._eps(eps), w, tiles, summed)
             self._role(record, out, "proj")
             result = self._write(record.name, out, output, f"{record.name}.logits")
             self.graph.mark_output(out)

@@ -22,6 +22,12 @@ for one token per step (decode at batch 1), where a projection is a matrix-vecto
 - RoPE is ``x * cos + rotate_half(x) * sin``, with ``rotate_half`` a (2r, 2r) signed
   permutation multiplying the rows of ``x`` viewed as halves (:func:`rotate`), so it stays
   inside the operator set with a product far smaller than ``x @ R`` by a (d, d) matrix.
+- the MLP may be one kernel (:func:`rmsnorm_gate_up_down`): each block also multiplies its
+  values of the hidden activation by the same rows of the transposed down weight and adds
+  the product into an *accumulating* output (``new_output(..., accumulate=True)``), the
+  down projection split over the intermediate dim; its readers add that row to the
+  residual as they read it (``summed=`` of :func:`rmsnorm_linear` / :func:`linear_residual`,
+  :func:`residual_sum` for any other);
 - argmax is a two-stage maximum (``argmax_partials``, ``argmax_final``); the code generator of
   the persistent kernel tracks the position of the maximum beside its value
   (:mod:`mugraph.persistent.codegen`), the μGraph itself computes the maximum logit.
@@ -146,30 +152,56 @@ def _check_norm(layer: str, norm: DTensor, k: int, eps: DTensor) -> None:
     _require(tuple(eps.dims) == (1, 1), layer, f"eps must be a (1, 1) tensor, got {list(eps.dims)}")
 
 
+def _check_summed(layer: str, what: str, summed: DTensor | None, like: DTensor) -> None:
+    if summed is not None:
+        _require(
+            tuple(summed.dims) == tuple(like.dims),
+            layer,
+            f"{what} must be {list(like.dims)} like the row it adds to, got {list(summed.dims)}",
+        )
+
+
 def rmsnorm_linear(
-    g: KernelGraph, x: DTensor, norm: DTensor, eps: DTensor, w: DTensor, tiles: GemvTiles
+    g: KernelGraph,
+    x: DTensor,
+    norm: DTensor,
+    eps: DTensor,
+    w: DTensor,
+    tiles: GemvTiles,
+    summed: DTensor | None = None,
 ) -> DTensor:
     """``rmsnorm(x) * norm @ W.T``: each block normalises the whole row and takes ``tile_n``
-    rows of W."""
+    rows of W. ``summed``: a row added to ``x`` first (the down projection that
+    :func:`rmsnorm_gate_up_down` accumulates, whose residual is ``x``)."""
     layer = "rmsnorm_linear_layer"
     k = _check_row(layer, x)
     _check_norm(layer, norm, k, eps)
+    _check_summed(layer, "the summed row", summed, x)
     n = _check_weight(layer, "weight_linear", w, k)
     tb = new_threadblock_graph(tiles.grid(layer, n), BLOCK_DIM)
     tx = tb.new_input(x, REPLICATE, -1)
     tn = tb.new_input(norm, REPLICATE, -1)
     te = tb.new_input(eps, REPLICATE, -1)
     tw = tb.new_input(w, ALONG_X_DIM0, -1)
+    if summed is not None:
+        tx = tb.add(tx, tb.new_input(summed, REPLICATE, -1))
     xn = tb.mul(rms_normalize(tb, tx, te), tn)
     tb.new_output(row_dot(tb, tw, xn), ALONG_X_DIM1)
-    (out,) = g.customized([x, norm, eps, w], tb)
+    inputs = [x, norm, eps, w] + ([summed] if summed is not None else [])
+    (out,) = g.customized(inputs, tb)
     return out
 
 
 def linear_residual(
-    g: KernelGraph, x: DTensor, w: DTensor, residual: DTensor, tiles: GemvTiles
+    g: KernelGraph,
+    x: DTensor,
+    w: DTensor,
+    residual: DTensor,
+    tiles: GemvTiles,
+    summed: DTensor | None = None,
 ) -> DTensor:
-    """``x @ W.T + residual`` (the attention output projection, the MLP's down projection)."""
+    """``x @ W.T + residual`` (the attention output projection, the MLP's down projection);
+    ``summed``: a row added to ``residual`` (as in :func:`rmsnorm_linear`)."""
     layer = "linear_residual_layer"
     k = _check_row(layer, x)
     n = _check_weight(layer, "weight", w, k)
@@ -178,12 +210,16 @@ def linear_residual(
         layer,
         f"the residual must be (1, {n}), got {list(residual.dims)}",
     )
+    _check_summed(layer, "the summed row", summed, residual)
     tb = new_threadblock_graph(tiles.grid(layer, n), BLOCK_DIM)
     tx = tb.new_input(x, REPLICATE, -1)
     tw = tb.new_input(w, ALONG_X_DIM0, -1)
     tr = tb.new_input(residual, ALONG_X_DIM1, -1)
+    if summed is not None:
+        tr = tb.add(tr, tb.new_input(summed, ALONG_X_DIM1, -1))
     tb.new_output(tb.add(row_dot(tb, tw, tx), tr), ALONG_X_DIM1)
-    (out,) = g.customized([x, w, residual], tb)
+    inputs = [x, w, residual] + ([summed] if summed is not None else [])
+    (out,) = g.customized(inputs, tb)
     return out
 
 
@@ -200,17 +236,18 @@ def linear_partial(g: KernelGraph, x: DTensor, w: DTensor, tiles: GemvTiles) -> 
     return out
 
 
-def rmsnorm_gate_up(
-    g: KernelGraph,
+def _mlp_block(
+    layer: str,
     x: DTensor,
     norm: DTensor,
     eps: DTensor,
     w_gate: DTensor,
     w_up: DTensor,
     tiles: GemvTiles,
-) -> DTensor:
-    """``silu(xn @ Wg.T) * (xn @ Wu.T)`` with ``xn`` the RMS-normalised row."""
-    layer = "mlp_layer"
+) -> tuple[ThreadBlockGraph, STensor, STensor, STensor]:
+    """The start the MLP's block graphs share, after checking their inputs: the grid over the
+    intermediate dim (``tiles``), the RMS-normalised row ``xn`` and the block's gate and up
+    weight rows (block inputs in the kernel's order: x, norm, eps, gate, up)."""
     k = _check_row(layer, x)
     _check_norm(layer, norm, k, eps)
     n = _check_weight(layer, "gate weight", w_gate, k)
@@ -225,11 +262,73 @@ def rmsnorm_gate_up(
     te = tb.new_input(eps, REPLICATE, -1)
     tg = tb.new_input(w_gate, ALONG_X_DIM0, -1)
     tu = tb.new_input(w_up, ALONG_X_DIM0, -1)
-    xn = tb.mul(rms_normalize(tb, tx, te), tn)
+    return tb, tb.mul(rms_normalize(tb, tx, te), tn), tg, tu
+
+
+def rmsnorm_gate_up(
+    g: KernelGraph,
+    x: DTensor,
+    norm: DTensor,
+    eps: DTensor,
+    w_gate: DTensor,
+    w_up: DTensor,
+    tiles: GemvTiles,
+) -> DTensor:
+    """``silu(xn @ Wg.T) * (xn @ Wu.T)`` with ``xn`` the RMS-normalised row."""
+    tb, xn, tg, tu = _mlp_block("mlp_layer", x, norm, eps, w_gate, w_up, tiles)
     gate = row_dot(tb, tg, xn)
     up = row_dot(tb, tu, xn)
     tb.new_output(tb.mul(tb.silu(gate), up), ALONG_X_DIM1)
     (out,) = g.customized([x, norm, eps, w_gate, w_up], tb)
+    return out
+
+
+def rmsnorm_gate_up_down(
+    g: KernelGraph,
+    x: DTensor,
+    norm: DTensor,
+    eps: DTensor,
+    w_gate: DTensor,
+    w_up: DTensor,
+    w_down_t: DTensor,
+    tiles: GemvTiles,
+) -> DTensor:
+    """The whole MLP but its residual in one kernel: ``(silu(xn @ Wg.T) * (xn @ Wu.T)) @ Wd.T``
+    with ``xn`` the RMS-normalised row. Block ``i`` takes ``tile_n`` rows of the gate and up
+    weights (``tile_n`` values of the hidden activation) and the same rows of ``w_down_t``
+    (the down weight transposed: (intermediate, hidden), so a block's rows are contiguous), and
+    adds its product with them into the (1, hidden) output (an accumulating output, which the
+    persistent runtime keeps in float32): the down projection split over the intermediate dim,
+    with no dependency level of its own.
+    """
+    layer = "mlp_layer"
+    _require(
+        tuple(w_down_t.dims) == tuple(w_gate.dims),
+        layer,
+        f"the transposed down weight must be {list(w_gate.dims)} like the gate weight, got "
+        f"{list(w_down_t.dims)}",
+    )
+    tb, xn, tg, tu = _mlp_block(layer, x, norm, eps, w_gate, w_up, tiles)
+    td = tb.new_input(w_down_t, ALONG_X_DIM0, -1)
+    gate = tb.reduction(tb.mul(tg, xn), 1)  # (tile_n, 1): a column of the block's values
+    up = tb.reduction(tb.mul(tu, xn), 1)
+    hidden = tb.mul(tb.silu(gate), up)
+    tb.new_output(tb.reduction(tb.mul(td, hidden), 0), REPLICATE, accumulate=True)
+    (out,) = g.customized([x, norm, eps, w_gate, w_up, w_down_t], tb)
+    return out
+
+
+def residual_sum(g: KernelGraph, x: DTensor, summed: DTensor, tile: int) -> DTensor:
+    """``x + summed`` in ``x``'s type, ``tile`` columns per block: a row that
+    :func:`rmsnorm_gate_up_down` left as two, for a reader that takes one."""
+    layer = "mlp_layer"
+    _check_row(layer, x)
+    _check_summed(layer, "the summed row", summed, x)
+    _divides(layer, "the hidden size", x.dims[1], tile)
+    tb = new_threadblock_graph((x.dims[1] // tile, 1, 1), BLOCK_DIM)
+    total = tb.add(tb.new_input(x, ALONG_X_DIM1, -1), tb.new_input(summed, ALONG_X_DIM1, -1))
+    tb.new_output(total, ALONG_X_DIM1)
+    (out,) = g.customized([x, summed], tb)
     return out
 
 

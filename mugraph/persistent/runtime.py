@@ -29,11 +29,13 @@ KV caches stay on the device; ``generate`` runs greedy decoding without synchron
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
 from mugraph.codegen.loader import interpreter_active, load_kernel
 from mugraph.errors import GraphInputError, MugraphError, UnsupportedError
+from mugraph.ir.graph import accumulates
 from mugraph.ir.ops import OpKind
 from mugraph.ir.tensor import TensorRef
 from mugraph.persistent.codegen import (
@@ -94,9 +96,11 @@ def kernel_specs(kernel: PersistentKernel) -> list[KernelSpec]:
             t = graph.tensor_type(ref)
             if graph.ops[ref.op].kind is OpKind.INPUT:
                 static.add(i)
-            args.append(_arg("in", i, t, kernel.binding(ref), TL_DTYPE))
+            arg = _arg("in", i, t, kernel.binding(ref), TL_DTYPE)
+            args.append(_summed_arg(arg, t) if summed_output(graph, ref) else arg)
         for j, t in enumerate(op.outputs):
-            args.append(_arg("out", j, t, kernel.binding(TensorRef(k, j)), TL_DTYPE))
+            arg = _arg("out", j, t, kernel.binding(TensorRef(k, j)), TL_DTYPE)
+            args.append(_summed_arg(arg, t) if summed_output(graph, TensorRef(k, j)) else arg)
         argmax = role.argmax if role else None
         companions = 0 if argmax is None else (1 if argmax == "partial" else 2)
         for c in range(companions):
@@ -189,6 +193,35 @@ def _arg(role: str, index: int, t, binding, tl_dtype) -> ArgSpec:
             role, index, tl_dtype[t.dtype], t.strides, binding.slot, binding.row_stride, align
         )
     return ArgSpec(role, index, tl_dtype[t.dtype], t.strides, align=align)
+
+
+def summed_output(graph, ref: TensorRef) -> bool:
+    """Whether ``ref`` is an accumulating output of a custom kernel (its blocks add their
+    tiles into it): the runtime keeps it in float32, in two rows, one per step parity."""
+    op = graph.ops[ref.op]
+    if op.kind is not OpKind.CUSTOMIZED:
+        return False
+    saver = op.attr("graph").output_ops[ref.index]
+    if not accumulates(saver):
+        return False
+    block = op.attr("graph")
+    if any(g > 1 and d >= 0 for g, d in zip(block.grid_dim, saver.attr("omap"), strict=True)):
+        raise UnsupportedError(
+            f"persistent runtime: kernel %{ref.op}'s output {ref.index} accumulates, but its "
+            f"omap {saver.attr('omap')} also places blocks: only outputs that every block adds "
+            "into whole are supported (their zeroing and per-task sums assume it)"
+        )
+    return True
+
+
+def _summed_arg(arg: ArgSpec, t) -> ArgSpec:
+    """A summed tensor's argument: float32, with the other step parity's row ``parity``
+    elements after this one's (a step adds into one row and zeroes the other for the next).
+    Both rows are 16-byte aligned when a row's bytes are a multiple of 16 (the buffer comes
+    from PyTorch's allocator), else only 4-byte aligned."""
+    row = math.prod(t.dims)
+    return replace(arg, dtype="tl.float32", parity=row,
+                   align=VECTOR_BYTES if row * 4 % VECTOR_BYTES == 0 else 4)
 
 
 def queue_entry(task: int, kind: int) -> int:
@@ -370,9 +403,14 @@ class PersistentProgram:
             if op.kind is not OpKind.CUSTOMIZED:
                 continue
             for j, t in enumerate(op.outputs):
-                if isinstance(self.kernel.binding(TensorRef(k, j)), Scratch):
-                    dtype = getattr(torch, t.dtype.torch_name)
-                    self.buffers[(k, j)] = torch.zeros(t.dims, dtype=dtype, device=dev)
+                if not isinstance(self.kernel.binding(TensorRef(k, j)), Scratch):
+                    continue
+                if summed_output(graph, TensorRef(k, j)):  # two float32 rows (step parity)
+                    shape = (2, *t.dims)
+                    self.buffers[(k, j)] = torch.zeros(shape, dtype=torch.float32, device=dev)
+                    continue
+                dtype = getattr(torch, t.dtype.torch_name)
+                self.buffers[(k, j)] = torch.zeros(t.dims, dtype=dtype, device=dev)
         self.companions = {
             name: torch.zeros(n, dtype=torch.int32, device=dev)
             for name, n in self.kernel.companions.items()
@@ -574,9 +612,13 @@ class PersistentProgram:
     # ---- decoding -------------------------------------------------------------------------
 
     def reset(self, clear_caches: bool = True) -> None:
-        """Back to position 0: counters, history (and the KV caches)."""
+        """Back to position 0: counters, history, the sums over blocks (whose rows follow the
+        step's parity) and the KV caches."""
         self.meta.zero_()
         self.events.zero_()
+        for (k, j), buf in self.buffers.items():
+            if summed_output(self.kernel.graph, TensorRef(k, j)):
+                buf.zero_()
         self._claim_slots()
         self.history.zero_()
         self.pos = self.steps = 0
@@ -642,6 +684,8 @@ class PersistentProgram:
         if t.dtensor is None:
             raise GraphInputError(f"tensor {name!r} is never written")
         ref = t.dtensor.ref
+        if summed_output(self.kernel.graph, ref):  # the row the last step added into
+            return self.buffers[(ref.op, ref.index)][(self.steps - 1) % 2]
         if (ref.op, ref.index) in self.buffers:
             return self.buffers[(ref.op, ref.index)]
         if isinstance(t.binding, Attached):

@@ -732,6 +732,19 @@ def _identity(inputs: Sequence[Term], dims: Sequence[Dims], attrs: Mapping[str, 
     return _only(inputs, 1, "identity")[0]
 
 
+def _block_output(
+    inputs: Sequence[Term], dims: Sequence[Dims], attrs: Mapping[str, Any]
+) -> Term:
+    """Saving a tile (or concatenating iterations) changes nothing; an accumulating output's
+    sum over blocks would need the grid, which an operator's attributes do not carry."""
+    if attrs.get("accumulate"):
+        raise AbstractSemanticsError(
+            "block_output: an accumulating output (a sum over the blocks its omap leaves out) "
+            "has no abstract expression: the search neither prunes nor builds such graphs"
+        )
+    return _identity(inputs, dims, attrs)
+
+
 def _inlined(inputs: Sequence[Term], dims: Sequence[Dims], attrs: Mapping[str, Any]) -> Term:
     raise AbstractSemanticsError(
         "graph-defined operators (customized, thread_graph) are inlined: their outputs' abstract "
@@ -843,7 +856,7 @@ def _forloop_accum_rescale(
 ABSTRACT_SEMANTICS: dict[OpKind, Semantics] = {
     OpKind.INPUT: _input,
     OpKind.BLOCK_INPUT: _identity,  # E(InIter(X)) = E(X)
-    OpKind.BLOCK_OUTPUT: _identity,  # saving (or concatenating iterations) changes nothing
+    OpKind.BLOCK_OUTPUT: _block_output,
     OpKind.CUSTOMIZED: _inlined,
     OpKind.THREAD_GRAPH: _inlined,
     OpKind.MATMUL: _matmul,

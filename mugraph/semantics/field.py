@@ -217,6 +217,9 @@ class FieldInterpretation(Interpretation):
     def __init__(self, field: FieldContext) -> None:
         self.field = field
 
+    def sum_axes(self, value: FieldArray, axes: tuple[int, ...]) -> FieldArray:
+        return self.field.sum(value, axis=axes, keepdims=True)
+
     def relayout(self, value: FieldArray, fn: Callable[[Any], Any]) -> FieldArray:
         return value.index_map(fn)
 

@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from mugraph.errors import UnsupportedError
-from mugraph.ir.graph import BlockGraph, Op
+from mugraph.ir import maps
+from mugraph.ir.graph import BlockGraph, Op, accumulates
 from mugraph.ir.ops import AccumKind, Group, Level, OpKind
 from mugraph.ir.tensor import TensorRef
 from mugraph.semantics.partition import (  # noqa: F401 - the layout helpers are re-exported
@@ -73,6 +74,11 @@ class Interpretation:
 
     def relayout(self, value: Any, fn: Callable[[Any], Any]) -> Any:
         return fn(value)
+
+    def sum_axes(self, value: Any, axes: tuple[int, ...]) -> Any:
+        """``value`` summed over ``axes``, kept as axes of one element (an accumulating
+        block output's blocks)."""
+        raise UnsupportedError(f"accumulating block outputs: no {self.name} semantics")
 
     def apply(self, op: Op, args: list[Any], ctx: EvalContext) -> list[Any]:
         rule = self.table.get(op.kind)
@@ -221,8 +227,18 @@ def _block_input(interp: Interpretation, block: BlockGraph, op: Op, source: Any)
 def _block_output(interp: Interpretation, block: BlockGraph, op: Op, value: Any) -> Any:
     tile = block.tensor_type(op.inputs[0]).dims
     omap, fdim = op.attr("omap"), op.attr("forloop_dim")
+    if accumulates(op):  # the blocks the omap leaves out add their tiles: sum their lead axes
+        axes = maps.summed_axes(block.grid_dim, omap)
+        lead = (value.shape[0], *block.grid_dim)
+        full = (*lead, *value.shape[len(lead):])
+        value = interp.relayout(value, lambda a: np.broadcast_to(a, full))
+        value = interp.sum_axes(value, tuple(1 + axis for axis in axes))
+    else:
+        axes = ()
     return interp.relayout(
-        value, lambda a: assemble_output(a, tile, block.grid_dim, omap, block.forloop_range, fdim)
+        value,
+        lambda a: assemble_output(a, tile, block.grid_dim, omap, block.forloop_range, fdim,
+                                  bool(axes)),
     )
 
 

@@ -45,12 +45,14 @@ def assemble_output(
     omap: tuple[int, int, int],
     forloop_range: int,
     forloop_dim: int,
+    accumulate: bool = False,
 ) -> np.ndarray:
     """The device tensor made of every block's (and, with forloop_dim, iteration's) tile,
     placed by the division :mod:`mugraph.ir.tiling` gives (a view of ``value`` where its
-    memory is already in the tensor's order)."""
+    memory is already in the tensor's order). ``accumulate``: ``value`` is already summed
+    over the blocks the omap leaves out (one element along their axes)."""
     dims, shape, order = _output_order(tuple(tile), tuple(grid), tuple(omap), forloop_range,
-                                       forloop_dim)
+                                       forloop_dim, accumulate)
     full = np.broadcast_to(value, shape)
     return np.ascontiguousarray(full.transpose(order)).reshape(dims)
 
@@ -66,12 +68,12 @@ def _input_view(shape, strides, grid, imap, forloop_range: int, forloop_dim: int
 
 
 @functools.lru_cache(maxsize=4096)
-def _output_order(tile, grid, omap, forloop_range: int, forloop_dim: int):
+def _output_order(tile, grid, omap, forloop_range: int, forloop_dim: int, accumulate: bool):
     """(dims, the value's full shape, the order of its axes in the row-major tensor): its
     axes of several elements by decreasing stride in the division (compact, so the
     transposed value reshapes to the tensor), its axes of one element first."""
     dims, division = tiling.output_division("block output", tile, None, grid, omap,
-                                            forloop_range, forloop_dim)
+                                            forloop_range, forloop_dim, accumulate)
     shape, strides = _single_modes(tiling.lead_modes(division, omap, forloop_dim)
                                    + division.tile.modes())  # fmt: skip
     order = sorted(range(len(shape)), key=lambda a: (shape[a] > 1, -strides[a]))

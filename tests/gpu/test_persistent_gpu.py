@@ -44,6 +44,17 @@ def _model(dtype, layers=2):
     ],
 )
 def test_persistent_mode_matches_transformers(dtype, options):
+    _check_against_transformers(dtype, options, {})
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_mlp_as_one_kernel_matches_transformers(dtype):
+    """``TilePolicy(fuse_mlp_down=True)``: the down projections summed over blocks with
+    atomic adds, in persistent mode."""
+    _check_against_transformers(dtype, {}, {"fuse_mlp_down": True})
+
+
+def _check_against_transformers(dtype, options: dict, tiles: dict) -> None:
     from mugraph.persistent import TilePolicy, build_decoder
 
     model = _model(dtype)
@@ -53,7 +64,7 @@ def test_persistent_mode_matches_transformers(dtype, options):
                              min_new_tokens=16, do_sample=False, output_logits=True,
                              return_dict_in_generate=True)
     ref_logits = [x[0].float() for x in out.logits]
-    decoder = build_decoder(model, 64, tiles=TilePolicy(min_blocks=64))
+    decoder = build_decoder(model, 64, tiles=TilePolicy(min_blocks=64, **tiles))
     program = decoder.compile(**options)
     assert program.mode == "persistent"
     logits = program.buffer(decoder.logits)
