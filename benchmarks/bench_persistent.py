@@ -385,6 +385,8 @@ VARIANTS = {
     # the MLP as one kernel, its down projection summed over blocks (twenty-fifth session)
     "fuse_mlp": ({}, {"fuse_mlp_down": True}),
     "fuse_mlp3": ({}, {"fuse_mlp_down": True, "fused_mlp_weights": 3}),  # 16 KB blocks
+    # and the combination with o_proj, summed over the KV heads: four levels a layer
+    "fuse_all": ({}, {"fuse_mlp_down": True, "fuse_o_proj_heads": True}),
     # more programs per SM, the kernel's registers capped so that they fit (its heaviest body,
     # the attention partials, spills; the projections need 56-106 registers)
     "pps3_r168": ({"programs_per_sm": 3, "max_registers": 168}, {}),

@@ -1074,7 +1074,8 @@ def test_the_mlp_kernel_adds_its_tasks_sum_once_and_zeroes_the_next_steps_row():
     assert "tsum0 = tsum0 + b20.to(tl.float32)" in lines
     add = next(i for i, line in enumerate(lines) if line.startswith("tl.atomic_add(out0_ptr"))
     assert add > loop and 'sem="relaxed"' in lines[add]
-    assert lines[add + 1] == "if first == 0:" and "(out0_ptr + out0_other)" in lines[add + 2]
+    assert lines[add + 1] == "if first == 0:" and lines[add + 2] == "zero_at = tl.arange(0, 32)"
+    assert lines[add + 3].startswith("tl.store(out0_ptr + out0_other + zero_at, tl.zeros([32]")
     assert add < lines.index("tl.debug_barrier()")  # before the release of its event
     assert "out0_ptr = out0_ptr + (step % 2) * 32" in lines
     reader = _body_lines(decoder, "layer1.q_proj.proj")
@@ -1083,14 +1084,16 @@ def test_the_mlp_kernel_adds_its_tasks_sum_once_and_zeroes_the_next_steps_row():
 
 
 def test_an_mlp_row_read_whole_is_added_by_a_kernel_of_its_own():
-    """A layer that cannot take the two rows (here a second MLP) reads them added by a
-    ``residual_sum`` kernel; the step's logits match PyTorch's."""
+    """A fused MLP takes the rows the one before it left; a layer that cannot take them
+    (here a linear + residual layer's input) reads them added by a ``residual_sum`` kernel.
+    The step's logits match PyTorch's."""
     torch.manual_seed(0)
     pk = PersistentKernel(max_seq_len=8, tiles=FUSED_TILES)
     emb = torch.randn(96, 32)
     norms = [1 + 0.1 * torch.randn(1, 32) for _ in range(3)]
     mlps = [[0.2 * torch.randn(*s) for s in ((64, 32), (64, 32), (32, 64))] for _ in range(2)]
     head = 0.2 * torch.randn(96, 32)
+    proj = 0.2 * torch.randn(32, 32)
     x = pk.embed_layer(pk.attach_input(emb, "embed"))
     for i, (wg, wu, wd) in enumerate(mlps):
         x = pk.mlp_layer(
@@ -1100,6 +1103,7 @@ def test_an_mlp_row_read_whole_is_added_by_a_kernel_of_its_own():
             pk.attach_input(wu, f"up{i}"),
             pk.attach_input(wd, f"down{i}"),
         )
+    x = pk.linear_residual_layer(x, pk.attach_input(proj, "proj"), x)
     final_norm = pk.attach_input(norms[2], "final_norm")
     logits = pk.lm_head_layer(x, final_norm, pk.attach_input(head, "head"))
     pk.argmax_layer(logits)
@@ -1114,6 +1118,43 @@ def test_an_mlp_row_read_whole_is_added_by_a_kernel_of_its_own():
     for i, (wg, wu, wd) in enumerate(mlps):
         xn = rms(h, norms[i])
         h = h + (torch.nn.functional.silu(xn @ wg.T) * (xn @ wu.T)) @ wd.T
+    h = h @ proj.T + h
     want = rms(h, norms[2]) @ head.T
     got = program.buffer(logits).reshape(want.shape)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_decode_with_four_levels_a_layer_matches_transformers():
+    """``fuse_o_proj_heads`` with ``fuse_mlp_down``: the attention's combination and output
+    projection are one kernel summed over the KV heads (Qwen3: two; Llama: one, nothing to
+    sum), the q projection writes the row a layer starts from whole (o_proj's residual)."""
+    tiles = replace(FUSED_TILES, fuse_o_proj_heads=True)
+    for kind in ("qwen3", "llama"):
+        model = tiny_model(kind, layers=2)
+        prompt = [5, 17, 42]
+        ref_tokens, _ = hf_greedy(model, prompt, 6)
+        decoder = build_decoder(model, 16, tiles=tiles)
+        parts = [role.part for role in decoder.kernel.roles.values()]
+        assert parts.count("combine_proj_heads") == 2 and "combine" not in parts
+        assert "sum" not in parts  # every reader took the rows, or the row written whole
+        levels = 1 + max(t.depth for t in decoder.kernel.task_graph(4).tasks)
+        assert levels == 2 * 4 + 4
+        whole = [n for n in decoder.kernel.tensors if n.endswith(".whole")]
+        assert len(whole) == 1  # layer 1's row (layer 0 starts from the embedding)
+        assert decoder.compile().generate(prompt, 6) == ref_tokens
+
+
+def test_per_block_atomics_where_the_blocks_add_into_different_columns():
+    """The combination + projection kernel's blocks along the heads add into the columns of
+    their rows of W: each block adds its tile (no task sum), and the first block's task
+    zeroes the whole other row."""
+    tiles = replace(FUSED_TILES, fuse_o_proj_heads=True)
+    decoder = build_decoder(tiny_model("qwen3", layers=1), 16, tiles=tiles)
+    text = next(t for label, t in _gpu_bodies(decoder).items() if label.endswith("heads"))
+    raw = text.splitlines()
+    loop = raw.index("    for blk in range(first, end):")
+    adds = [i for i, line in enumerate(raw) if "tl.atomic_add(out0_ptr" in line]
+    assert len(adds) == 1 and adds[0] > loop and "tsum" not in text
+    assert raw[adds[0]].startswith("        tl.atomic_add(")  # in the block loop
+    assert raw[adds[0] + 1] == "    if first == 0:"  # after it, the first task's zeroing
+    assert raw[adds[0] + 2] == "        zero_at = tl.arange(0, 32)"

@@ -283,16 +283,31 @@ class TaskSum:
     def init_line(self) -> str:
         return f"{self.name} = tl.zeros([{', '.join(map(str, self.shape))}], dtype=tl.float32)"
 
-    def add_lines(self) -> list[str]:
-        """The task's atomic add; the task of the first block also zeroes the other step
-        parity's row, which the next step adds into (this step's readers use this row)."""
-        mask = f", mask={self.mask}" if self.mask else ""
-        other = re.sub(r"\b(out\d+)_ptr\b", r"(\1_ptr + \1_other)", self.ptr)
-        return [
-            f'tl.atomic_add({self.ptr}, {self.name}{mask}, sem="relaxed", scope="gpu")',
-            "if first == 0:",
-            f"    tl.store({other}, tl.zeros_like({self.name}){mask})",
-        ]
+    def add_line(self) -> str:
+        """The task's one atomic add of its sum."""
+        return _atomic_add_line(self.ptr, self.name, self.mask)
+
+
+def _atomic_add_line(ptr: str, value: str, mask: str | None) -> str:
+    mask = f", mask={mask}" if mask else ""
+    return f'tl.atomic_add({ptr}, {value}{mask}, sem="relaxed", scope="gpu")'
+
+
+def _zero_next_rows(spec: KernelSpec) -> list[str]:
+    """The task of a kernel's first block zeroes the other step parity's row of each summed
+    output, which the next step adds into (this step adds into, and its readers read, this
+    step's row; the next launch starts after every reader of this one)."""
+    lines = []
+    for arg in spec.args:
+        if arg.role == "out" and arg.parity:
+            lanes = next_pow2(arg.parity)
+            lines += [
+                "if first == 0:",
+                f"    zero_at = tl.arange(0, {lanes})",
+                f"    tl.store({arg.name}_ptr + {arg.name}_other + zero_at, "
+                f"tl.zeros([{lanes}], dtype=tl.float32), mask=zero_at < {arg.parity})",
+            ]
+    return lines
 
 
 @dataclass(frozen=True)
@@ -422,9 +437,13 @@ class TaskEmitter(KernelEmitter):
 
     def accumulate_text(self, op: Op, ptr: str, value: str, mask: str | None,
                         shape: tuple[int, ...] = ()) -> str:
-        """A block adds its tile to its task's sum; the task adds the sum into the output once,
-        after its last block (every block of a summed output adds into the same tile: see
-        ``runtime.summed_output``)."""
+        """Where every block adds into the same tile (the omap places no blocks), a block
+        adds its tile to its task's sum, which the task adds into the output once after its
+        last block; else each block adds its tile (relaxed atomics: the task's release orders
+        them before its trigger)."""
+        grid = self.block.grid_dim
+        if any(g > 1 and d >= 0 for g, d in zip(grid, op.attr("omap"), strict=True)):
+            return _atomic_add_line(ptr, value, mask)
         name = f"tsum{len(self.task_sums)}"
         self.task_sums.append(TaskSum(name, ptr, mask, tuple(shape)))
         return f"{name} = {name} + {value}"
@@ -761,8 +780,7 @@ def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> Bo
                                                                            "nxt = nn"]]
     else:
         body += ["for blk in range(first, end):"] + [INDENT + line for line in block]
-    for s in em.task_sums:
-        body += s.add_lines()
+    body += [s.add_line() for s in em.task_sums] + _zero_next_rows(spec)
     body += _trigger_lines(options.continuations, early_triggers)
     if options.trace:
         body.append(f"tl.store(trace_ptr + tl.load(desc + {FIELD_TASK}) * 3 + 2, {_CLOCK})")

@@ -15,7 +15,7 @@ Layers take and return :class:`PTensor` handles. ``output=`` may name a placehol
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mugraph.dtypes import DType, as_dtype
@@ -68,6 +68,19 @@ class TilePolicy:
         at the median from the unfused kernel's, as bfloat16 roundings downstream flip). The
         step was faster for Qwen3-0.6B (818 against 855-857 µs) and not for Llama-3.2-1B
         (1085-1090 against 1087-1089 µs): ``bench_persistent.py --variants default fuse_mlp``.
+    fuse_o_proj_heads: the attention's combination and its output projection are one kernel
+        (:func:`~mugraph.persistent.layers.attention_combine_projection`, an accumulating
+        output over the KV heads: one dependency level fewer per layer), whose result its
+        readers add to the residual. The row a layer starts from is then written whole by
+        its first projection that reads it (``rmsnorm_linear(..., materialize=True)``), as
+        the residual of its output projection; with ``fuse_mlp_down``, a layer is four
+        levels. Only on one rank. Off: on the H100 (twenty-fifth session, call 12) the step
+        with both took 1559 µs for Qwen3-0.6B and 1438 µs for Llama-3.2-1B, against 815 /
+        1088 with ``fuse_mlp_down`` alone. Its trace (call 13) showed 2048 blocks a layer
+        (``gemv`` aimed for ``min_blocks`` columns' blocks per KV head), each adding up its
+        head's partials: 20 µs of work per task, and the tasks started early, beside the
+        attention's. Since then it aims for ``min_blocks`` blocks in all (256 for Qwen3-0.6B,
+        ``gemv(groups=)``): not measured.
     fused_mlp_weights: how many weights' rows of a fused MLP block ``weight_tile_bytes``
         counts (2: the gate's and the up's, as for the unfused gate / up kernel, the block's
         rows of the transposed down weight coming on top; 3: all three).
@@ -81,13 +94,18 @@ class TilePolicy:
     argmax_parts: int = 128
     fuse_attention_output: bool = False
     fuse_mlp_down: bool = False
+    fuse_o_proj_heads: bool = False
     fused_mlp_weights: int = 2
 
-    def gemv(self, n: int, k: int, itemsize: int, weights: int = 1) -> L.GemvTiles:
+    def gemv(
+        self, n: int, k: int, itemsize: int, weights: int = 1, groups: int = 1
+    ) -> L.GemvTiles:
         """The widest tile of output columns dividing ``n`` whose weight rows fit the budget
-        and that gives ``min_blocks`` blocks (or as many as the budget allows)."""
+        and that gives ``min_blocks`` blocks (or as many as the budget allows); ``groups``:
+        another grid axis multiplies the blocks (the KV heads of
+        :func:`~mugraph.persistent.layers.attention_combine_projection`)."""
         fits = max(1, self.weight_tile_bytes // (k * itemsize * weights))
-        widest = min(self.max_tile_n, fits, max(1, n // self.min_blocks))
+        widest = min(self.max_tile_n, fits, max(1, n * groups // self.min_blocks))
         return L.GemvTiles(largest_divisor(n, widest))
 
 
@@ -123,13 +141,16 @@ class LayerRecord:
 
 @dataclass(frozen=True)
 class PendingSum:
-    """A row left as two, ``base + summed``: an MLP's residual and the float32 down projection
-    its fused kernel accumulates (``TilePolicy.fuse_mlp_down``). Readers that add the two as
-    they read them take both; any other gets them added by a kernel of its own first."""
+    """A row left as several, ``base + sum(summed)``: a residual and the float32 outputs that
+    kernels accumulate over blocks (``TilePolicy.fuse_mlp_down``, ``fuse_o_proj_heads``).
+    Readers that add the rows as they read them take them all; any other reads
+    ``materialized`` (the row written whole by the first projection that reads it, under
+    ``fuse_o_proj_heads``) or gets them added by a kernel of its own first."""
 
     record: LayerRecord
     base: DTensor
-    summed: DTensor
+    summed: tuple[DTensor, ...]
+    materialized: DTensor | None = None
 
 
 @dataclass(frozen=True)
@@ -356,13 +377,21 @@ class PersistentKernel:
             )
         return p.dtensor
 
-    def _read_row(self, layer: str, arg: str, t: object) -> tuple[DTensor, DTensor | None]:
-        """A row input as ``(base, summed)``: a pending MLP sum's two rows, unadded, or the
-        row and None."""
+    def _read_row(self, layer: str, arg: str, t: object) -> tuple[DTensor, tuple[DTensor, ...]]:
+        """A row input as ``(base, summed)``: a pending sum's rows, unadded, or the row and
+        no summed rows."""
         p = self._check_handle(layer, arg, t)
         if isinstance(p.pending, PendingSum):
             return p.pending.base, p.pending.summed
-        return self._read(layer, arg, t), None
+        return self._read(layer, arg, t), ()
+
+    def _read_whole(self, layer: str, arg: str, t: object) -> DTensor:
+        """A row input as one row: a pending sum's materialized row when a projection wrote
+        it, else the row (a pending sum is added by a kernel of its own)."""
+        p = self._check_handle(layer, arg, t)
+        if isinstance(p.pending, PendingSum) and p.pending.materialized is not None:
+            return p.pending.materialized
+        return self._read(layer, arg, t)
 
     def _write(
         self,
@@ -488,7 +517,21 @@ class PersistentKernel:
             wn = self._read(record.name, "weight_norm", weight_norm)
             w = self._read(record.name, "weight_linear", weight_linear)
             tiles = self.tiles.gemv(w.dims[0], w.dims[-1], w.dtype.itemsize)
-            out = L.rmsnorm_linear(self.graph, x, wn, self._eps(eps), w, tiles, summed)
+            p = self._check_handle(record.name, "input", input)
+            blocks = tiles.grid(record.name, w.dims[0])[0]
+            if (
+                summed
+                and self.tiles.fuse_o_proj_heads
+                and p.pending.materialized is None
+                and x.dims[1] % blocks == 0
+            ):  # the first projection of the row also writes it whole, for o_proj's residual
+                out, row = L.rmsnorm_linear(
+                    self.graph, x, wn, self._eps(eps), w, tiles, summed, materialize=True
+                )
+                self._write(record.name, row, None, f"{p.name}.whole")
+                p.pending = replace(p.pending, materialized=row)
+            else:
+                out = L.rmsnorm_linear(self.graph, x, wn, self._eps(eps), w, tiles, summed)
             self._role(record, out, "proj")
             return self._write(record.name, out, output, f"{record.name}.out")
 
@@ -509,11 +552,15 @@ class PersistentKernel:
 
         def build():
             pending = self._check_handle(record.name, "input", input).pending
+            if isinstance(pending, PendingSum):  # a row the input's readers add: read whole
+                pending = None
             w = self._read(record.name, "weight", weight)
+            if pending is not None and self.tiles.fuse_o_proj_heads and self.world_size == 1:
+                return self._combine_projection(record, pending, w, residual)
             r, summed = self._read_row(record.name, "residual", residual)
             tiles = self.tiles.gemv(w.dims[0], w.dims[-1], w.dtype.itemsize)
-            if summed is not None and (pending is not None or self.world_size > 1):
-                r, summed = self._read(record.name, "residual", residual), None
+            if summed and (pending is not None or self.world_size > 1):
+                r, summed = self._read_whole(record.name, "residual", residual), ()
             if pending is not None and self.world_size == 1:
                 _, parts, shape = pending
                 out = L.attention_output_projection(self.graph, *parts, shape, w, r, tiles)
@@ -549,15 +596,18 @@ class PersistentKernel:
         record = self._layer("mlp", name)
 
         def build():
-            x = self._read(record.name, "input", input)
             wn = self._read(record.name, "weight_norm", weight_norm)
             wg = self._read(record.name, "weight_gate", weight_gate)
             wu = self._read(record.name, "weight_up", weight_up)
             wd = self._read(record.name, "weight_down", weight_down)
-            r = self._read(record.name, "residual", residual if residual is not None else input)
-            size = wg.dtype.itemsize
+            resid = residual if residual is not None else input
             if self.tiles.fuse_mlp_down and self.world_size == 1 and output is None:
+                x = self._read_row(record.name, "input", input)
+                r = self._read_row(record.name, "residual", resid)
                 return self._fused_mlp(record, x, wn, wg, wu, weight_down, r, eps)
+            x = self._read(record.name, "input", input)
+            r = self._read(record.name, "residual", resid)
+            size = wg.dtype.itemsize
             h = L.rmsnorm_gate_up(
                 self.graph,
                 x,
@@ -581,9 +631,27 @@ class PersistentKernel:
 
         return self._run(record, build)
 
+    def _combine_projection(self, record, pending, w: DTensor, residual) -> PTensor:
+        """The attention's combination and output projection as one kernel summed over the KV
+        heads (``TilePolicy.fuse_o_proj_heads``): a pending sum of the residual (written whole)
+        and the kernel's output."""
+        _, parts, shape = pending
+        r = self._read_whole(record.name, "residual", residual)
+        size = w.dtype.itemsize
+        width = shape.group * shape.head_dim
+        tiles = self.tiles.gemv(w.dims[0], width, size, groups=shape.num_kv_heads)
+        out = L.attention_combine_projection(self.graph, parts, shape, w, tiles)
+        self._role(record, out, "combine_proj_heads")
+        self._write(record.name, out, None, f"{record.name}.proj_sum")
+        name = self._fresh(f"{record.name}.out")
+        return self._register(
+            PTensor(name, tuple(r.dims), r.dtype, Scratch(), pending=PendingSum(record, r, (out,)))
+        )
+
     def _fused_mlp(self, record, x, wn, wg, wu, weight_down, r, eps) -> PTensor:
         """The MLP as one accumulating kernel (``TilePolicy.fuse_mlp_down``): its result is a
-        pending sum of the residual ``r`` and the kernel's float32 output."""
+        pending sum of the residual's rows and the kernel's float32 output (``x`` and ``r``:
+        (base, summed rows))."""
         down = self._check_handle(record.name, "weight_down", weight_down)
         binding = down.binding
         whole = isinstance(binding, Attached) and not binding.offset
@@ -596,13 +664,16 @@ class PersistentKernel:
         wdt = self.attach_input(t.t().contiguous(), self._fresh(f"{down.name}.T")).dtensor
         size = wg.dtype.itemsize
         tiles = self.tiles.gemv(wg.dims[0], wg.dims[1], size, self.tiles.fused_mlp_weights)
-        summed = L.rmsnorm_gate_up_down(self.graph, x, wn, self._eps(eps), wg, wu, wdt, tiles)
+        summed = L.rmsnorm_gate_up_down(
+            self.graph, x[0], wn, self._eps(eps), wg, wu, wdt, tiles, x[1]
+        )
         self._role(record, summed, "gate_up_down")
         self._write(record.name, summed, None, f"{record.name}.down_sum")
         name = self._fresh(f"{record.name}.out")
-        return self._register(
-            PTensor(name, tuple(r.dims), r.dtype, Scratch(), pending=PendingSum(record, r, summed))
-        )
+        base, rows = r
+        pending = PendingSum(record, base, (*rows, summed))
+        return self._register(PTensor(name, tuple(base.dims), base.dtype, Scratch(),
+                                      pending=pending))
 
     def attention_layer(
         self,
@@ -707,7 +778,8 @@ class PersistentKernel:
                 )
                 self.graph.mark_output(row)
             parts = (o_part, l_part, o_new, l_new)
-            if output is None and self.tiles.fuse_attention_output and self.world_size == 1:
+            defer = self.tiles.fuse_attention_output or self.tiles.fuse_o_proj_heads
+            if output is None and defer and self.world_size == 1:
                 # deferred: a linear + residual layer reading it fuses the combination
                 name = self._fresh(f"{record.name}.out")
                 return self._register(
@@ -729,6 +801,9 @@ class PersistentKernel:
         """Build the kernel a deferred tensor still needs: an attention output's combination,
         or the sum of a pending MLP row's two halves."""
         pending, p.pending = p.pending, None
+        if isinstance(pending, PendingSum) and pending.materialized is not None:
+            p.dtensor, p.writer = pending.materialized, pending.record.name
+            return
         if isinstance(pending, PendingSum):
             hidden = pending.base.dims[1]
             tile = largest_divisor(hidden, self.tiles.copy_tile)

@@ -36,6 +36,7 @@ for one token per step (decode at batch 1), where a projection is a matrix-vecto
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -152,13 +153,21 @@ def _check_norm(layer: str, norm: DTensor, k: int, eps: DTensor) -> None:
     _require(tuple(eps.dims) == (1, 1), layer, f"eps must be a (1, 1) tensor, got {list(eps.dims)}")
 
 
-def _check_summed(layer: str, what: str, summed: DTensor | None, like: DTensor) -> None:
-    if summed is not None:
+def _check_summed(layer: str, summed: Sequence[DTensor], like: DTensor) -> None:
+    for row in summed:
         _require(
-            tuple(summed.dims) == tuple(like.dims),
+            tuple(row.dims) == tuple(like.dims),
             layer,
-            f"{what} must be {list(like.dims)} like the row it adds to, got {list(summed.dims)}",
+            f"a summed row must be {list(like.dims)} like the row it adds to, got "
+            f"{list(row.dims)}",
         )
+
+
+def _add_rows(tb: ThreadBlockGraph, tile: STensor, rows: Sequence[DTensor], imap) -> STensor:
+    """``tile`` plus the same tile (by ``imap``) of every row of ``rows``."""
+    for row in rows:
+        tile = tb.add(tile, tb.new_input(row, imap, -1))
+    return tile
 
 
 def rmsnorm_linear(
@@ -168,26 +177,37 @@ def rmsnorm_linear(
     eps: DTensor,
     w: DTensor,
     tiles: GemvTiles,
-    summed: DTensor | None = None,
-) -> DTensor:
+    summed: Sequence[DTensor] = (),
+    materialize: bool = False,
+) -> DTensor | tuple[DTensor, DTensor]:
     """``rmsnorm(x) * norm @ W.T``: each block normalises the whole row and takes ``tile_n``
-    rows of W. ``summed``: a row added to ``x`` first (the down projection that
-    :func:`rmsnorm_gate_up_down` accumulates, whose residual is ``x``)."""
+    rows of W. ``summed``: rows added to ``x`` first (outputs summed over blocks, whose
+    residual is ``x``: :func:`rmsnorm_gate_up_down`, :func:`attention_combine_projection`).
+    ``materialize``: also write that sum, each block its slice of the row (the number of
+    blocks must divide the row); returns ``(out, row)``."""
     layer = "rmsnorm_linear_layer"
     k = _check_row(layer, x)
     _check_norm(layer, norm, k, eps)
-    _check_summed(layer, "the summed row", summed, x)
+    _check_summed(layer, summed, x)
     n = _check_weight(layer, "weight_linear", w, k)
-    tb = new_threadblock_graph(tiles.grid(layer, n), BLOCK_DIM)
+    grid = tiles.grid(layer, n)
+    if materialize:
+        _divides(layer, "the row it writes", k, grid[0])
+    tb = new_threadblock_graph(grid, BLOCK_DIM)
     tx = tb.new_input(x, REPLICATE, -1)
     tn = tb.new_input(norm, REPLICATE, -1)
     te = tb.new_input(eps, REPLICATE, -1)
     tw = tb.new_input(w, ALONG_X_DIM0, -1)
-    if summed is not None:
-        tx = tb.add(tx, tb.new_input(summed, REPLICATE, -1))
+    tx = _add_rows(tb, tx, summed, REPLICATE)
     xn = tb.mul(rms_normalize(tb, tx, te), tn)
     tb.new_output(row_dot(tb, tw, xn), ALONG_X_DIM1)
-    inputs = [x, norm, eps, w] + ([summed] if summed is not None else [])
+    inputs = [x, norm, eps, w, *summed]
+    if materialize:
+        part = _add_rows(tb, tb.new_input(x, ALONG_X_DIM1, -1), summed, ALONG_X_DIM1)
+        tb.new_output(part, ALONG_X_DIM1)
+        inputs += [x, *summed]
+        out, row = g.customized(inputs, tb)
+        return out, row
     (out,) = g.customized(inputs, tb)
     return out
 
@@ -198,10 +218,10 @@ def linear_residual(
     w: DTensor,
     residual: DTensor,
     tiles: GemvTiles,
-    summed: DTensor | None = None,
+    summed: Sequence[DTensor] = (),
 ) -> DTensor:
     """``x @ W.T + residual`` (the attention output projection, the MLP's down projection);
-    ``summed``: a row added to ``residual`` (as in :func:`rmsnorm_linear`)."""
+    ``summed``: rows added to ``residual`` (as in :func:`rmsnorm_linear`)."""
     layer = "linear_residual_layer"
     k = _check_row(layer, x)
     n = _check_weight(layer, "weight", w, k)
@@ -210,15 +230,13 @@ def linear_residual(
         layer,
         f"the residual must be (1, {n}), got {list(residual.dims)}",
     )
-    _check_summed(layer, "the summed row", summed, residual)
+    _check_summed(layer, summed, residual)
     tb = new_threadblock_graph(tiles.grid(layer, n), BLOCK_DIM)
     tx = tb.new_input(x, REPLICATE, -1)
     tw = tb.new_input(w, ALONG_X_DIM0, -1)
-    tr = tb.new_input(residual, ALONG_X_DIM1, -1)
-    if summed is not None:
-        tr = tb.add(tr, tb.new_input(summed, ALONG_X_DIM1, -1))
+    tr = _add_rows(tb, tb.new_input(residual, ALONG_X_DIM1, -1), summed, ALONG_X_DIM1)
     tb.new_output(tb.add(row_dot(tb, tw, tx), tr), ALONG_X_DIM1)
-    inputs = [x, w, residual] + ([summed] if summed is not None else [])
+    inputs = [x, w, residual, *summed]
     (out,) = g.customized(inputs, tb)
     return out
 
@@ -244,10 +262,12 @@ def _mlp_block(
     w_gate: DTensor,
     w_up: DTensor,
     tiles: GemvTiles,
+    summed: Sequence[DTensor] = (),
 ) -> tuple[ThreadBlockGraph, STensor, STensor, STensor]:
     """The start the MLP's block graphs share, after checking their inputs: the grid over the
     intermediate dim (``tiles``), the RMS-normalised row ``xn`` and the block's gate and up
-    weight rows (block inputs in the kernel's order: x, norm, eps, gate, up)."""
+    weight rows (block inputs in the kernel's order: x, norm, eps, gate, up; then the
+    caller's)."""
     k = _check_row(layer, x)
     _check_norm(layer, norm, k, eps)
     n = _check_weight(layer, "gate weight", w_gate, k)
@@ -262,6 +282,7 @@ def _mlp_block(
     te = tb.new_input(eps, REPLICATE, -1)
     tg = tb.new_input(w_gate, ALONG_X_DIM0, -1)
     tu = tb.new_input(w_up, ALONG_X_DIM0, -1)
+    tx = _add_rows(tb, tx, summed, REPLICATE)
     return tb, tb.mul(rms_normalize(tb, tx, te), tn), tg, tu
 
 
@@ -292,10 +313,12 @@ def rmsnorm_gate_up_down(
     w_up: DTensor,
     w_down_t: DTensor,
     tiles: GemvTiles,
+    summed: Sequence[DTensor] = (),
 ) -> DTensor:
     """The whole MLP but its residual in one kernel: ``(silu(xn @ Wg.T) * (xn @ Wu.T)) @ Wd.T``
-    with ``xn`` the RMS-normalised row. Block ``i`` takes ``tile_n`` rows of the gate and up
-    weights (``tile_n`` values of the hidden activation) and the same rows of ``w_down_t``
+    with ``xn`` the RMS-normalised row (of ``x`` plus the ``summed`` rows). Block ``i`` takes
+    ``tile_n`` rows of the gate and up weights (``tile_n`` values of the hidden activation)
+    and the same rows of ``w_down_t``
     (the down weight transposed: (intermediate, hidden), so a block's rows are contiguous), and
     adds its product with them into the (1, hidden) output (an accumulating output, which the
     persistent runtime keeps in float32): the down projection split over the intermediate dim,
@@ -308,27 +331,28 @@ def rmsnorm_gate_up_down(
         f"the transposed down weight must be {list(w_gate.dims)} like the gate weight, got "
         f"{list(w_down_t.dims)}",
     )
-    tb, xn, tg, tu = _mlp_block(layer, x, norm, eps, w_gate, w_up, tiles)
+    _check_summed(layer, summed, x)
+    tb, xn, tg, tu = _mlp_block(layer, x, norm, eps, w_gate, w_up, tiles, summed)
     td = tb.new_input(w_down_t, ALONG_X_DIM0, -1)
     gate = tb.reduction(tb.mul(tg, xn), 1)  # (tile_n, 1): a column of the block's values
     up = tb.reduction(tb.mul(tu, xn), 1)
     hidden = tb.mul(tb.silu(gate), up)
     tb.new_output(tb.reduction(tb.mul(td, hidden), 0), REPLICATE, accumulate=True)
-    (out,) = g.customized([x, norm, eps, w_gate, w_up, w_down_t], tb)
+    (out,) = g.customized([x, norm, eps, w_gate, w_up, *summed, w_down_t], tb)
     return out
 
 
-def residual_sum(g: KernelGraph, x: DTensor, summed: DTensor, tile: int) -> DTensor:
-    """``x + summed`` in ``x``'s type, ``tile`` columns per block: a row that
-    :func:`rmsnorm_gate_up_down` left as two, for a reader that takes one."""
+def residual_sum(g: KernelGraph, x: DTensor, summed: Sequence[DTensor], tile: int) -> DTensor:
+    """``x`` plus the ``summed`` rows in ``x``'s type, ``tile`` columns per block: a row that
+    kernels with accumulating outputs left as several, for a reader that takes one."""
     layer = "mlp_layer"
     _check_row(layer, x)
-    _check_summed(layer, "the summed row", summed, x)
+    _check_summed(layer, summed, x)
     _divides(layer, "the hidden size", x.dims[1], tile)
     tb = new_threadblock_graph((x.dims[1] // tile, 1, 1), BLOCK_DIM)
-    total = tb.add(tb.new_input(x, ALONG_X_DIM1, -1), tb.new_input(summed, ALONG_X_DIM1, -1))
+    total = _add_rows(tb, tb.new_input(x, ALONG_X_DIM1, -1), summed, ALONG_X_DIM1)
     tb.new_output(total, ALONG_X_DIM1)
-    (out,) = g.customized([x, summed], tb)
+    (out,) = g.customized([x, *summed], tb)
     return out
 
 
@@ -504,15 +528,24 @@ def attention_combine(
     """``(sum of numerators) / (sum of denominators)`` per head: a (1, heads * head_dim) row."""
     d, h, gq = shape.head_dim, shape.num_kv_heads, shape.group
     tb = new_threadblock_graph((h, 1, 1), BLOCK_DIM, shape.num_chunks)
-    to = tb.new_input(o_part, ALONG_X_DIM0, 1)
-    tl_ = tb.new_input(l_part, ALONG_X_DIM0, 1)
-    ton = tb.new_input(o_new, ALONG_X_DIM0, -1)
-    tln = tb.new_input(l_new, ALONG_X_DIM0, -1)
-    num = tb.add(tb.forloop_accum(to), ton)
-    den = tb.add(tb.forloop_accum(tl_), tln)
-    tb.new_output(tb.reshape(tb.div(num, den), (1, gq * d)), ALONG_X_DIM1)
+    combined = _combined(tb, (o_part, l_part, o_new, l_new), ALONG_X_DIM0)
+    tb.new_output(tb.reshape(combined, (1, gq * d)), ALONG_X_DIM1)
     (out,) = g.customized([o_part, l_part, o_new, l_new], tb)
     return out
+
+
+def _combined(tb: ThreadBlockGraph, parts: tuple[DTensor, ...], imap) -> STensor:
+    """(sum of numerators) / (sum of denominators) of a block's heads: the partial sums
+    (``o_part``, ``l_part``, over the for-loop of chunks) and the current token's term
+    (``o_new``, ``l_new``), tiled by ``imap`` (block inputs in that order)."""
+    o_part, l_part, o_new, l_new = parts
+    to = tb.new_input(o_part, imap, 1)
+    tl_ = tb.new_input(l_part, imap, 1)
+    ton = tb.new_input(o_new, imap, -1)
+    tln = tb.new_input(l_new, imap, -1)
+    num = tb.add(tb.forloop_accum(to), ton)
+    den = tb.add(tb.forloop_accum(tl_), tln)
+    return tb.div(num, den)
 
 
 def attention_output_projection(
@@ -535,17 +568,41 @@ def attention_output_projection(
     n = _check_weight(layer, "weight", w, width)
     _require(tuple(residual.dims) == (1, n), layer, f"the residual must be (1, {n})")
     tb = new_threadblock_graph(tiles.grid(layer, n), BLOCK_DIM, shape.num_chunks)
-    to = tb.new_input(o_part, REPLICATE, 1)
-    tl_ = tb.new_input(l_part, REPLICATE, 1)
-    ton = tb.new_input(o_new, REPLICATE, -1)
-    tln = tb.new_input(l_new, REPLICATE, -1)
+    combined = _combined(tb, (o_part, l_part, o_new, l_new), REPLICATE)
     tw = tb.new_input(w, ALONG_X_DIM0, -1)
     tr = tb.new_input(residual, ALONG_X_DIM1, -1)
-    num = tb.add(tb.forloop_accum(to), ton)
-    den = tb.add(tb.forloop_accum(tl_), tln)
-    attn = tb.reshape(tb.div(num, den), (1, width))
+    attn = tb.reshape(combined, (1, width))
     tb.new_output(tb.add(row_dot(tb, tw, attn), tr), ALONG_X_DIM1)
     (out,) = g.customized([o_part, l_part, o_new, l_new, w, residual], tb)
+    return out
+
+
+def attention_combine_projection(
+    g: KernelGraph,
+    parts: tuple[DTensor, DTensor, DTensor, DTensor],
+    shape: AttentionShape,
+    w: DTensor,
+    tiles: GemvTiles,
+) -> DTensor:
+    """``combine(parts) @ W.T`` split over the KV heads (``parts``: ``o_part``, ``l_part``,
+    ``o_new``, ``l_new`` of :func:`attention_combine`): block ``(g, j)`` adds up the
+    partial sums of KV head ``g``'s query heads only, and multiplies that part of the
+    attention row by the same columns of ``tile_n`` rows ``j`` of W; the blocks of the heads
+    add their products into the (1, N) output (accumulating over grid x, unless there is one
+    KV head). The combination and the output projection make one dependency level, and no
+    block reads every head's partials (as :func:`attention_output_projection`'s do). The
+    residual is its readers' (a summed row of theirs)."""
+    layer = "linear_residual_layer"
+    d, h, gq = shape.head_dim, shape.num_kv_heads, shape.group
+    n = _check_weight(layer, "weight", w, shape.num_heads * d)
+    _divides(layer, "the output width", n, tiles.tile_n)
+    tb = new_threadblock_graph((h, n // tiles.tile_n, 1), BLOCK_DIM, shape.num_chunks)
+    combined = _combined(tb, parts, ALONG_X_DIM0)
+    tw = tb.new_input(w, (1, 0, -1), -1)  # (tile_n, group * head_dim): head g's columns
+    attn = tb.reshape(combined, (1, gq * d))
+    # one KV head: nothing to sum, the blocks of the output's columns write it
+    tb.new_output(row_dot(tb, tw, attn), (-1, 1, -1), accumulate=h > 1)
+    (out,) = g.customized([*parts, w], tb)
     return out
 
 

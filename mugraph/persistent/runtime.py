@@ -201,17 +201,7 @@ def summed_output(graph, ref: TensorRef) -> bool:
     op = graph.ops[ref.op]
     if op.kind is not OpKind.CUSTOMIZED:
         return False
-    saver = op.attr("graph").output_ops[ref.index]
-    if not accumulates(saver):
-        return False
-    block = op.attr("graph")
-    if any(g > 1 and d >= 0 for g, d in zip(block.grid_dim, saver.attr("omap"), strict=True)):
-        raise UnsupportedError(
-            f"persistent runtime: kernel %{ref.op}'s output {ref.index} accumulates, but its "
-            f"omap {saver.attr('omap')} also places blocks: only outputs that every block adds "
-            "into whole are supported (their zeroing and per-task sums assume it)"
-        )
-    return True
+    return accumulates(op.attr("graph").output_ops[ref.index])
 
 
 def _summed_arg(arg: ArgSpec, t) -> ArgSpec:

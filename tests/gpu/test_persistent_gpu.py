@@ -47,11 +47,20 @@ def test_persistent_mode_matches_transformers(dtype, options):
     _check_against_transformers(dtype, options, {})
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_the_mlp_as_one_kernel_matches_transformers(dtype):
-    """``TilePolicy(fuse_mlp_down=True)``: the down projections summed over blocks with
-    atomic adds, in persistent mode."""
-    _check_against_transformers(dtype, {}, {"fuse_mlp_down": True})
+@pytest.mark.parametrize(
+    ("dtype", "tiles"),
+    [
+        (torch.float32, {"fuse_mlp_down": True}),
+        (torch.bfloat16, {"fuse_mlp_down": True}),
+        (torch.float32, {"fuse_mlp_down": True, "fuse_o_proj_heads": True}),
+        (torch.bfloat16, {"fuse_mlp_down": True, "fuse_o_proj_heads": True}),
+    ],
+)
+def test_outputs_summed_over_blocks_match_transformers(dtype, tiles):
+    """``TilePolicy(fuse_mlp_down=True)`` (the down projections summed over blocks) and
+    ``fuse_o_proj_heads`` (o_proj summed over the KV heads), with atomic adds, in persistent
+    mode."""
+    _check_against_transformers(dtype, {}, tiles)
 
 
 def _check_against_transformers(dtype, options: dict, tiles: dict) -> None:
