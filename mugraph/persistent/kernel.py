@@ -799,7 +799,7 @@ class PersistentKernel:
 
     def _materialize(self, p: PTensor) -> None:
         """Build the kernel a deferred tensor still needs: an attention output's combination,
-        or the sum of a pending MLP row's two halves."""
+        or the sum of a pending row's rows (none when a projection wrote it whole)."""
         pending, p.pending = p.pending, None
         if isinstance(pending, PendingSum) and pending.materialized is not None:
             p.dtensor, p.writer = pending.materialized, pending.record.name
