@@ -483,7 +483,7 @@ def _pointer_lines(spec: KernelSpec, only=None, align: bool = False) -> list[str
         if arg.parity:  # this step's row of a summed tensor (and, written, the other's offset)
             lines.append(f"{arg.name}_ptr = {arg.name}_ptr + (step % 2) * {arg.parity}")
             if arg.role == "out":
-                lines.append(f"{arg.name}_other = ((step + 1) % 2 - step % 2) * {arg.parity}")
+                lines.append(f"{arg.name}_other = (1 - 2 * (step % 2)) * {arg.parity}")
         if align and arg.align >= VECTOR_BYTES:
             lines.append(f"{arg.name}_ptr = tl.multiple_of({arg.name}_ptr, {VECTOR_BYTES})")
         for d, s in enumerate(arg.strides):

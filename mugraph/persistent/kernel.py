@@ -140,6 +140,17 @@ class LayerRecord:
 
 
 @dataclass(frozen=True)
+class PendingAttention:
+    """An attention output whose combination is not built yet (``fuse_attention_output``,
+    ``fuse_o_proj_heads``): the output projection that reads it combines the partial sums
+    itself; any other reader gets :func:`~mugraph.persistent.layers.attention_combine`."""
+
+    record: LayerRecord
+    parts: tuple[DTensor, DTensor, DTensor, DTensor]  # o_part, l_part, o_new, l_new
+    shape: L.AttentionShape
+
+
+@dataclass(frozen=True)
 class PendingSum:
     """A row left as several, ``base + sum(summed)``: a residual and the float32 outputs that
     kernels accumulate over blocks (``TilePolicy.fuse_mlp_down``, ``fuse_o_proj_heads``).
@@ -551,19 +562,20 @@ class PersistentKernel:
         record = self._layer("linear_residual", name)
 
         def build():
-            pending = self._check_handle(record.name, "input", input).pending
-            if isinstance(pending, PendingSum):  # a row the input's readers add: read whole
-                pending = None
+            attention = self._check_handle(record.name, "input", input).pending
+            if not isinstance(attention, PendingAttention):  # a pending sum is read whole
+                attention = None
             w = self._read(record.name, "weight", weight)
-            if pending is not None and self.tiles.fuse_o_proj_heads and self.world_size == 1:
-                return self._combine_projection(record, pending, w, residual)
+            if attention and self.tiles.fuse_o_proj_heads and self.world_size == 1:
+                return self._combine_projection(record, attention, w, residual)
             r, summed = self._read_row(record.name, "residual", residual)
             tiles = self.tiles.gemv(w.dims[0], w.dims[-1], w.dtype.itemsize)
-            if summed and (pending is not None or self.world_size > 1):
+            if summed and (attention or self.world_size > 1):
                 r, summed = self._read_whole(record.name, "residual", residual), ()
-            if pending is not None and self.world_size == 1:
-                _, parts, shape = pending
-                out = L.attention_output_projection(self.graph, *parts, shape, w, r, tiles)
+            if attention and self.world_size == 1:
+                out = L.attention_output_projection(
+                    self.graph, *attention.parts, attention.shape, w, r, tiles
+                )
                 self._role(record, out, "combine_proj")
                 return self._write(record.name, out, output, f"{record.name}.out")
             x = self._read(record.name, "input", input)
@@ -631,11 +643,13 @@ class PersistentKernel:
 
         return self._run(record, build)
 
-    def _combine_projection(self, record, pending, w: DTensor, residual) -> PTensor:
+    def _combine_projection(
+        self, record, attention: PendingAttention, w: DTensor, residual
+    ) -> PTensor:
         """The attention's combination and output projection as one kernel summed over the KV
         heads (``TilePolicy.fuse_o_proj_heads``): a pending sum of the residual (written whole)
         and the kernel's output."""
-        _, parts, shape = pending
+        parts, shape = attention.parts, attention.shape
         r = self._read_whole(record.name, "residual", residual)
         size = w.dtype.itemsize
         width = shape.group * shape.head_dim
@@ -788,7 +802,7 @@ class PersistentKernel:
                         (1, num_heads * head_dim),
                         tq.dtype,
                         Scratch(),
-                        pending=(record, parts, shape),
+                        pending=PendingAttention(record, parts, shape),
                     )
                 )
             out = L.attention_combine(self.graph, *parts, shape)
@@ -812,10 +826,9 @@ class PersistentKernel:
             p.dtensor, p.writer = out, pending.record.name
             self._by_ref[(out.ref.op, out.ref.index)] = p
             return
-        record, parts, shape = pending
-        out = L.attention_combine(self.graph, *parts, shape)
-        self._role(record, out, "combine")
-        p.dtensor, p.writer = out, record.name
+        out = L.attention_combine(self.graph, *pending.parts, pending.shape)
+        self._role(pending.record, out, "combine")
+        p.dtensor, p.writer = out, pending.record.name
         self._by_ref[(out.ref.op, out.ref.index)] = p
 
     def _cache(self, layer: str, arg: str, t: object) -> PTensor:

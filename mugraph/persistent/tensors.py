@@ -82,7 +82,7 @@ class PTensor:
     binding: Binding
     dtensor: DTensor | None = None
     writer: str | None = None  # the layer that writes it
-    pending: Any = None  # an attention output not built yet (see PersistentKernel._read)
+    pending: Any = None  # a PendingAttention or PendingSum (see PersistentKernel._read)
 
     @property
     def shape(self) -> tuple[int, ...]:
