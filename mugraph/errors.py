@@ -41,3 +41,8 @@ class UnsupportedError(MugraphError):
 
 class SerializationError(MugraphError):
     """A JSON document is not a valid mugraph graph."""
+
+
+class MissingDependencyError(MugraphError, ImportError):
+    """A package mugraph depends on cannot be imported (a broken or partial installation):
+    names the package, what needs it and how to install it."""

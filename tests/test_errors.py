@@ -6,6 +6,10 @@ class and message, is the corpus in tests/corpus/, walked by tests/test_corpus.p
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import torch
 
 import mugraph
@@ -28,8 +32,10 @@ NONE = (-1, -1, -1)
 def test_error_classes_derive_from_mugraph_error():
     for cls in (DTypeError, GraphInputError, GraphStructureError, MapError, ShapeError,
                 SharedMemoryError, UnsupportedError, mugraph.SerializationError,
-                mugraph.NotVerifiableError, mugraph.CodegenMismatchError):
+                mugraph.NotVerifiableError, mugraph.CodegenMismatchError,
+                mugraph.MissingDependencyError):
         assert issubclass(cls, MugraphError)
+    assert issubclass(mugraph.MissingDependencyError, ImportError)  # `except ImportError` holds
     assert issubclass(MugraphError, Exception)
 
 
@@ -65,3 +71,57 @@ def test_good_strides():
     assert g.new_input((4, 8), strides=(1, 4)).strides == (1, 4)  # column-major
     assert g.new_input((4, 8), strides=(16, 1)).strides == (16, 1)  # padded rows
     assert g.new_input((4, 1), strides=(1, 1)).strides == (1, 1)  # size-1 dims are free
+
+
+# A process in which a dependency cannot be imported (``sys.modules[name] = None`` makes its
+# import fail as a missing package's does), then the code after it.
+_WITHOUT = """
+import sys
+sys.modules[{name!r}] = None
+import mugraph
+g = mugraph.new_kernel_graph()
+x = g.new_input(dims=(4, 16), dtype=mugraph.float16)
+w = g.new_input(dims=(16, 16), dtype=mugraph.float16)
+g.mark_output(g.exp(g.matmul(x, w)))
+"""
+
+
+def _run_without(name: str, code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", _WITHOUT.format(name=name) + code],
+                          capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parents[1])
+
+
+def test_a_search_without_egglog_says_which_package_is_missing():
+    done = _run_without("egglog", """
+try:
+    g.superoptimize(time_limit=5, workers=1)
+except mugraph.MissingDependencyError as error:
+    print("REFUSED", error)
+""")
+    assert "REFUSED" in done.stdout, done.stdout + done.stderr
+    assert "egglog" in done.stdout and "pip install" in done.stdout
+
+
+def test_the_cli_without_egglog_reports_it_as_an_error_not_an_internal_one(tmp_path):
+    program = Path(__file__).resolve().parents[1] / "examples" / "programs" / "rmsnorm_linear.py"
+    done = _run_without("egglog", f"""
+from mugraph.cli import main
+sys.exit(main(["optimize", {str(program)!r}, "--time-limit", "5", "--workers", "1",
+               "--out", {str(tmp_path / "out")!r}]))
+""")
+    assert done.returncode != 0
+    assert "MissingDependencyError" in done.stderr and "egglog" in done.stderr, done.stderr
+    assert "internal error" not in done.stderr
+
+
+def test_the_cross_checking_oracle_without_z3_says_which_package_is_missing():
+    done = _run_without("z3", """
+from mugraph.search.oracle import _z3
+try:
+    _z3()
+except mugraph.MissingDependencyError as error:
+    print("REFUSED", error)
+""")
+    assert "REFUSED" in done.stdout and "z3-solver" in done.stdout, done.stdout + done.stderr
+

@@ -64,6 +64,7 @@ from typing import Any
 import torch
 from torch.fx import Graph, GraphModule, Node
 
+from mugraph.errors import MissingDependencyError
 from mugraph.integration import passes
 from mugraph.integration.canonicalize import canonicalize, unfold_norm_weights
 from mugraph.integration.capture import (
@@ -472,6 +473,8 @@ def _partition_module(name: str, captured: CapturedProgram, options: BackendOpti
     except Exception as error:  # noqa: BLE001 - a failed search: PyTorch runs the partition
         part.status, part.detail = "error", f"search failed: {type(error).__name__}: {error}"
         best = program
+        if isinstance(error, MissingDependencyError):  # every partition would say so: say it
+            warnings.warn(f"mugraph: no partition can be optimized: {error}", stacklevel=2)
     improved = best is not program and part.status != "error"
     use = improved or (options.run_unimproved and part.status != "error")
     part.runs_on = "mugraph" if use else "pytorch"

@@ -69,25 +69,34 @@ from functools import cache
 from types import ModuleType
 from typing import Any, Literal
 
-from egglog import (
-    EGraph,
-    Expr,
-    RewriteOrRule,
-    String,
-    StringLike,
-    birewrite,
-    eq,
-    i64,
-    i64Like,
-    relation,
-    rewrite,
-    rule,
-    ruleset,
-    union,
-)
-from egglog import (
-    var as egg_var,
-)
+from mugraph.errors import MissingDependencyError
+
+try:
+    from egglog import (
+        EGraph,
+        Expr,
+        RewriteOrRule,
+        String,
+        StringLike,
+        birewrite,
+        eq,
+        i64,
+        i64Like,
+        relation,
+        rewrite,
+        rule,
+        ruleset,
+        union,
+    )
+    from egglog import (
+        var as egg_var,
+    )
+except ImportError as error:  # a broken installation: egglog is one of mugraph's dependencies
+    raise MissingDependencyError(
+        "the search's abstract-expression oracle needs the e-graph library egglog, which "
+        f"cannot be imported ({error}); it is one of mugraph's dependencies: "
+        "pip install 'egglog>=10'"
+    ) from error
 
 from mugraph.search.oracle_lookup import (
     OracleAnswer,
@@ -682,8 +691,14 @@ def _count_tuples(egraph: EGraph) -> int:
 @cache
 def _z3() -> ModuleType:
     """z3, imported on first use (only the cross-checking oracle needs it)."""
-    import z3
-
+    try:
+        import z3
+    except ImportError as error:  # a broken installation: z3-solver is a dependency
+        raise MissingDependencyError(
+            "the cross-checking oracle (Z3SubexprOracle) needs the SMT solver z3, which cannot "
+            f"be imported ({error}); it is one of mugraph's dependencies: "
+            "pip install 'z3-solver>=4.12'"
+        ) from error
     return z3
 
 
