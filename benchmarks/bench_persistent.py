@@ -13,7 +13,10 @@ weights, batch 1, KV cache of 1024 positions), the time of one decode step with:
 
 Correctness first: transformers' ``generate`` (greedy, 32 new tokens after a random prompt) is
 the reference; the persistent kernel's greedy tokens and the PyTorch step's are compared with
-it, and teacher-forced logits give a relative error per step.
+it, and teacher-forced logits give a relative error per step. On a GPU the model in float32
+is a second reference: its logits along the same tokens, and its own greedy tokens (with
+random weights the logits are near ties, which bfloat16 roundings flip: the table's tokens
+column says whether the kernel's tokens equal the float32 model's as well).
 
 Each model runs in a subprocess under a time limit (a hung kernel cannot eat the whole run);
 results go to ``--out`` as JSON and a table is printed last::
@@ -33,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 MODELS = {
@@ -398,18 +402,36 @@ VARIANTS = {
 }
 
 
-def fp32_logits(model, prompt, ref_tokens):
-    """Float32 logits of the reference's token sequence, one forward pass (causal)."""
+@dataclass
+class Float32Reference:
+    """The model in float32: its logits along the bfloat16 reference's tokens (teacher
+    forcing, one causal pass) and its own greedy tokens from the prompt."""
+
+    logits: object  # (new tokens, vocab) tensor
+    tokens: list[int]
+
+
+def fp32_reference(model, prompt, ref_tokens) -> Float32Reference:
+    """:class:`Float32Reference` of ``model`` (a float32 copy, freed afterwards)."""
     import copy
 
     import torch
 
     m32 = copy.deepcopy(model).float()
-    seq = torch.tensor([prompt + ref_tokens[:-1]], device=next(model.parameters()).device)
+    device = next(model.parameters()).device
+    seq = torch.tensor([prompt + ref_tokens[:-1]], device=device)
+    n = len(ref_tokens)
     with torch.no_grad():
-        out = m32(seq).logits[0, len(prompt) - 1 :].float()
+        logits = m32(seq).logits[0, len(prompt) - 1 :].float()
+        out = m32.generate(torch.tensor([prompt], device=device), max_new_tokens=n,
+                           min_new_tokens=n, do_sample=False)
     del m32
-    return out
+    return Float32Reference(logits, out[0, len(prompt) :].tolist())
+
+
+def first_mismatch(tokens: list[int], reference: list[int]) -> int | None:
+    return next((i for i, (a, b) in enumerate(zip(tokens, reference, strict=True)) if a != b),
+                None)
 
 
 def relative_errors(rows, ref):
@@ -420,15 +442,17 @@ def run_persistent(model, prompt, ref_tokens, ref_logits, max_seq, sync, record,
     import torch
 
     cuda = torch.cuda.is_available()
-    exact = fp32_logits(model, prompt, ref_tokens) if cuda else None
+    exact = fp32_reference(model, prompt, ref_tokens) if cuda else None
     if exact is not None:
-        hf_err = relative_errors(ref_logits, exact)
+        hf_err = relative_errors(ref_logits, exact.logits)
         hf_agree = sum(
-            int(a.argmax()) == int(b.argmax()) for a, b in zip(ref_logits, exact, strict=True)
+            int(a.argmax()) == int(b.argmax())
+            for a, b in zip(ref_logits, exact.logits, strict=True)
         )
         record(
             hf_bf16_vs_fp32_err=round(statistics.median(hf_err), 5),
             hf_bf16_argmax_vs_fp32=f"{hf_agree}/{len(hf_err)}",
+            hf_bf16_first_mismatch_fp32_tokens=first_mismatch(ref_tokens, exact.tokens),
         )
     names = args.variants if cuda else ["default"]
     for i, name in enumerate(names):
@@ -495,14 +519,17 @@ def run_variant(
     with torch.no_grad():
         t3 = time.perf_counter()
         tokens = program.generate(prompt, args.new_tokens)
-        mismatch = next(
-            (i for i, (a, b) in enumerate(zip(tokens, ref_tokens, strict=True)) if a != b), None
-        )
+        mismatch = first_mismatch(tokens, ref_tokens)
+        fp32 = {} if exact is None else {  # the float32 model's own greedy tokens
+            key("persistent_tokens_match_fp32"): tokens == exact.tokens,
+            key("first_mismatch_fp32"): first_mismatch(tokens, exact.tokens),
+        }
         record(
             **{
                 key("first_run_s"): round(time.perf_counter() - t3, 1),
                 key("persistent_tokens_match"): tokens == ref_tokens,
                 key("first_mismatch"): mismatch,
+                **fp32,
                 key("resources"): getattr(program, "resources", None),
             }
         )
@@ -525,8 +552,9 @@ def run_variant(
             key("argmax_agree_hf_bf16"): f"{agree}/{len(errors)}",
         }
         if exact is not None:
-            e32 = relative_errors(ours, exact)
-            a32 = sum(int(a.argmax()) == int(b.argmax()) for a, b in zip(ours, exact, strict=True))
+            e32 = relative_errors(ours, exact.logits)
+            a32 = sum(int(a.argmax()) == int(b.argmax())
+                      for a, b in zip(ours, exact.logits, strict=True))
             row.update(
                 {
                     key("logits_rel_err_vs_fp32"): round(statistics.median(e32), 5),
@@ -656,7 +684,9 @@ def table(rows: list[dict]) -> str:
             else "-"
         )
         ours, torch_step = r.get("persistent_tokens_match", "-"), r.get("torch_tokens_match", "-")
-        match = f"{ours} (torch step {torch_step})"
+        fp32 = r.get("persistent_tokens_match_fp32")
+        also = "" if fp32 is None else f" (float32 model: {fp32})"
+        match = f"{ours}{also} (torch step {torch_step})"
         cells = [
             r["model"],
             us(r.get("eager_s")),

@@ -344,3 +344,32 @@ def test_trace_levels_keeps_the_stamps_nanosecond_exact(tmp_path):
              blocks=np.array([1, 1]), program=np.array([0, 1]))
     t = trace_levels.load(str(path))
     assert t["woke"].tolist() == [0.13, 1.21] and t["end"].tolist() == [1.17, 2.25]
+
+
+def test_the_float32_reference_of_the_persistent_benchmark_decodes_as_generate():
+    """``bench_persistent.fp32_reference``: a float32 copy's logits along the given tokens and
+    its own greedy tokens (which transformers' ``generate`` of the same float32 model gives)."""
+    transformers = pytest.importorskip("transformers")
+    from benchmarks import bench_persistent as bp
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
+                                      num_hidden_layers=1, num_attention_heads=2,
+                                      num_key_value_heads=1)
+    model = transformers.LlamaForCausalLM(config).to(torch.bfloat16).eval()
+    prompt = [3, 1, 4, 1, 5]
+    with torch.no_grad():
+        m32 = transformers.LlamaForCausalLM(config).eval()
+        m32.load_state_dict({k: v.float() for k, v in model.state_dict().items()})
+        want = m32.generate(torch.tensor([prompt]), max_new_tokens=6, min_new_tokens=6,
+                            do_sample=False)[0, len(prompt):].tolist()
+    ref_tokens = [7, 2, 9, 2, 6, 5]  # any tokens: the logits follow them (teacher forcing)
+    exact = bp.fp32_reference(model, prompt, ref_tokens)
+    assert exact.tokens == want
+    assert tuple(exact.logits.shape) == (6, 64) and exact.logits.dtype == torch.float32
+    with torch.no_grad():
+        full = m32(torch.tensor([prompt + ref_tokens[:-1]])).logits[0, len(prompt) - 1:]
+    assert torch.allclose(exact.logits, full, atol=1e-5)
+    assert next(model.parameters()).dtype == torch.bfloat16  # the model itself untouched
+    assert bp.first_mismatch([1, 2, 3], [1, 2, 3]) is None
+    assert bp.first_mismatch([1, 2, 3], [1, 5, 3]) == 1
