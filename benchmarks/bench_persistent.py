@@ -368,6 +368,7 @@ VARIANTS = {
     "lookahead": ({"lookahead": True}, {}),
     "warps8": ({"num_warps": 8}, {}),
     "no_prefetch": ({"prefetch": False}, {}),
+    "prefetch_ahead": ({"prefetch_ahead": True}, {}),  # the next task's prefetch fields carried
     "prefetch_task": ({"prefetch_task": True}, {}),
     "per_kernel_tasks": ({"task_allocation": "kernel"}, {}),
     "no_hoist": ({"hoist": False}, {}),

@@ -37,6 +37,7 @@ VARIANTS = {  # PersistentOptions beyond the GPU mode's defaults (aligned and pi
     "default": {},
     "unaligned": {"align_hints": False},
     "no_pipeline": {"pipeline": False},
+    "prefetch_ahead": {"prefetch_ahead": True},
     "s17_default": {"align_hints": False, "pipeline": False},
     "lookahead": {"lookahead": True},
     "no_early": {"early_static": False},

@@ -9,6 +9,7 @@ overlap of the regions each block reads and writes.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from dataclasses import replace
 
@@ -369,6 +370,42 @@ def test_lookahead_dispatcher_reads_entries_ahead_and_prefetches_inside_the_wait
     plain = program_source(specs, PersistentOptions(interpret=False))
     assert "mg_prefetch_next" not in plain and "pnxt = desc + " in plain
     assert "kind = tl.load(desc + 0).to(tl.int32)" in plain
+
+
+def test_prefetch_ahead_carries_the_next_tasks_prefetch_fields():
+    """``prefetch_ahead``: the fields of task qi + 2 are read at the top of task qi's
+    iteration and carried; task qi + 1's L2 prefetch, before qi's body, takes those read an
+    iteration earlier (no load between the loop's top and the body); the task's kind is the
+    carried one."""
+    from mugraph.persistent.codegen import PersistentOptions
+    from mugraph.persistent.runtime import kernel_specs, program_source
+
+    decoder = build_decoder(tiny_model("qwen3"), 16, tiles=SMALL_TILES)
+    specs = kernel_specs(decoder.kernel)
+    text = program_source(specs, PersistentOptions(interpret=False, prefetch_ahead=True))
+    lines = [line.strip() for line in text.splitlines()]
+    top = lines.index("for qi in range(q_first, q_end):")
+    assert lines[top - 1].startswith("f") and "(q_first + 1) *" in lines[top - 1]
+    kind = next(i for i, line in enumerate(lines) if line.startswith("kind_c = tl.load("))
+    assert kind < top and "desc_ptr + q_first *" in lines[kind]
+    first_body = next(i for i, line in enumerate(lines) if line.startswith("if kind_c == "))
+    loop = lines[top + 1:first_body]
+    reads = [line for line in loop if "tl.load(" in line]
+    assert reads and all("(qi + 2) *" in line and "_n = " in line for line in reads)
+    calls = [line for line in loop if "_prefetch_at(" in line]
+    assert calls and all(", pfirst_c, pos, meta_ptr)" in line for line in calls)
+    assert all(re.fullmatch(r"mg_task\d+_prefetch_at\((f\d+_c, )+pfirst_c, pos, meta_ptr\)",
+                            line) for line in calls)
+    assert "kind_c = pkind_c" in lines and "pkind_c = pkind_n" in lines
+    assert "pnxt" not in text  # the plain ladder is gone
+    # the body's own prefetches (blocks ahead) read the descriptor, through the same function
+    assert re.search(r"def (mg_task\d+)_prefetch\(desc, blk, pos, meta_ptr\):\n\s+\1"
+                     r"_prefetch_at\(tl\.load\(desc \+ \d+\)", text)
+    plain = program_source(specs, PersistentOptions(interpret=False))
+    assert "_prefetch_at" not in plain and "kind_c" not in plain
+    with pytest.raises(mugraph.UnsupportedError, match="prefetch_task"):
+        program_source(specs, PersistentOptions(interpret=False, prefetch_ahead=True,
+                                                prefetch_task=True))
 
 
 def test_descriptors_are_stored_in_queue_order():

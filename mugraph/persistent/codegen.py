@@ -172,6 +172,17 @@ class PersistentOptions:
         ahead either way.) On the H100 (twenty-fourth session, call 4): Qwen3-0.6B 856
         against 881 µs without it, Llama-3.2-1B 1087 against 1100 (``lookahead`` on top of
         the others: 871 / 1101).
+    prefetch_ahead: the dispatcher reads what the next task's L2 prefetch needs (its kind,
+        first block and the addresses of its prefetched tiles) one task earlier and carries
+        it, so the prefetch it issues before each body waits for no load. Without it that
+        prefetch waits for two dependent round trips to L2 (the next descriptor's kind, then
+        its addresses) before the body starts. In the twenty-fourth session's Qwen3-0.6B trace
+        (call 4), the time from a task's end to the next task's start on the same program was
+        0.26 µs at the median where there was no task after that one to prefetch, 0.6-0.8
+        where the one after it prefetches little (a KV-cache append, a combination) and
+        1.0-1.5 where it prefetches weights. (``lookahead`` also shortened that time, but by
+        prefetching only inside waits whose event had not fired.) Only with
+        ``desc_by_position``, not with ``continuations`` or ``lookahead``. Off: not measured.
     trace: record globaltimer stamps per task (start, after the wait, end; GPU only).
     claim_field: with claims (>= 0), the descriptor field that names a task's block counter
         (-1: the task runs its own range of blocks), followed by the first block the counter
@@ -199,6 +210,7 @@ class PersistentOptions:
     loads_first: bool = True
     early_triggers: bool = True
     desc_by_position: bool = True
+    prefetch_ahead: bool = False
     trace: bool = False
     claim_field: int = -1
 
@@ -466,13 +478,18 @@ class TaskEmitter(KernelEmitter):
         return self.pipelined[position].current
 
 
-def _pointer_lines(spec: KernelSpec, only=None, align: bool = False) -> list[str]:
+def _pointer_lines(spec: KernelSpec, only=None, align: bool = False,
+                   read: dict[int, str] | None = None) -> list[str]:
+    """The tensors' addresses (and strides) from the descriptor ``desc``; ``read``: the
+    descriptor fields already read, by position (their variables)."""
     lines = []
     for pos, arg in enumerate(spec.args):
         if only is not None and arg not in only:
             continue
         ptr = f"tl.pointer_type({arg.dtype})"
-        lines.append(f"{arg.name}_ptr = tl.load(desc + {DESC_HEADER + pos}).to({ptr})")
+        field = DESC_HEADER + pos
+        value = read[field] if read and field in read else f"tl.load(desc + {field})"
+        lines.append(f"{arg.name}_ptr = {value}.to({ptr})")
         if arg.row_slot is not None:
             index = (
                 "pos"
@@ -501,6 +518,18 @@ def _pid_lines(grid: tuple[int, int, int], blk: str) -> list[str]:
     if gz > 1:
         lines.append(f"pid_z = {blk} // {gx * gy}")
     return lines
+
+
+def prefetch_ahead(options: PersistentOptions) -> bool:
+    """Whether the dispatcher carries the next task's prefetch fields (``prefetch_ahead``)."""
+    return (
+        options.prefetch
+        and options.prefetch_ahead
+        and options.desc_by_position
+        and not options.lookahead
+        and not options.continuations
+        and not options.interpret
+    )
 
 
 def prefetches_next(options: PersistentOptions) -> bool:
@@ -673,6 +702,9 @@ class BodySource:
     scratch: int  # float32 elements of scratch per program
     kernels: list[str] = field(default_factory=list)  # labels of the kernels that use it
     helpers: dict[str, str] = field(default_factory=dict)  # @triton.jit helpers it calls
+    # (``prefetch_ahead``) the descriptor fields the prefetch reads: ``{prefetch_name}_at``
+    # takes their values, in this order, before ``blk, pos, meta_ptr``
+    prefetch_fields: tuple[int, ...] = ()
 
 
 def _section(em: TaskEmitter, lines: dict[Phase, list[str]], tail: list[str]) -> list[str]:
@@ -793,16 +825,26 @@ def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> Bo
             for a in spec.args
             if a.role == "in" and a.index in {op.attr("index") for op in prefetch}
         }
-        pf = _pointer_lines(spec, only=static_args, align=options.align_hints)
+        fields = tuple(DESC_HEADER + pos for pos, a in enumerate(spec.args) if a in static_args)
+        ahead = prefetch_ahead(options)
+        read = {f: f"f{f}" for f in fields} if ahead else None
+        pf = _pointer_lines(spec, only=static_args, align=options.align_hints, read=read)
         pf += _pid_lines(spec.block.grid_dim, "blk")
         for op in prefetch:
             pf += _prefetch_lines(em, op, options.prefetch_priority)
-        text = (
-            ["@triton.jit", f"def {pf_name}(desc, blk, pos, meta_ptr):"]
-            + [INDENT + line for line in pf]
-            + ["", ""]
-            + text
-        )
+        head = ["@triton.jit", f"def {pf_name}(desc, blk, pos, meta_ptr):"]
+        if ahead:  # the prefetch from fields read earlier, and from the descriptor
+            values = ", ".join(f"tl.load(desc + {f})" for f in fields)
+            head = (
+                ["@triton.jit", f"def {pf_name}_at({', '.join(read.values())}, blk, pos, "
+                 "meta_ptr):"]
+                + [INDENT + line for line in pf]
+                + ["", "", *head]
+            )
+            pf = [f"{pf_name}_at({values}, blk, pos, meta_ptr)"]
+        text = head + [INDENT + line for line in pf] + ["", ""] + text
+        return BodySource(name, pf_name, "\n".join(text) + "\n", em.scratch_used,
+                          helpers=dict(em.helpers), prefetch_fields=fields if ahead else ())
     return BodySource(name, pf_name, "\n".join(text) + "\n", em.scratch_used,
                       helpers=dict(em.helpers))
 
@@ -902,6 +944,52 @@ def _lookahead_loop(bodies: list[BodySource], desc_width: int, options) -> list[
     ]
 
 
+def _prefetch_ahead_loop(bodies: list[BodySource], desc_width: int, options) -> list[str]:
+    """The queue loop of ``prefetch_ahead``: before task ``qi``'s body, the L2 prefetch of
+    task ``qi + 1``'s first block from its fields read during the previous task (``*_c``);
+    meanwhile the fields of task ``qi + 2`` are read for the next one (``*_n``). The task's
+    own kind was read with them, two tasks earlier."""
+    if options.prefetch_task:
+        raise UnsupportedError(
+            "persistent kernel: prefetch_ahead prefetches a task's first block only, not the "
+            "whole task (prefetch_task)"
+        )
+    fields = sorted({f for b in bodies for f in b.prefetch_fields})
+    w = desc_width
+
+    def reads(row: str, more: str, suffix: str) -> list[str]:
+        at = f"desc_ptr + ({row}) * {w}"
+        lines = [
+            f"pkind_{suffix} = tl.load({at} + {FIELD_KIND}, mask={more}, other=-1).to(tl.int32)",
+            f"pfirst_{suffix} = tl.load({at} + {FIELD_FIRST}, mask={more}, other=0).to(tl.int32)",
+        ]
+        return lines + [f"f{f}_{suffix} = tl.load({at} + {f}, mask={more}, other=0)"
+                        for f in fields]
+
+    lines = [
+        f"kind_c = tl.load(desc_ptr + q_first * {w} + {FIELD_KIND}, mask=q_first < q_end, "
+        "other=-1).to(tl.int32)",
+        *reads("q_first + 1", "q_first + 1 < q_end", "c"),
+        "for qi in range(q_first, q_end):",
+        f"    desc = desc_ptr + qi * {w}",
+        *[INDENT + line for line in reads("qi + 2", "qi + 2 < q_end", "n")],
+    ]
+    for k, b in enumerate(bodies):
+        if b.prefetch_name:
+            values = ", ".join(f"f{f}_c" for f in b.prefetch_fields)
+            lines += [
+                f"    if pkind_c == {k}:",
+                f"        {b.prefetch_name}_at({values}, pfirst_c, pos, meta_ptr)",
+            ]
+    call = ("(desc, evt_ptr, trig_ptr, meta_ptr, scratch_ptr, trace_ptr, pos, step, epoch, "
+            "program, desc, -1)")
+    for k, b in enumerate(bodies):
+        lines += [f"    if kind_c == {k}:  # {', '.join(b.kernels)}", f"        {b.name}{call}"]
+    lines.append("    kind_c = pkind_c")
+    lines += [f"    {v}_c = {v}_n" for v in ("pkind", "pfirst", *(f"f{f}" for f in fields))]
+    return lines
+
+
 def generate_program(
     bodies: list[BodySource], desc_width: int, name: str, options: PersistentOptions
 ) -> str:
@@ -937,6 +1025,8 @@ def generate_program(
         d.append("        task = cont")
     elif options.lookahead:
         d += _lookahead_loop(bodies, desc_width, options)
+    elif prefetch_ahead(options) and any(b.prefetch_name for b in bodies):
+        d += _prefetch_ahead_loop(bodies, desc_width, options)
     else:
         d += ["for qi in range(q_first, q_end):"]
         by_position = options.desc_by_position

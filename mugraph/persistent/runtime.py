@@ -127,7 +127,7 @@ def task_bodies(
             pf = src.prefetch_name.replace(placeholder, name) if src.prefetch_name else None
             bodies.append(
                 BodySource(name, pf, src.text.replace(placeholder, name), src.scratch,
-                           helpers=src.helpers)
+                           helpers=src.helpers, prefetch_fields=src.prefetch_fields)
             )
         kinds[spec.op] = texts[src.text]
         bodies[kinds[spec.op]].kernels.append(spec.label)
