@@ -819,6 +819,7 @@ def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> Bo
     if options.continuations:
         body.append("return cont")
     text = ["@triton.jit", f"def {name}({BODY_SIG}):"] + [INDENT + line for line in body]
+    carried: tuple[int, ...] = ()  # the prefetch's fields, read ahead (prefetch_ahead)
     if pf_name:
         static_args = {
             a
@@ -842,11 +843,10 @@ def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> Bo
                 + ["", "", *head]
             )
             pf = [f"{pf_name}_at({values}, blk, pos, meta_ptr)"]
+            carried = fields
         text = head + [INDENT + line for line in pf] + ["", ""] + text
-        return BodySource(name, pf_name, "\n".join(text) + "\n", em.scratch_used,
-                          helpers=dict(em.helpers), prefetch_fields=fields if ahead else ())
     return BodySource(name, pf_name, "\n".join(text) + "\n", em.scratch_used,
-                      helpers=dict(em.helpers))
+                      helpers=dict(em.helpers), prefetch_fields=carried)
 
 
 _CLOCK = (
@@ -888,16 +888,20 @@ def _task_lines(
             f"        pkind = tl.load(pnxt + {FIELD_KIND}).to(tl.int32)",
         ]
         d += [INDENT + line for line in _prefetch_ladder(prefetching, options, "pnxt", "pkind")]
-    call = (
-        "(desc, evt_ptr, trig_ptr, meta_ptr, scratch_ptr, trace_ptr, pos, step, epoch, program, "
-        f"{nxt}, {nkind})"
-    )
+    call = _body_arguments(nxt, nkind)
     if options.continuations:
         d += ["    queued = tl.full([], 0, tl.int1)", "    cont = tl.full([], -1, tl.int32)"]
     for k, b in enumerate(bodies):
         d += [f"    if kind == {k}:  # {', '.join(b.kernels)}"]
         d.append(f"        {'cont = ' if options.continuations else ''}{b.name}{call}")
     return d
+
+
+def _body_arguments(nxt: str, nkind: str) -> str:
+    """A body's call arguments (``BODY_SIG``); ``nxt`` / ``nkind``: the next task, for the
+    prefetch inside its wait (``lookahead``)."""
+    return ("(desc, evt_ptr, trig_ptr, meta_ptr, scratch_ptr, trace_ptr, pos, step, epoch, "
+            f"program, {nxt}, {nkind})")
 
 
 def _prefetch_ladder(
@@ -981,8 +985,7 @@ def _prefetch_ahead_loop(bodies: list[BodySource], desc_width: int, options) -> 
                 f"    if pkind_c == {k}:",
                 f"        {b.prefetch_name}_at({values}, pfirst_c, pos, meta_ptr)",
             ]
-    call = ("(desc, evt_ptr, trig_ptr, meta_ptr, scratch_ptr, trace_ptr, pos, step, epoch, "
-            "program, desc, -1)")
+    call = _body_arguments("desc", "-1")
     for k, b in enumerate(bodies):
         lines += [f"    if kind_c == {k}:  # {', '.join(b.kernels)}", f"        {b.name}{call}"]
     lines.append("    kind_c = pkind_c")
