@@ -333,6 +333,24 @@ def test_decode_with_the_loads_and_triggers_where_they_were_matches_transformers
     assert program.generate(prompt, 6) == ref_tokens
 
 
+def test_decode_with_kinds_read_a_task_ahead_matches_transformers():
+    """``prefetch_ahead`` in the interpreter (which prefetches nothing): each task's kind
+    comes from the previous iteration's read, as on the GPU, and the decode is unchanged."""
+    # (a tiny Llama's EOS, token 2, is what transformers' min_new_tokens holds back: these
+    # prompts keep it from being the argmax, as in the tests above)
+    for model, prompt in ((tiny_model("qwen3", layers=1), [5, 17, 42]),
+                          (tiny_model("llama", layers=2, seed=1), [3, 9])):
+        ref_tokens, _ = hf_greedy(model, prompt, 6)
+        program = build_decoder(model, 16, tiles=SMALL_TILES).compile(prefetch_ahead=True)
+        assert "kind_c = pkind_c" in program.source
+        assert program.generate(prompt, 6) == ref_tokens
+    decoder = build_decoder(tiny_model("llama", layers=1), 16, tiles=SMALL_TILES)
+    for other in ({"lookahead": True}, {"continuations": True}, {"prefetch_task": True},
+                  {"desc_by_position": False}):
+        with pytest.raises(mugraph.UnsupportedError, match="prefetch_ahead"):
+            decoder.compile(prefetch_ahead=True, **other)
+
+
 def test_prefetch_distance_keeps_blocks_in_flight_from_the_task_start():
     decoder = build_decoder(tiny_model("qwen3"), 16, tiles=SMALL_TILES)
     default = next(t for label, t in _gpu_bodies(decoder).items() if label.endswith("mlp.down"))

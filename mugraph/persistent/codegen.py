@@ -520,16 +520,21 @@ def _pid_lines(grid: tuple[int, int, int], blk: str) -> list[str]:
     return lines
 
 
-def prefetch_ahead(options: PersistentOptions) -> bool:
-    """Whether the dispatcher carries the next task's prefetch fields (``prefetch_ahead``)."""
+def dispatches_ahead(options: PersistentOptions) -> bool:
+    """Whether the dispatcher reads each task's kind (and, where it prefetches, the next
+    task's prefetch fields) one task earlier (``prefetch_ahead``; in the interpreter, which
+    prefetches nothing, the kinds alone)."""
     return (
-        options.prefetch
-        and options.prefetch_ahead
+        options.prefetch_ahead
         and options.desc_by_position
         and not options.lookahead
         and not options.continuations
-        and not options.interpret
     )
+
+
+def prefetch_ahead(options: PersistentOptions) -> bool:
+    """Whether the dispatcher carries the next task's prefetch fields (``prefetch_ahead``)."""
+    return dispatches_ahead(options) and options.prefetch and not options.interpret
 
 
 def prefetches_next(options: PersistentOptions) -> bool:
@@ -953,7 +958,7 @@ def _prefetch_ahead_loop(bodies: list[BodySource], desc_width: int, options) -> 
     task ``qi + 1``'s first block from its fields read during the previous task (``*_c``);
     meanwhile the fields of task ``qi + 2`` are read for the next one (``*_n``). The task's
     own kind was read with them, two tasks earlier."""
-    if options.prefetch_task:
+    if options.prefetch_task and prefetch_ahead(options):
         raise UnsupportedError(
             "persistent kernel: prefetch_ahead prefetches a task's first block only, not the "
             "whole task (prefetch_task)"
@@ -1028,7 +1033,7 @@ def generate_program(
         d.append("        task = cont")
     elif options.lookahead:
         d += _lookahead_loop(bodies, desc_width, options)
-    elif prefetch_ahead(options) and any(b.prefetch_name for b in bodies):
+    elif dispatches_ahead(options):
         d += _prefetch_ahead_loop(bodies, desc_width, options)
     else:
         d += ["for qi in range(q_first, q_end):"]

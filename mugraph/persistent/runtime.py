@@ -261,6 +261,7 @@ class PersistentProgram:
         loads_first: bool = True,
         early_triggers: bool = True,
         desc_by_position: bool = True,
+        prefetch_ahead: bool = False,
         prefetch_priority: str = "evict_normal",
         align_hints: bool = True,
         continuations: bool = False,
@@ -321,6 +322,12 @@ class PersistentProgram:
                 "persistent runtime: claim_blocks does not combine with continuations or "
                 "lookahead"
             )
+        if prefetch_ahead and (continuations or lookahead or prefetch_task
+                               or not desc_by_position):
+            raise UnsupportedError(
+                "persistent runtime: prefetch_ahead needs desc_by_position and does not combine "
+                "with continuations, lookahead or prefetch_task"
+            )
         if prefetch_priority not in PREFETCH_PRIORITIES:
             raise UnsupportedError(
                 f"persistent runtime: prefetch_priority must be one of "
@@ -351,6 +358,7 @@ class PersistentProgram:
             loads_first=loads_first,
             early_triggers=early_triggers,
             desc_by_position=desc_by_position,
+            prefetch_ahead=prefetch_ahead,
             prefetch_priority=prefetch_priority,
             align_hints=align_hints,
             continuations=continuations,
