@@ -181,8 +181,10 @@ class PersistentOptions:
         0.26 µs at the median where there was no task after that one to prefetch, 0.6-0.8
         where the one after it prefetches little (a KV-cache append, a combination) and
         1.0-1.5 where it prefetches weights. (``lookahead`` also shortened that time, but by
-        prefetching only inside waits whose event had not fired.) Only with
-        ``desc_by_position``, not with ``continuations`` or ``lookahead``. Off: not measured.
+        prefetching only inside waits whose event had not fired.) The task's own kind is
+        read a task ahead as well; in the interpreter, which prefetches nothing, only that
+        (what the CPU tests decode with). Only with ``desc_by_position``, not with
+        ``continuations``, ``lookahead`` or ``prefetch_task``. Off: not measured.
     trace: record globaltimer stamps per task (start, after the wait, end; GPU only).
     claim_field: with claims (>= 0), the descriptor field that names a task's block counter
         (-1: the task runs its own range of blocks), followed by the first block the counter
