@@ -390,6 +390,7 @@ VARIANTS = {
     # the MLP as one kernel, its down projection summed over blocks (twenty-fifth session)
     "fuse_mlp": ({}, {"fuse_mlp_down": True}),
     "fuse_mlp3": ({}, {"fuse_mlp_down": True, "fused_mlp_weights": 3}),  # 16 KB blocks
+    "fuse_mlp_ahead": ({"prefetch_ahead": True}, {"fuse_mlp_down": True}),
     # and the combination with o_proj, summed over the KV heads: four levels a layer
     "fuse_all": ({}, {"fuse_mlp_down": True, "fuse_o_proj_heads": True}),
     # more programs per SM, the kernel's registers capped so that they fit (its heaviest body,

@@ -334,16 +334,21 @@ def test_decode_with_the_loads_and_triggers_where_they_were_matches_transformers
 
 
 def test_decode_with_kinds_read_a_task_ahead_matches_transformers():
-    """``prefetch_ahead`` in the interpreter (which prefetches nothing): each task's kind
-    comes from the previous iteration's read, as on the GPU, and the decode is unchanged."""
+    """``prefetch_ahead`` (the default) in the interpreter (which prefetches nothing): each
+    task's kind comes from the previous iteration's read, as on the GPU, and the decode is
+    as transformers', as it is with the plain ladder; asked for explicitly where it does not
+    combine, it is refused."""
     # (a tiny Llama's EOS, token 2, is what transformers' min_new_tokens holds back: these
     # prompts keep it from being the argmax, as in the tests above)
     for model, prompt in ((tiny_model("qwen3", layers=1), [5, 17, 42]),
                           (tiny_model("llama", layers=2, seed=1), [3, 9])):
         ref_tokens, _ = hf_greedy(model, prompt, 6)
-        program = build_decoder(model, 16, tiles=SMALL_TILES).compile(prefetch_ahead=True)
+        decoder = build_decoder(model, 16, tiles=SMALL_TILES)
+        program = decoder.compile()  # the default; True asks for it explicitly
         assert "kind_c = pkind_c" in program.source
         assert program.generate(prompt, 6) == ref_tokens
+        plain = decoder.compile(prefetch_ahead=False)  # the dispatcher's plain ladder
+        assert "kind_c" not in plain.source and plain.generate(prompt, 6) == ref_tokens
     decoder = build_decoder(tiny_model("llama", layers=1), 16, tiles=SMALL_TILES)
     for other in ({"lookahead": True}, {"continuations": True}, {"prefetch_task": True},
                   {"desc_by_position": False}):
@@ -385,7 +390,7 @@ def test_lookahead_dispatcher_reads_entries_ahead_and_prefetches_inside_the_wait
     call = lines.index("mg_prefetch_next(nxt, nkind, pos, meta_ptr)")
     assert lines[call - 1].startswith("if (tl.atomic_add(evt_ptr + wait_evt")  # not yet fired
     assert "pnxt" not in ahead  # the dispatcher itself prefetches nothing
-    plain = program_source(specs, PersistentOptions(interpret=False))
+    plain = program_source(specs, PersistentOptions(interpret=False, prefetch_ahead=False))
     assert "mg_prefetch_next" not in plain and "pnxt = desc + " in plain
     assert "kind = tl.load(desc + 0).to(tl.int32)" in plain
 
@@ -400,7 +405,7 @@ def test_prefetch_ahead_carries_the_next_tasks_prefetch_fields():
 
     decoder = build_decoder(tiny_model("qwen3"), 16, tiles=SMALL_TILES)
     specs = kernel_specs(decoder.kernel)
-    text = program_source(specs, PersistentOptions(interpret=False, prefetch_ahead=True))
+    text = program_source(specs, PersistentOptions(interpret=False))  # the default
     lines = [line.strip() for line in text.splitlines()]
     top = lines.index("for qi in range(q_first, q_end):")
     assert lines[top - 1].startswith("f") and "(q_first + 1) *" in lines[top - 1]
@@ -419,11 +424,11 @@ def test_prefetch_ahead_carries_the_next_tasks_prefetch_fields():
     # the body's own prefetches (blocks ahead) read the descriptor, through the same function
     assert re.search(r"def (mg_task\d+)_prefetch\(desc, blk, pos, meta_ptr\):\n\s+\1"
                      r"_prefetch_at\(tl\.load\(desc \+ \d+\)", text)
-    plain = program_source(specs, PersistentOptions(interpret=False))
+    plain = program_source(specs, PersistentOptions(interpret=False, prefetch_ahead=False))
     assert "_prefetch_at" not in plain and "kind_c" not in plain
-    with pytest.raises(mugraph.UnsupportedError, match="prefetch_task"):
-        program_source(specs, PersistentOptions(interpret=False, prefetch_ahead=True,
-                                                prefetch_task=True))
+    # where it does not combine (the whole next task prefetched), the plain ladder
+    whole = program_source(specs, PersistentOptions(interpret=False, prefetch_task=True))
+    assert "_prefetch_at" not in whole and "kind_c" not in whole
 
 
 def test_descriptors_are_stored_in_queue_order():
@@ -467,7 +472,8 @@ def test_l2_prefetches_use_normal_priority_and_can_cover_the_whole_next_task():
     lasting = "\n".join(_gpu_bodies(decoder, prefetch_priority="evict_last").values())
     assert "prefetch.global.L2::evict_last" in lasting
     body = BodySource("mg_task0", "mg_task0_prefetch", "", 0)
-    first_only = generate_program([body], 16, "k", PersistentOptions(interpret=False))
+    first_only = generate_program([body], 16, "k", PersistentOptions(interpret=False,
+                                                                     prefetch_ahead=False))
     whole = generate_program([body], 16, "k", PersistentOptions(interpret=False,
                                                                 prefetch_task=True))
     assert "nend = nfirst + 1" in first_only

@@ -261,7 +261,7 @@ class PersistentProgram:
         loads_first: bool = True,
         early_triggers: bool = True,
         desc_by_position: bool = True,
-        prefetch_ahead: bool = False,
+        prefetch_ahead: bool | None = None,
         prefetch_priority: str = "evict_normal",
         align_hints: bool = True,
         continuations: bool = False,
@@ -322,8 +322,9 @@ class PersistentProgram:
                 "persistent runtime: claim_blocks does not combine with continuations or "
                 "lookahead"
             )
-        if prefetch_ahead and (continuations or lookahead or prefetch_task
-                               or not desc_by_position):
+        # None: the dispatcher reads ahead wherever that combines with the other options
+        if prefetch_ahead is True and (continuations or lookahead or prefetch_task
+                                       or not desc_by_position):
             raise UnsupportedError(
                 "persistent runtime: prefetch_ahead needs desc_by_position and does not combine "
                 "with continuations, lookahead or prefetch_task"
@@ -358,7 +359,7 @@ class PersistentProgram:
             loads_first=loads_first,
             early_triggers=early_triggers,
             desc_by_position=desc_by_position,
-            prefetch_ahead=prefetch_ahead,
+            prefetch_ahead=prefetch_ahead is not False,
             prefetch_priority=prefetch_priority,
             align_hints=align_hints,
             continuations=continuations,
