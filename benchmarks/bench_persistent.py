@@ -368,7 +368,12 @@ VARIANTS = {
     "lookahead": ({"lookahead": True}, {}),
     "warps8": ({"num_warps": 8}, {}),
     "no_prefetch": ({"prefetch": False}, {}),
-    "prefetch_ahead": ({"prefetch_ahead": True}, {}),  # the next task's prefetch fields carried
+    "plain_ladder": ({"prefetch_ahead": False}, {}),  # the dispatcher before s27
+    # static tiles loaded 2 / 3 blocks ahead into registers (a task's first blocks' before
+    # its wait)
+    "depth2": ({"pipeline_depth": 2}, {}),
+    "depth3": ({"pipeline_depth": 3}, {}),
+    "fuse_mlp_depth3": ({"pipeline_depth": 3}, {"fuse_mlp_down": True}),
     "prefetch_task": ({"prefetch_task": True}, {}),
     "per_kernel_tasks": ({"task_allocation": "kernel"}, {}),
     "no_hoist": ({"hoist": False}, {}),
@@ -390,7 +395,6 @@ VARIANTS = {
     # the MLP as one kernel, its down projection summed over blocks (twenty-fifth session)
     "fuse_mlp": ({}, {"fuse_mlp_down": True}),
     "fuse_mlp3": ({}, {"fuse_mlp_down": True, "fused_mlp_weights": 3}),  # 16 KB blocks
-    "fuse_mlp_ahead": ({"prefetch_ahead": True}, {"fuse_mlp_down": True}),
     # and the combination with o_proj, summed over the KV heads: four levels a layer
     "fuse_all": ({}, {"fuse_mlp_down": True, "fuse_o_proj_heads": True}),
     # more programs per SM, the kernel's registers capped so that they fit (its heaviest body,

@@ -266,6 +266,50 @@ def test_pipelined_body_loads_the_first_block_before_the_wait_and_the_next_while
     assert not any("ahead" in t for t in plain.values())
 
 
+def test_pipeline_depth_loads_a_tasks_first_blocks_before_the_wait():
+    """``pipeline_depth=3``: the tiles of blocks first, first + 1 and first + 2 load before
+    the wait (the later two predicated on the task having them); in the loop the carried
+    tiles move up one and block blk + 3's loads; the L2 prefetch goes to blk + 4."""
+    decoder = build_decoder(tiny_model("qwen3"), 16, tiles=SMALL_TILES)
+    lines = _body_lines(decoder, "mlp.down", pipeline_depth=3)
+    wait = lines.index("if wait_evt >= 0:")
+    loop = lines.index("for blk in range(first, end):")
+    before = [line for line in lines[:wait] if line.startswith("ahead")]
+    assert [line.split(" = ")[0] for line in before] == ["ahead1", "ahead1_1", "ahead1_2"]
+    assert "first + 1, tl.int32) < end" in before[1] and "first + 2, tl.int32) < end" in before[2]
+    assert lines[loop + 1:loop + 5] == [
+        "cur1 = ahead1", "ahead1 = ahead1_1", "ahead1_1 = ahead1_2", "pid_x = (blk + 3) % 2"
+    ]
+    far = lines[loop + 5]
+    assert far.startswith("ahead1_2 = tl.load(") and "blk + 3, tl.int32" in far
+    assert "if blk + 4 < end:" in lines
+    # a body whose blocks' tiles exceed pipeline_bytes at that depth loads fewer ahead
+    from mugraph.persistent.codegen import PersistentOptions, pipelinable_loads, pipeline_depth
+    from mugraph.persistent.runtime import kernel_specs
+
+    spec = next(s for s in kernel_specs(decoder.kernel) if s.label.endswith("mlp.down"))
+    ahead = pipelinable_loads(spec, frozenset(), spec.block.forloop_range > 1)
+    tile = sum(spec.block.ops[i].outputs[0].num_bytes for i in ahead)
+    for budget, depth in ((3 * tile, 3), (3 * tile - 1, 2), (tile - 1, 1)):
+        options = PersistentOptions(pipeline_depth=3, pipeline_bytes=budget)
+        assert pipeline_depth(spec, ahead, options) == depth
+    assert pipeline_depth(spec, frozenset(), PersistentOptions(pipeline_depth=3)) == 1
+
+
+def test_decode_with_tiles_loaded_three_blocks_ahead_matches_transformers():
+    model, prompt = tiny_model("qwen3", layers=1), [5, 17, 42]
+    ref_tokens, _ = hf_greedy(model, prompt, 6)
+    decoder = build_decoder(model, 16, tiles=SMALL_TILES)
+    program = decoder.compile(pipeline_depth=3)
+    assert re.search(r"ahead\d+_2 = tl\.load\(", program.source)
+    assert program.generate(prompt, 6) == ref_tokens
+    for bad in (0, 9, True, 2.0):
+        with pytest.raises(mugraph.UnsupportedError, match="pipeline_depth"):
+            decoder.compile(pipeline_depth=bad)
+    with pytest.raises(mugraph.UnsupportedError, match="pipeline_depth"):
+        decoder.compile(pipeline_depth=2, claim_blocks=True)
+
+
 def _body_lines(decoder, kernel: str, **options) -> list[str]:
     """The stripped lines of the GPU-mode body of the kernel whose label ends with ``kernel``."""
     text = next(t for label, t in _gpu_bodies(decoder, **options).items() if label.endswith(kernel))

@@ -83,6 +83,9 @@ BODY_SIG = (
 CACHE_LINE = 128
 PREFETCH_MIN_BYTES = 4096  # smaller static tiles stay in L2 anyway
 PREFETCH_PRIORITIES = frozenset({"evict_normal", "evict_last"})  # of prefetch.global.L2
+# most bytes of pipelined tiles a body holds ahead (pipeline_depth): 96 registers per thread
+# at 4 warps, which the projection bodies have to spare under the attention's 255
+PIPELINE_BYTES = 48 * 1024
 VECTOR_BYTES = 16  # the widest load: the alignment the hints assert
 INDENT = "    "
 
@@ -107,6 +110,21 @@ class PersistentOptions:
         16 KB weight tiles (``TilePolicy``) and ``align_hints``, on the H100 (eighteenth
         session) Qwen3-0.6B's step ran in 969 against 997 µs without it, Llama-3.2-1B's in
         1174 against 1280 µs. With 64 KB tiles the pipelined registers spill (Llama 4103 µs).
+    pipeline_depth: with ``pipeline``, how many blocks ahead a task's static tiles are
+        loaded into registers: the first ``depth`` blocks' before the wait, the block
+        ``depth`` ahead of the current one while it computes (the L2 prefetch goes one block
+        further). A projection task of three 16 KB blocks then has all its weights in flight
+        before its wait; each block ahead costs a tile's registers per thread (32 for 16 KB
+        at 4 warps), which the projection bodies have to spare (the kernel's count is its
+        heaviest body's, the attention's). 1 (one block ahead) by default: on the H100
+        (twenty-seventh session, call 3) depth 2 / 3 ran Qwen3-0.6B's step in 850 / 887
+        against 826 µs and Llama-3.2-1B's in 1085 / 1112 against 1092; in the traces a task's
+        work after its wake shrank and the wake itself came later.
+    pipeline_bytes: the most bytes of pipelined tiles a body holds ahead: a body whose
+        blocks' tiles are larger loads fewer blocks ahead than ``pipeline_depth`` (at least
+        one). The attention partials' blocks (two 16 KB tiles of the KV cache in Qwen3-0.6B)
+        stay one block ahead: an offline sm_90a compile of that body three blocks ahead
+        spilled 3344 bytes per thread.
     align_hints: tell the compiler which tensor addresses are 16-byte aligned
         (``tl.multiple_of``), as it assumes of a kernel's pointer arguments: a task reads its
         addresses from the descriptor, so without the hint its loads are not vectorized (an
@@ -204,6 +222,8 @@ class PersistentOptions:
     prefetch_task: bool = False
     prefetch_distance: int | None = None
     pipeline: bool = True
+    pipeline_depth: int = 1
+    pipeline_bytes: int = PIPELINE_BYTES
     prefetch_priority: str = "evict_normal"
     align_hints: bool = True
     continuations: bool = False
@@ -329,13 +349,23 @@ def _zero_next_rows(spec: KernelSpec) -> list[str]:
 
 @dataclass(frozen=True)
 class PipelinedLoad:
-    """A static tile loaded one block ahead of its use. ``carried`` holds the next block's
-    tile from one iteration of the block loop to the next; ``current`` is this block's."""
+    """A static tile loaded ``len(carried)`` blocks ahead of its use (``pipeline_depth``).
+    ``carried`` holds the tiles of the blocks after this one from one iteration of the block
+    loop to the next, the nearest first; ``current`` is this block's."""
 
-    carried: str
+    carried: tuple[str, ...]
     current: str
     first: str  # the load of the task's first block, issued before the wait
-    next: str  # the load of the next block, predicated on there being one
+    # the loads of the task's blocks first + 1 .. first + depth - 1, also before the wait,
+    # each predicated on the task having that block
+    before_wait: tuple[str, ...]
+    next: str  # the load of the block ``depth`` ahead, predicated on there being one
+
+    def shift_lines(self) -> list[str]:
+        """In the loop: this block's tile is the nearest carried; the others move up one."""
+        lines = [f"{self.current} = {self.carried[0]}"]
+        lines += [f"{a} = {b}" for a, b in zip(self.carried, self.carried[1:], strict=False)]
+        return lines
 
 
 def _block_inputs(spec: KernelSpec, wanted: Callable[[int, Op, Phase], bool]) -> frozenset[int]:
@@ -358,6 +388,16 @@ def pipelinable_loads(spec: KernelSpec, hoisted: frozenset[int], loop: bool) -> 
         and i not in hoisted
         and (phase is PRE or (phase is LOOP and not loop)),
     )
+
+
+def pipeline_depth(spec: KernelSpec, ahead: frozenset[int], options: PersistentOptions) -> int:
+    """How many blocks ahead a body loads its pipelined tiles (the block inputs ``ahead``):
+    ``pipeline_depth``, fewer where the tiles of that many blocks would hold more than
+    ``pipeline_bytes`` (at least one)."""
+    block_bytes = sum(spec.block.ops[i].outputs[0].num_bytes for i in ahead)
+    if not block_bytes:
+        return 1
+    return max(1, min(options.pipeline_depth, options.pipeline_bytes // block_bytes))
 
 
 def early_loads(spec: KernelSpec, hoisted: frozenset[int]) -> frozenset[int]:
@@ -398,6 +438,7 @@ class TaskEmitter(KernelEmitter):
             pipelinable_loads(spec, self.hoisted, self.loop) if options.pipeline else frozenset()
         )
         self.pipelined: dict[int, PipelinedLoad] = {}  # block op position -> its loads
+        self.depth = pipeline_depth(spec, self._ahead, options)  # blocks ahead they load
         self._early = (
             early_loads(spec, self.hoisted) if options.early_static else frozenset()
         )
@@ -472,13 +513,18 @@ class TaskEmitter(KernelEmitter):
         """Record the loads of a pipelined tile; the block reads the carried register."""
         if position not in self.pipelined:
             valid = tiles.valid_mask(op.outputs[0].dims[self.lead :], pad)
-            nxt = "nxt" if self.claims else "blk + 1"
-            more = tiles.and_masks(valid, next_block_exists(len(pad), nxt))
+            depth = self.depth
+
+            def load_of(block: str) -> str:  # the tile of ``block``, if the task has it
+                more = tiles.and_masks(valid, next_block_exists(len(pad), block))
+                return KernelEmitter.load_input(self, op, pad, region=more)
+
             self.pipelined[position] = PipelinedLoad(
-                carried=f"ahead{position}",
+                carried=tuple(f"ahead{position}" + (f"_{k}" if k else "") for k in range(depth)),
                 current=f"cur{position}",
                 first=text,
-                next=super().load_input(op, pad, region=more),
+                before_wait=tuple(load_of(f"first + {k}") for k in range(1, depth)),
+                next=load_of("nxt" if self.claims else f"blk + {depth}"),
             )
         return self.pipelined[position].current
 
@@ -754,6 +800,16 @@ def _claim_lines(field: int) -> list[str]:
     ]
 
 
+def _pipeline_deeper(grid: tuple[int, int, int], ahead: list[PipelinedLoad]) -> list[str]:
+    """With ``pipeline_depth`` > 1, the loads before the wait of the pipelined tiles of the
+    task's blocks after its first, up to ``depth`` (each predicated on the task having it)."""
+    lines = []
+    for k in range(1, len(ahead[0].carried) if ahead else 0):
+        lines += _pid_lines(grid, f"(first + {k})")
+        lines += [f"{p.carried[k]} = {p.before_wait[k - 1]}" for p in ahead]
+    return lines
+
+
 def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> BodySource:
     """The task body (and its prefetch function) of one custom kernel."""
     em = TaskEmitter(spec, name, options)
@@ -783,13 +839,19 @@ def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> Bo
     ahead = list(em.pipelined.values())
     if options.claims:
         body += _claim_lines(options.claim_field)
-    if ahead or em.early:  # the first block's static tiles stream while the task waits
-        body += _pid_lines(grid, "first") + [f"{p.carried} = {p.first}" for p in ahead]
-        body += list(em.early.values())
-    # with pipelined loads, the loop's register loads cover block + 1, its L2 prefetch the
-    # block ``distance`` ahead; the blocks in between are prefetched now, before the wait
-    near = 2 if ahead else 1
+    if ahead or em.early:  # the first blocks' static tiles stream while the task waits
+        body += _pid_lines(grid, "first") + [f"{p.carried[0]} = {p.first}" for p in ahead]
+        body += list(em.early.values()) + _pipeline_deeper(grid, ahead)
+    # with pipelined loads, the loop's register loads cover the blocks up to ``depth`` ahead,
+    # its L2 prefetch the block ``distance`` ahead; the blocks in between are prefetched now,
+    # before the wait
+    near = em.depth + 1 if ahead else 1
     distance = max(near, options.prefetch_distance or near)
+    if options.claims and em.depth > 1 and ahead:
+        raise UnsupportedError(
+            f"{spec.label}: claimed blocks are loaded one block ahead, not "
+            f"{em.depth} (pipeline_depth)"
+        )
     if options.claims and distance != near:
         raise UnsupportedError(
             f"{spec.label}: claimed blocks are prefetched into L2 only as far ahead as they "
@@ -810,9 +872,10 @@ def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> Bo
     else:
         nxt, later = "(blk + 1)", f"blk + {distance}"
     block = list(_CLAIM_NEXT) if options.claims else []
-    block += [f"{p.current} = {p.carried}" for p in ahead]
-    if ahead:  # the next block's static tiles stream while this one computes
-        block += _pid_lines(grid, nxt) + [f"{p.carried} = {p.next}" for p in ahead]
+    block += [line for p in ahead for line in p.shift_lines()]
+    if ahead:  # the static tiles of the block ``depth`` ahead stream while this one computes
+        far = nxt if options.claims else f"(blk + {em.depth})"
+        block += _pid_lines(grid, far) + [f"{p.carried[-1]} = {p.next}" for p in ahead]
     block += _pid_lines(grid, "blk") + list(em.first.values())
     if pf_name:
         block += [f"if {later} < end:", f"    {pf_name}(desc, {later}, pos, meta_ptr)"]

@@ -67,6 +67,7 @@ THREADS_PER_SM = 2048
 # shapes) against 1279 / 1569 µs for one program of 8 warps per SM.
 PROGRAMS_PER_SM = 2
 NUM_WARPS = 4
+MAX_PIPELINE_DEPTH = 8  # blocks of static tiles a task may hold in registers ahead
 # With continuations=True (off by default: slower on the H100, see PersistentOptions), tasks
 # moving at most this many bytes that are their event's only consumer run as continuations of
 # the event's last producer (see mugraph.persistent.taskgraph): the attention combines (about
@@ -257,6 +258,7 @@ class PersistentProgram:
         prefetch_task: bool = False,
         prefetch_distance: int | None = None,
         pipeline: bool = True,
+        pipeline_depth: int = 1,
         early_static: bool = True,
         loads_first: bool = True,
         early_triggers: bool = True,
@@ -310,6 +312,18 @@ class PersistentProgram:
                 f"persistent runtime: prefetch_distance must be a positive int (blocks), got "
                 f"{prefetch_distance!r}"
             )
+        if not isinstance(pipeline_depth, int) or isinstance(pipeline_depth, bool) or not (
+            1 <= pipeline_depth <= MAX_PIPELINE_DEPTH
+        ):
+            raise UnsupportedError(
+                f"persistent runtime: pipeline_depth must be an int in [1, "
+                f"{MAX_PIPELINE_DEPTH}] (blocks loaded ahead), got {pipeline_depth!r}"
+            )
+        if claim_blocks and pipeline_depth > 1:
+            raise UnsupportedError(
+                "persistent runtime: claim_blocks loads one block ahead, not "
+                f"{pipeline_depth} (pipeline_depth)"
+            )
         if not isinstance(claim_blocks, bool) and (
             not isinstance(claim_blocks, int) or claim_blocks < 2
         ):
@@ -355,6 +369,7 @@ class PersistentProgram:
             prefetch_task=prefetch_task,
             prefetch_distance=prefetch_distance,
             pipeline=pipeline,
+            pipeline_depth=pipeline_depth,
             early_static=early_static,
             loads_first=loads_first,
             early_triggers=early_triggers,
