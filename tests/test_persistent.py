@@ -398,6 +398,9 @@ def test_decode_with_kinds_read_a_task_ahead_matches_transformers():
                   {"desc_by_position": False}):
         with pytest.raises(mugraph.UnsupportedError, match="prefetch_ahead"):
             decoder.compile(prefetch_ahead=True, **other)
+    for bad in (1, 0, 1.0, "yes"):
+        with pytest.raises(mugraph.UnsupportedError, match="prefetch_ahead must be"):
+            decoder.compile(prefetch_ahead=bad)
 
 
 def test_prefetch_distance_keeps_blocks_in_flight_from_the_task_start():

@@ -336,6 +336,11 @@ class PersistentProgram:
                 "persistent runtime: claim_blocks does not combine with continuations or "
                 "lookahead"
             )
+        if prefetch_ahead is not None and not isinstance(prefetch_ahead, bool):
+            raise UnsupportedError(
+                f"persistent runtime: prefetch_ahead must be None (where it combines with the "
+                f"other options), True or False, got {prefetch_ahead!r}"
+            )
         # None: the dispatcher reads ahead wherever that combines with the other options
         if prefetch_ahead is True and (continuations or lookahead or prefetch_task
                                        or not desc_by_position):
