@@ -2,7 +2,7 @@
 
     python benchmarks/probe_persistent_offline.py [--models qwen3-0.6b llama-3.2-1b]
         [--layers 1] [--warps 4] [--variants default unaligned no_pipeline] [--per-body]
-        [--attention-chunk 64] [--maxnreg 168]
+        [--attention-chunk 64] [--maxnreg 168] [--fuse-mlp]
 
 Builds ``bench_persistent``'s model shapes (random bfloat16 weights on the CPU, ``--layers``
 decoder layers: every layer has the same bodies), generates the persistent module in GPU mode
@@ -141,11 +141,14 @@ def main(argv=None) -> int:
                    help="cap the registers per thread (PersistentProgram(max_registers=...))")
     p.add_argument("--attention-chunk", type=int, default=TilePolicy.attention_chunk,
                    help="cached positions per attention block (TilePolicy.attention_chunk)")
+    p.add_argument("--fuse-mlp", action="store_true",
+                   help="each MLP one kernel summed over blocks (TilePolicy.fuse_mlp_down)")
     args = p.parse_args(argv)
+    tiles = TilePolicy(attention_chunk=args.attention_chunk, fuse_mlp_down=args.fuse_mlp)
     rows = []
     for model_name in args.models:
         model = make_model(model_name, args.layers, "cpu", torch.bfloat16)
-        decoder = build_decoder(model, 1024, tiles=TilePolicy(attention_chunk=args.attention_chunk))
+        decoder = build_decoder(model, 1024, tiles=tiles)
         specs = kernel_specs(decoder.kernel)
         for variant in args.variants:
             options = PersistentOptions(interpret=False, **VARIANTS[variant])

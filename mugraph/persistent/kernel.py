@@ -68,6 +68,9 @@ class TilePolicy:
         at the median from the unfused kernel's, as bfloat16 roundings downstream flip). The
         step was faster for Qwen3-0.6B (818 against 855-857 µs) and not for Llama-3.2-1B
         (1085-1090 against 1087-1089 µs): ``bench_persistent.py --variants default fuse_mlp``.
+        Sums in int64 fixed point are the same from run to run but were slower than the
+        default on the H100 (twenty-seventh session, call 8: 970 against 828 µs for
+        Qwen3-0.6B, 1171 against 1094 for Llama-3.2-1B; benchmarks/RESULTS.md).
     fuse_o_proj_heads: the attention's combination and its output projection are one kernel
         (:func:`~mugraph.persistent.layers.attention_combine_projection`, an accumulating
         output over the KV heads: one dependency level fewer per layer), whose result its
