@@ -1191,6 +1191,36 @@ def test_the_mlp_kernel_adds_its_tasks_sum_once_and_zeroes_the_next_steps_row():
     assert len(summed) == 1 and "tl.pointer_type(tl.float32)" not in summed[0]
 
 
+@pytest.mark.parametrize(
+    ("nan_rows", "inf_rows", "nan_norm"),
+    [((), (), False), ((70, 37), (5,), False), ((), (5, 80), False), ((), (), True)],
+)
+def test_the_argmax_layer_picks_the_token_torch_argmax_picks(nan_rows, inf_rows, nan_norm):
+    """NaN logits are the largest, the first one wins (as torch.argmax); a row of them all
+    gives token 0. (Tied infinities: the first; the interpreter's own argmax skipped NaN and
+    refused a row of them.)"""
+    torch.manual_seed(2)
+    pk = PersistentKernel(max_seq_len=8, tiles=SMALL_TILES)
+    emb, head, norm = torch.randn(96, 32), 0.2 * torch.randn(96, 32), torch.ones(1, 32)
+    for r in nan_rows:
+        head[r] = float("nan")
+    for r in inf_rows:
+        head[r] = 0.0
+        head[r, 0] = float("inf") * torch.sign(emb[7, 0])
+    if nan_norm:
+        norm[0, 3] = float("nan")
+    x = pk.embed_layer(pk.attach_input(emb, "embed"))
+    logits = pk.lm_head_layer(x, pk.attach_input(norm, "norm"), pk.attach_input(head, "head"))
+    pk.argmax_layer(logits)
+    program = pk.compile()
+    program.step(7)
+    got = program.buffer(logits).reshape(-1)
+    assert torch.equal(got.isnan(), torch.tensor([i in nan_rows for i in range(96)]) | nan_norm)
+    assert int(program.history[0]) == int(torch.argmax(got))
+    if nan_rows:
+        assert int(program.history[0]) == min(nan_rows)
+
+
 def test_an_mlp_row_read_whole_is_added_by_a_kernel_of_its_own():
     """A fused MLP takes the rows the one before it left; a layer that cannot take them
     (here a linear + residual layer's input) reads them added by a ``residual_sum`` kernel.

@@ -689,7 +689,14 @@ def _argmax_lines(em: TaskEmitter, spec: KernelSpec) -> list[str]:
     mask = tiles.valid_mask(x.dims, x.pad, only=[len(x.dims) - 1])
     src = f"tl.where({mask}, {x.name}, float('-inf'))" if mask else x.name
     one = "tl.zeros([1], dtype=tl.int32)"
-    lines = [f"am_i = tl.argmax({src}, axis=1)"]
+    # as torch.argmax: NaN is the largest value, then +inf, and the first of equals wins;
+    # compared in float64 with NaN as +inf and +inf as the largest finite float64 (the
+    # interpreter's argmax skips NaN, and refuses a row of them)
+    lines = [
+        f"am_x = {src}",
+        "am_x = tl.where(am_x == float('inf'), 1e308, am_x.to(tl.float64))",
+        "am_i = tl.argmax(tl.where(am_x != am_x, float('inf'), am_x), axis=1)",
+    ]
     if spec.argmax == "partial":
         width = x.dims[-1]
         pid = "pid_x" if spec.block.grid_dim[0] > 1 else "0"
