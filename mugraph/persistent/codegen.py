@@ -46,6 +46,7 @@ launches (or CUDA graph replays) decode consecutive tokens without the host.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Callable
@@ -364,7 +365,7 @@ class PipelinedLoad:
     def shift_lines(self) -> list[str]:
         """In the loop: this block's tile is the nearest carried; the others move up one."""
         lines = [f"{self.current} = {self.carried[0]}"]
-        lines += [f"{a} = {b}" for a, b in zip(self.carried, self.carried[1:], strict=False)]
+        lines += [f"{a} = {b}" for a, b in itertools.pairwise(self.carried)]
         return lines
 
 
