@@ -310,6 +310,32 @@ def test_decode_with_tiles_loaded_three_blocks_ahead_matches_transformers():
         decoder.compile(pipeline_depth=2, claim_blocks=True)
 
 
+def test_each_program_owns_one_scratch_region_whatever_body_runs():
+    """Tasks of different bodies run at the same time on different programs, so a program's
+    scratch must not depend on its body: the dispatcher gives each program the largest body's
+    need, and no body places its scratch by the program itself. (Placed at ``program * its
+    own need``, a tiny Llama's KV-cache append (80 elements) would overlap the next program's
+    attention partials (96): on the H100, Llama-3.2-1B's steps differed from run to run.)"""
+    from mugraph.persistent.codegen import PersistentOptions
+    from mugraph.persistent.runtime import kernel_specs, program_source, task_bodies
+
+    decoder = build_decoder(tiny_model("llama", layers=1), 16, tiles=SMALL_TILES)
+    specs = kernel_specs(decoder.kernel)
+    for interpret in (False, True):
+        options = PersistentOptions(interpret=interpret)
+        _, bodies = task_bodies(specs, options)
+        needs = [b.scratch for b in bodies if b.scratch]
+        assert len(set(needs)) > 1, "the case of the bug: bodies with different needs"
+        source = program_source(specs, options)
+        assert re.findall(r"scratch_ptr = scratch_ptr \+ program \* (\d+)", source) == [
+            str(max(needs))
+        ]
+        assert source.count("scratch_blk = scratch_ptr\n") == len(needs)
+        assert not re.search(r"scratch_blk = .*program", source)
+    program = decoder.compile()
+    assert program.scratch.numel() == max(needs) * program.num_programs
+
+
 def _body_lines(decoder, kernel: str, **options) -> list[str]:
     """The stripped lines of the GPU-mode body of the kernel whose label ends with ``kernel``."""
     text = next(t for label, t in _gpu_bodies(decoder, **options).items() if label.endswith(kernel))

@@ -839,8 +839,8 @@ def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> Bo
     early_triggers = options.early_triggers and not options.continuations
     if early_triggers:
         body += _trigger_table_lines()
-    if em.scratch_used:
-        body.append(f"scratch_blk = scratch_ptr + program * {em.scratch_used}")
+    if em.scratch_used:  # the program's own region (the dispatcher offsets scratch_ptr)
+        body.append("scratch_blk = scratch_ptr")
     if options.trace:
         body.append(f"tl.store(trace_ptr + tl.load(desc + {FIELD_TASK}) * 3, {_CLOCK})")
     grid = spec.block.grid_dim
@@ -1070,6 +1070,14 @@ def _prefetch_ahead_loop(bodies: list[BodySource], desc_width: int, options) -> 
     return lines
 
 
+def scratch_per_program(bodies: list[BodySource]) -> int:
+    """float32 elements of scratch each program owns: what the largest body needs. (A body
+    that placed its scratch at ``program * its own need`` overlapped another program's region
+    of a body with a larger need: on the H100 (twenty-eighth session) Llama-3.2-1B's KV-cache
+    append, at 640 elements, clobbered the concurrent attention partials' RoPE rows, at 768.)"""
+    return max((b.scratch for b in bodies), default=0)
+
+
 def generate_program(
     bodies: list[BodySource], desc_width: int, name: str, options: PersistentOptions
 ) -> str:
@@ -1084,6 +1092,9 @@ def generate_program(
         lines += [b.text, ""]
     d = [
         "program = tl.program_id(0)",
+        # every body's scratch in one region per program, as large as the largest body needs:
+        # tasks of different bodies run at once on different programs
+        f"scratch_ptr = scratch_ptr + program * {scratch_per_program(bodies)}",
         f"pos = tl.load(meta_ptr + {int(MetaSlot.POS)})",
         f"step = tl.load(meta_ptr + {int(MetaSlot.STEP)})",
         "epoch = step + 1",

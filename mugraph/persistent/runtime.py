@@ -52,6 +52,7 @@ from mugraph.persistent.codegen import (
     PersistentOptions,
     generate_body,
     generate_program,
+    scratch_per_program,
 )
 from mugraph.persistent.kernel import PersistentKernel
 from mugraph.persistent.parallel import Peer
@@ -449,7 +450,7 @@ class PersistentProgram:
         size = len(self.tasks.events) + 2 * len(self.claim_groups)
         self.events = torch.zeros(max(1, size), dtype=torch.int32, device=dev)
         self._claim_slots()
-        scratch = max((b.scratch for b in self.bodies), default=0)
+        scratch = scratch_per_program(self.bodies)
         self.scratch = torch.zeros(
             max(1, scratch * self.num_programs), dtype=torch.float32, device=dev
         )

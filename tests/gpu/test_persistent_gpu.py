@@ -122,3 +122,37 @@ def test_default_programs_fill_every_sm_twice_and_too_many_are_refused():
     crowded = decoder.compile(num_programs=17 * sms)
     with pytest.raises(PersistentRuntimeError, match="cannot be resident at once"):
         crowded.step(3)
+
+
+def test_llama_shaped_steps_are_the_same_bits_run_after_run():
+    """Nothing in the default step is summed in a run-dependent order, so teacher-forcing the
+    same tokens again gives the same logits to the bit. Llama-3.2-1B's attention shape (32
+    query heads of 64 over 8 KV heads): there, the KV-cache append's scratch overlapped the
+    attention partials' of another program before every program got one region, and 4 of 9
+    runs of the full model left run 0 within 24 steps (``benchmarks/probe_race.py``)."""
+    from mugraph.persistent import build_decoder
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=1024, hidden_size=2048, intermediate_size=1024,
+                                      num_hidden_layers=4, num_attention_heads=32,
+                                      num_key_value_heads=8, head_dim=64,
+                                      max_position_embeddings=256, tie_word_embeddings=True)
+    with torch.device("cuda"):
+        model = transformers.AutoModelForCausalLM.from_config(config,
+                                                              dtype=torch.bfloat16).eval()
+    decoder = build_decoder(model, 64)
+    program = decoder.compile()
+    logits = program.buffer(decoder.logits)
+    feed = torch.randint(0, 1024, (24,)).tolist()
+    runs = []
+    for _ in range(6):
+        program.reset()
+        steps = []
+        for token in feed:
+            program.step(token)
+            steps.append(logits.clone())
+        runs.append(torch.stack(steps))
+    program.check_errors()
+    for r, run in enumerate(runs[1:], start=1):
+        differing = [i for i in range(len(feed)) if not torch.equal(run[i], runs[0][i])]
+        assert not differing, f"run {r} left run 0 at steps {differing}"

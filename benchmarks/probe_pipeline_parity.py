@@ -1,0 +1,113 @@
+"""Do deeper register pipelines change a persistent kernel's logits on the GPU, and where?
+
+The twenty-seventh session's call 3 and the twenty-eighth's call 2 measured Llama-3.2-1B's
+teacher-forced logits 7-8% away from a float32 model with ``pipeline_depth`` 2 / 3 (or
+``long_pipeline_depth=3``), against 2% with the default, in some calls and not in others.
+This probe compiles the same decoder with static tiles 1 (the default) or ``d`` blocks ahead
+in the bodies of chosen kernels (``--variant NAME=REGEX:DEPTH``, REGEX matched against the
+kernel's label), teacher-forces the same tokens through each twice, and prints per variant
+and run: the relative error of the logits against the default's first run (median, max, the
+first step above 1e-3) and whether two runs agree bit for bit::
+
+    python benchmarks/probe_pipeline_parity.py --variant gate_up=gate_up:3 down=mlp.down:3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+from benchmarks.bench_persistent import make_model
+
+
+def patched_depth(regex: str | None, depth: int):
+    """``codegen.pipeline_depth`` with ``depth`` for the kernels whose label matches."""
+    from mugraph.persistent import codegen
+
+    original = codegen.pipeline_depth
+
+    def choose(spec, ahead, options):
+        if regex is not None and re.search(regex, spec.label):
+            from dataclasses import replace
+
+            return original(spec, ahead, replace(options, pipeline_depth=depth))
+        return original(spec, ahead, options)
+
+    return original, choose
+
+
+def teacher_forced(program, logits_buf, feed) -> list:
+    program.reset()
+    out = []
+    for tok in feed:
+        program.step(tok)
+        out.append(logits_buf[0].float().clone())
+    program.check_errors()
+    return out
+
+
+def main(argv=None) -> int:
+    import torch
+
+    from mugraph.persistent import build_decoder, codegen
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=None)
+    p.add_argument("--model", default="llama-3.2-1b")
+    p.add_argument("--layers", type=int, default=None)
+    p.add_argument("--steps", type=int, default=24)
+    p.add_argument("--variant", nargs="*", default=[], help="NAME=REGEX:DEPTH")
+    args = p.parse_args(argv)
+    torch.manual_seed(0)
+    cuda = torch.cuda.is_available()  # else tiny models in the interpreter (a smoke test)
+    model = make_model(args.model, args.layers, "cuda" if cuda else "cpu",
+                       torch.bfloat16 if cuda else torch.float32)
+    feed = torch.randint(0, model.config.vocab_size, (args.steps,)).tolist()
+    decoder = build_decoder(model, 1024 if cuda else 64)
+    logits_buf = None
+    variants = [("default", None, 1)]
+    for text in args.variant:
+        name, rest = text.split("=", 1)
+        regex, depth = rest.rsplit(":", 1)
+        variants.append((name, regex, int(depth)))
+    rows, base = [], None
+    with torch.no_grad():
+        for name, regex, depth in variants:
+            original, choose = patched_depth(regex, depth)
+            codegen.pipeline_depth = choose
+            try:
+                program = decoder.compile()
+            finally:
+                codegen.pipeline_depth = original
+            logits_buf = program.buffer(decoder.logits)
+            runs = [teacher_forced(program, logits_buf, feed) for _ in range(2)]
+            if base is None:
+                base = runs[0]
+            for r, run in enumerate(runs):
+                errs = [float((a - b).norm() / b.norm()) for a, b in zip(run, base, strict=True)]
+                bad = next((i for i, e in enumerate(errs) if e > 1e-3), None)
+                same = all(torch.equal(a, b) for a, b in zip(run, runs[0], strict=True))
+                rows.append({
+                    "variant": name, "run": r, "median_err": sorted(errs)[len(errs) // 2],
+                    "max_err": max(errs), "first_step_over_1e-3": bad,
+                    "equal_to_run0": same,
+                    "spills": (getattr(program, "resources", None) or {}).get("spills"),
+                    "source_lines": len(program.source.splitlines()),
+                })
+                print(json.dumps(rows[-1]), flush=True)
+            del program
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "parity.json").write_text(json.dumps(rows, indent=1))
+    print("| variant | run | median err | max err | first step > 1e-3 | = run 0 | spills |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        print(f"| {r['variant']} | {r['run']} | {r['median_err']:.2e} | {r['max_err']:.2e} | "
+              f"{r['first_step_over_1e-3']} | {r['equal_to_run0']} | {r['spills']} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
