@@ -156,3 +156,41 @@ def test_llama_shaped_steps_are_the_same_bits_run_after_run():
     for r, run in enumerate(runs[1:], start=1):
         differing = [i for i in range(len(feed)) if not torch.equal(run[i], runs[0][i])]
         assert not differing, f"run {r} left run 0 at steps {differing}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(
+    ("nan_rows", "inf_rows", "nan_norm"),
+    [((), (), False), ((3000, 1201), (77,), False), ((), (77, 2900), False), ((), (), True)],
+)
+def test_the_argmax_picks_torch_argmax_token_on_the_gpu(dtype, nan_rows, inf_rows, nan_norm):
+    """The argmax stages in persistent mode order NaN first, then +inf, the first of equals,
+    as ``torch.argmax`` does; a row of NaN gives token 0."""
+    from mugraph.persistent import PersistentKernel, TilePolicy
+
+    torch.manual_seed(2)
+    vocab, hidden = 4096, 256
+    emb = torch.randn(vocab, hidden, device="cuda", dtype=dtype)
+    head = 0.2 * torch.randn(vocab, hidden, device="cuda", dtype=dtype)
+    norm = torch.ones(1, hidden, device="cuda", dtype=dtype)
+    for r in nan_rows:
+        head[r] = float("nan")
+    for r in inf_rows:
+        head[r] = 0.0
+        head[r, 0] = float("inf") * torch.sign(emb[7, 0].float())
+    if nan_norm:
+        norm[0, 3] = float("nan")
+    pk = PersistentKernel(max_seq_len=8, tiles=TilePolicy(min_blocks=64))
+    x = pk.embed_layer(pk.attach_input(emb, "embed"))
+    logits = pk.lm_head_layer(x, pk.attach_input(norm, "norm"), pk.attach_input(head, "head"))
+    pk.argmax_layer(logits)
+    program = pk.compile()
+    assert program.mode == "persistent"
+    program.step(7)
+    program.check_errors()
+    got = program.buffer(logits).reshape(-1)
+    nan = torch.tensor([i in nan_rows for i in range(vocab)], device="cuda") | nan_norm
+    assert torch.equal(got.isnan(), nan)
+    assert int(program.history[0]) == int(torch.argmax(got))
+    if nan_rows:
+        assert int(program.history[0]) == min(nan_rows)
