@@ -1,8 +1,10 @@
 """Do deeper register pipelines change a persistent kernel's logits on the GPU, and where?
 
 The twenty-seventh session's call 3 and the twenty-eighth's call 2 measured Llama-3.2-1B's
-teacher-forced logits 7-8% away from a float32 model with ``pipeline_depth`` 2 / 3 (or
-``long_pipeline_depth=3``), against 2% with the default, in some calls and not in others.
+teacher-forced logits 7-8% away from a float32 model with ``pipeline_depth`` 2 / 3 (or, in
+the latter, 3 blocks ahead in the long kernels only: a throwaway option), against 2% with
+the default, in some calls and not in others. (The cause was a race between two bodies'
+scratch, fixed since: ``probe_race.py`` found it; see RESULTS.md, twenty-eighth session.)
 This probe compiles the same decoder with static tiles 1 (the default) or ``d`` blocks ahead
 in the bodies of chosen kernels (``--variant NAME=REGEX:DEPTH``, REGEX matched against the
 kernel's label), teacher-forces the same tokens through each twice, and prints per variant
