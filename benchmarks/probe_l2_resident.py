@@ -5,7 +5,8 @@ Not a benchmark of anything a user runs: a bound for an idea. The Qwen3-0.6B-sha
 share layer 0's weight tensors (``build_decoder`` attaches a tensor once, so the kernel reads
 one copy: about 30 MB a layer, which stays in the H100's 50 MB L2 from one layer to the next).
 The KV caches and the LM head stay distinct. Variants share all of a layer's weights, only the
-MLP's or only the attention's; ``distinct`` is the model as it is. Each is timed as the table's
+MLP's or only the attention's, some with a task's first blocks loaded before its wait
+(``pipeline_depth``); ``distinct`` is the model as it is. Each is timed as the table's
 persistent column is (``program.launch`` from a CUDA graph, median of 3)::
 
     python benchmarks/probe_l2_resident.py --out $OUT/l2 --variants distinct shared_all
@@ -19,11 +20,16 @@ from pathlib import Path
 
 from benchmarks.bench_persistent import make_model, save_trace, time_calls, trace_summary
 
-SHARED = {
-    "distinct": (),
-    "shared_all": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
-    "shared_mlp": ("gate_proj", "up_proj", "down_proj"),
-    "shared_attn": ("q_proj", "k_proj", "v_proj", "o_proj"),
+ALL = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+SHARED = {  # name: (the projections layers 1.. share with layer 0, compile options)
+    "distinct": ((), {}),
+    "shared_all": (ALL, {}),
+    "shared_mlp": (("gate_proj", "up_proj", "down_proj"), {}),
+    "shared_attn": (("q_proj", "k_proj", "v_proj", "o_proj"), {}),
+    # with every block of a task's weights loaded before its wait (3 blocks ahead)
+    "distinct_depth3": ((), {"pipeline_depth": 3}),
+    "shared_all_depth2": (ALL, {"pipeline_depth": 2}),
+    "shared_all_depth3": (ALL, {"pipeline_depth": 3}),
 }
 
 
@@ -56,9 +62,10 @@ def main(argv=None) -> int:
     for name in args.variants:
         torch.manual_seed(0)
         model = make_model(args.model, None, "cuda", torch.bfloat16)
-        share(model, SHARED[name])
+        shared, options = SHARED[name]
+        share(model, shared)
         decoder = build_decoder(model, 1024)
-        program = decoder.compile()
+        program = decoder.compile(**options)
         with torch.no_grad():
             for tok in range(8):
                 program.step(tok)
@@ -70,7 +77,7 @@ def main(argv=None) -> int:
             program.check_errors()
         rows[name] = {"persistent_us": round(us, 1)}
         if name in args.trace:
-            traced = decoder.compile(trace=True, cuda_graph=False)
+            traced = decoder.compile(**options, trace=True, cuda_graph=False)
             traced.step(1)
             traced.step(2)
             torch.cuda.synchronize()
