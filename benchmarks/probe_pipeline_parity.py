@@ -21,7 +21,7 @@ import json
 import re
 from pathlib import Path
 
-from benchmarks.bench_persistent import make_model
+from benchmarks.bench_persistent import make_model, teacher_forced
 
 
 def patched_depth(regex: str | None, depth: int):
@@ -38,16 +38,6 @@ def patched_depth(regex: str | None, depth: int):
         return original(spec, ahead, options)
 
     return original, choose
-
-
-def teacher_forced(program, logits_buf, feed) -> list:
-    program.reset()
-    out = []
-    for tok in feed:
-        program.step(tok)
-        out.append(logits_buf[0].float().clone())
-    program.check_errors()
-    return out
 
 
 def main(argv=None) -> int:
@@ -84,7 +74,7 @@ def main(argv=None) -> int:
             finally:
                 codegen.pipeline_depth = original
             logits_buf = program.buffer(decoder.logits)
-            runs = [teacher_forced(program, logits_buf, feed) for _ in range(2)]
+            runs = [teacher_forced(program, logits_buf, feed, 0) for _ in range(2)]
             if base is None:
                 base = runs[0]
             for r, run in enumerate(runs):
