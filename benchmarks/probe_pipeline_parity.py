@@ -40,10 +40,30 @@ def patched_depth(regex: str | None, depth: int):
     return original, choose
 
 
+def parse_variant(text: str) -> tuple[str, str, int]:
+    """``NAME=REGEX:DEPTH`` as (name, regex, depth)."""
+    name, rest = text.split("=", 1)
+    regex, depth = rest.rsplit(":", 1)
+    return name, regex, int(depth)
+
+
+def compile_with_depth(decoder, regex: str | None, depth: int):
+    """``decoder.compile()`` with static tiles ``depth`` blocks ahead in the bodies of the
+    kernels whose label matches ``regex`` (None: the default everywhere)."""
+    from mugraph.persistent import codegen
+
+    original, choose = patched_depth(regex, depth)
+    codegen.pipeline_depth = choose
+    try:
+        return decoder.compile()
+    finally:
+        codegen.pipeline_depth = original
+
+
 def main(argv=None) -> int:
     import torch
 
-    from mugraph.persistent import build_decoder, codegen
+    from mugraph.persistent import build_decoder
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=None)
@@ -58,21 +78,11 @@ def main(argv=None) -> int:
                        torch.bfloat16 if cuda else torch.float32)
     feed = torch.randint(0, model.config.vocab_size, (args.steps,)).tolist()
     decoder = build_decoder(model, 1024 if cuda else 64)
-    logits_buf = None
-    variants = [("default", None, 1)]
-    for text in args.variant:
-        name, rest = text.split("=", 1)
-        regex, depth = rest.rsplit(":", 1)
-        variants.append((name, regex, int(depth)))
+    variants = [("default", None, 1)] + [parse_variant(text) for text in args.variant]
     rows, base = [], None
     with torch.no_grad():
         for name, regex, depth in variants:
-            original, choose = patched_depth(regex, depth)
-            codegen.pipeline_depth = choose
-            try:
-                program = decoder.compile()
-            finally:
-                codegen.pipeline_depth = original
+            program = compile_with_depth(decoder, regex, depth)
             logits_buf = program.buffer(decoder.logits)
             runs = [teacher_forced(program, logits_buf, feed, 0) for _ in range(2)]
             if base is None:
@@ -90,15 +100,24 @@ def main(argv=None) -> int:
                 })
                 print(json.dumps(rows[-1]), flush=True)
             del program
-    if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / "parity.json").write_text(json.dumps(rows, indent=1))
-    print("| variant | run | median err | max err | first step > 1e-3 | = run 0 | spills |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    for r in rows:
-        print(f"| {r['variant']} | {r['run']} | {r['median_err']:.2e} | {r['max_err']:.2e} | "
-              f"{r['first_step_over_1e-3']} | {r['equal_to_run0']} | {r['spills']} |")
+    report(args.out, "parity.json", rows, {
+        "variant": "{variant}", "run": "{run}", "median err": "{median_err:.2e}",
+        "max err": "{max_err:.2e}", "first step > 1e-3": "{first_step_over_1e-3}",
+        "= run 0": "{equal_to_run0}", "spills": "{spills}",
+    })
     return 0
+
+
+def report(out: str | None, filename: str, rows: list[dict], columns: dict[str, str]) -> None:
+    """``rows`` as JSON in ``out``/``filename`` (when ``out`` is given), then as a table whose
+    columns are titled by ``columns``' keys and filled by its format strings."""
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / filename).write_text(json.dumps(rows, indent=1))
+    print("| " + " | ".join(columns) + " |")
+    print("|" + " --- |" * len(columns))
+    for r in rows:
+        print("| " + " | ".join(f.format(**r) for f in columns.values()) + " |")
 
 
 if __name__ == "__main__":

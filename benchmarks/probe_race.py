@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from benchmarks.bench_persistent import make_model
-from benchmarks.probe_pipeline_parity import patched_depth
+from benchmarks.probe_pipeline_parity import compile_with_depth, parse_variant, report
 
 
 def snapshot(program, decoder, pos: int) -> list[tuple[str, object]]:
@@ -61,7 +60,7 @@ def first_difference(ref, other):
 def main(argv=None) -> int:
     import torch
 
-    from mugraph.persistent import build_decoder, codegen
+    from mugraph.persistent import build_decoder
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=None)
@@ -79,14 +78,8 @@ def main(argv=None) -> int:
     found = []
     with torch.no_grad():
         for text in args.variant:
-            name, rest = text.split("=", 1)
-            regex, depth = rest.rsplit(":", 1)
-            original, choose = patched_depth(regex, int(depth))
-            codegen.pipeline_depth = choose
-            try:
-                program = decoder.compile()
-            finally:
-                codegen.pipeline_depth = original
+            name, regex, depth = parse_variant(text)
+            program = compile_with_depth(decoder, regex, depth)
             ref = run_once(program, decoder, feed)
             glitches = 0
             for r in range(1, args.runs):
@@ -105,14 +98,11 @@ def main(argv=None) -> int:
             print(f"{name}: {glitches} of {args.runs - 1} runs differ from run 0", flush=True)
             del program, ref
             torch.cuda.empty_cache()
-    if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / "race.json").write_text(json.dumps(found, indent=1))
-    print("| variant | run | step | first differing tensor | max abs diff | differing / elements |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for r in found:
-        print(f"| {r['variant']} | {r['run']} | {r['step']} | {r['tensor']} | "
-              f"{r['max_abs_diff']:.3g} | {r['elements_differing']} / {r['elements']} |")
+    report(args.out, "race.json", found, {
+        "variant": "{variant}", "run": "{run}", "step": "{step}",
+        "first differing tensor": "{tensor}", "max abs diff": "{max_abs_diff:.3g}",
+        "differing / elements": "{elements_differing} / {elements}",
+    })
     return 0
 
 
