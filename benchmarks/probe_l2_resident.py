@@ -65,33 +65,48 @@ def main(argv=None) -> int:
         shared, options = SHARED[name]
         share(model, shared)
         decoder = build_decoder(model, 1024)
-        program = decoder.compile(**options)
-        with torch.no_grad():
-            for tok in range(8):
-                program.step(tok)
-            for cache in decoder.k_caches + decoder.v_caches:
-                cache[program.pos :].normal_()
-            program.capture()
-            calls = min(args.calls, (1024 - program.pos - 10) // 4)
-            us = time_calls(program.launch, 5, calls, 3, torch.cuda.synchronize) * 1e6
-            program.check_errors()
-        rows[name] = {"persistent_us": round(us, 1)}
-        if name in args.trace:
-            traced = decoder.compile(**options, trace=True, cuda_graph=False)
-            traced.step(1)
-            traced.step(2)
-            torch.cuda.synchronize()
-            summary = trace_summary(traced)
-            rows[name]["trace"] = summary
-            save_trace(traced, out / f"{args.model}-{name}_trace.npz")
+        trace = out / f"{args.model}-{name}_trace.npz" if name in args.trace else None
+        rows[name] = time_step(decoder, options, args.calls, trace)
         print(name, json.dumps(rows[name]), flush=True)
-        del program, decoder, model
+        del decoder, model
         torch.cuda.empty_cache()
+    print_rows(out, rows)
+    return 0
+
+
+def time_step(decoder, options: dict, calls: int, trace: Path | None = None) -> dict:
+    """µs per step of ``decoder.compile(**options)`` replayed from a CUDA graph (as the
+    table's persistent column), after 8 steps, the rest of the caches random; with ``trace``,
+    a traced step's summary too (its stamps saved there)."""
+    import torch
+
+    program = decoder.compile(**options)
+    with torch.no_grad():
+        for tok in range(8):
+            program.step(tok)
+        for cache in decoder.k_caches + decoder.v_caches:
+            cache[program.pos :].normal_()
+        program.capture()
+        calls = min(calls, (decoder.kernel.max_seq_len - program.pos - 10) // 4)
+        us = time_calls(program.launch, 5, calls, 3, torch.cuda.synchronize) * 1e6
+        program.check_errors()
+    row = {"persistent_us": round(us, 1)}
+    if trace is not None:
+        traced = decoder.compile(**options, trace=True, cuda_graph=False)
+        traced.step(1)
+        traced.step(2)
+        torch.cuda.synchronize()
+        row["trace"] = trace_summary(traced)
+        save_trace(traced, trace)
+    return row
+
+
+def print_rows(out: Path, rows: dict) -> None:
+    """``rows`` (variant: row) into ``out``/results.json, then as a table."""
     (out / "results.json").write_text(json.dumps(rows, indent=1))
     print("| variant | µs per step |\n| --- | --- |")
     for name, row in rows.items():
         print(f"| {name} | {row['persistent_us']} |")
-    return 0
 
 
 if __name__ == "__main__":
