@@ -18,7 +18,7 @@ import argparse
 import json
 from pathlib import Path
 
-from benchmarks.bench_persistent import make_model, save_trace, time_calls, trace_summary
+from benchmarks.bench_persistent import make_model, save_trace, time_replayed, trace_summary
 
 ALL = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 SHARED = {  # name: (the projections layers 1.. share with layer 0, compile options)
@@ -84,12 +84,7 @@ def time_step(decoder, options: dict, calls: int, trace: Path | None = None) -> 
     with torch.no_grad():
         for tok in range(8):
             program.step(tok)
-        for cache in decoder.k_caches + decoder.v_caches:
-            cache[program.pos :].normal_()
-        program.capture()
-        calls = min(calls, (decoder.kernel.max_seq_len - program.pos - 10) // 4)
-        us = time_calls(program.launch, 5, calls, 3, torch.cuda.synchronize) * 1e6
-        program.check_errors()
+        us = time_replayed(program, decoder, calls) * 1e6
     row = {"persistent_us": round(us, 1)}
     if trace is not None:
         traced = decoder.compile(**options, trace=True, cuda_graph=False)
