@@ -212,6 +212,25 @@ def test_batches_that_do_not_stack_as_views() -> None:
             np.testing.assert_array_equal(fa._matmul_core(x, y, P, None), expect)
 
 
+@pytest.mark.parametrize("dtype", [np.int64, np.float64])
+def test_small_matrices_whose_batch_axes_do_not_merge_go_in_groups(dtype) -> None:
+    """Split-KV attention's ``E[:, part] @ V[part, :]``: E (b, rows, n) viewed as (b, parts,
+    rows, n / parts) has batch axes that cannot merge into one, and each matrix is small.
+    The product copies E once (as float64) so that a tile takes a group of matrices; its
+    values are the big-integer product's, whatever E's dtype and the thread count."""
+    rng = np.random.default_rng(13)
+    e = draw(rng, (3, 7, 64), P, "mixed").astype(dtype)
+    v = draw(rng, (3, 64, 5), P, "top").astype(np.float64)
+    ev, vv = e.reshape(3, 7, 4, 16).transpose(0, 2, 1, 3), v.reshape(3, 4, 16, 5)
+    assert fa._merged(ev, 2) is None
+    items = fa._as_items((3, 4), vv, ev, np.empty((3, 4, 7, 5), dtype=np.int64))
+    assert isinstance(items[1], np.ndarray) and items[1].shape == (12, 7, 16)  # one stack
+    expect = big_matmul(ev, vv, P)
+    for workers in (1, 2):
+        with fa.parallel_evaluation(workers):
+            np.testing.assert_array_equal(fa._matmul_core(ev, vv, P, None), expect)
+
+
 def test_tiles_cover_the_output_once() -> None:
     for count, extent, across in [(1, 4096, 2048), (128, 64, 32), (5, 7, 3), (1, 1, 1),
                                   (300, 4096, 16)]:

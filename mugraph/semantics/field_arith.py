@@ -1225,6 +1225,11 @@ def _as_items(
     full = [a if a.shape[:-2] == batch else np.broadcast_to(a, batch + a.shape[-2:])
             for a in (s, w, out)]  # (broadcast_to makes even a full-shape view read-only)
     merged = [_merged(a, len(batch)) for a in full]
+    if merged[1] is None and w.shape[:-2] == batch and math.prod(w.shape[-2:]) <= _TILE_OUT:
+        # small matrices (a split-KV view of attention's E, say) would go one per tile, each
+        # tile's Python work costing more than its GEMM: one float64 copy (the conversion a
+        # tile makes of an int64 W anyway) lets a tile take a group of them
+        merged[1] = np.ascontiguousarray(w, dtype=np.float64).reshape(-1, *w.shape[-2:])
     if merged[0] is None and merged[1] is not None:
         merged[0] = np.ascontiguousarray(full[0]).reshape(-1, *s.shape[-2:])
     if all(m is not None for m in merged):
