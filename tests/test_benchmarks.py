@@ -10,6 +10,7 @@ GPU pipeline (driven on the CPU with the CUDA-only pieces faked) write results.j
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -373,3 +374,25 @@ def test_the_float32_reference_of_the_persistent_benchmark_decodes_as_generate()
     assert next(model.parameters()).dtype == torch.bfloat16  # the model itself untouched
     assert bp.first_mismatch([1, 2, 3], [1, 2, 3]) is None
     assert bp.first_mismatch([1, 2, 3], [1, 5, 3]) == 1
+
+
+def test_the_verifier_bound_counts_draws_and_exact_products():
+    """``probe_verify_bounds``: a round draws one value per input element and one more per
+    element whose Z_q component reaches an exponent; its products need the fewest limbs an
+    exact float64 GEMM takes modulo p (2 at p ~ 2^31, 1 for a prime small enough)."""
+    from benchmarks import probe_verify_bounds as pvb
+    from benchmarks.bench_verify import Case
+    from mugraph.semantics.field_arith import P
+
+    assert pvb.fewest_limbs(P) == 2 and pvb.fewest_limbs(1_000_003) == 1
+    program = ROWS["gqa_b1"].program(small=True)
+    q, k, v = (t.dims for t in program.input_types)  # (b, m, d), (b, d, n), (b, n, d)
+    macs = q[0] * q[1] * q[2] * k[2] + q[0] * q[1] * k[2] * v[2]
+    assert pvb.program_macs(program) == macs
+    rates = pvb.Rates(draw_ns=1.0, gemm_gflops=1.0, write_ns=0.0, read_ns=0.0, threads=1)
+    b = pvb.bound(Case("gqa_b1", "-", None, program), rates, limbs=2)
+    elements = [math.prod(t) for t in (q, k, v)]
+    assert b.values == 2 * elements[0] + 2 * elements[1] + elements[2]  # Q, K reach exp
+    assert b.draw_ms == pytest.approx(b.values / 1e6)
+    assert b.gemm_ms == pytest.approx(2 * 2 * macs / 1e9 * 1e3)
+    assert "| yes" in pvb.table([b], budget=0.0) and "0 with a bound" in pvb.table([b], 1e9)

@@ -1,0 +1,196 @@
+"""How fast could a verification round be on this machine? A lower bound per suite case.
+
+``bench_verify.py`` times the verifier; this probe asks what any round of *this design* must
+spend, whatever the evaluation does, and compares it with the 100 ms per round of issue 15:
+
+- **Random bits.** Theorem 3 needs every input element drawn uniformly at random in every
+  round: one 32-bit value per element of Z_p, one more for the inputs whose Z_q component
+  reaches an exponent (the program's own, :func:`mugraph.search.verify.q_inputs`). Priced at
+  the rate of NumPy's SFC64 ``random_raw`` (what :func:`_fill_uniform` draws from), measured
+  here on all threads, and nothing else of the draw (no masking, conversion or memory).
+- **Exact products.** Every matrix product of the program has to be computed exactly modulo
+  p at least once (the candidate's may be shared with it). Modulo p ≈ 2^31 a float64 GEMM is
+  exact only on operands split into digits (:func:`mugraph.semantics.field_gemm.gemm_plan`:
+  at least 2 limbs), i.e. at least ``limbs × 2 × MACs`` float64 flops. Priced at the best
+  float64 GEMM rate measured here (several shapes, all threads), and nothing else (no digit
+  split, reduction or conversion).
+
+Both are CPU work on the same cores, so a round takes at least their sum. Cases whose bound
+is over ``--budget`` cannot meet it with this design on this machine, however the rest is
+written; the others can, as far as these two costs go. The memory traffic of the draws
+(writing and reading every value) is printed beside it, not added: a draw fused with its
+product could keep it in cache.
+
+    python benchmarks/probe_verify_bounds.py [--only SUBSTR[,SUBSTR]] [--budget MS]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.bench_verify import _library_cases, _row_cases  # noqa: E402
+from mugraph.ir.ops import OpKind  # noqa: E402
+from mugraph.search.verify import q_inputs  # noqa: E402
+from mugraph.semantics.field_arith import P  # noqa: E402
+from mugraph.semantics.field_gemm import gemm_plan  # noqa: E402
+
+_CHUNK = 1 << 15  # uint64 draws per random_raw call, as _fill_uniform draws (64 K values)
+
+
+@dataclass(frozen=True)
+class Rates:
+    draw_ns: float  # per 32-bit value, all threads
+    gemm_gflops: float  # float64, all threads
+    write_ns: float  # per float64 element written to memory, all threads
+    read_ns: float  # per float64 element read from memory, all threads
+    threads: int
+
+
+def _on_threads(work, threads: int) -> float:
+    """Wall seconds of ``work(i)`` on ``threads`` threads at once."""
+    pool = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+    start = time.perf_counter()
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    return time.perf_counter() - start
+
+
+def measure_rates(threads: int, values: int = 1 << 26) -> Rates:
+    bits = [np.random.SFC64(i) for i in range(threads)]
+
+    def draw(i: int) -> None:
+        for _ in range(0, values // threads // 2, _CHUNK):
+            bits[i].random_raw(_CHUNK)
+
+    draw_s = min(_on_threads(draw, threads) for _ in range(3))
+    big = np.ones(values)
+
+    def write(i: int) -> None:
+        big[i * values // threads : (i + 1) * values // threads].fill(2.0)
+
+    def read(i: int) -> None:
+        big[i * values // threads : (i + 1) * values // threads].sum()
+
+    write_s = min(_on_threads(write, threads) for _ in range(3))
+    read_s = min(_on_threads(read, threads) for _ in range(3))
+    best = 0.0
+    for m, k, n in ((1024, 128, 4096), (1024, 4096, 128), (16, 4096, 4096), (2048, 2048, 2048)):
+        a, b = np.random.rand(m, k), np.random.rand(k, n)
+        c = a @ b
+        for _ in range(3):
+            start = time.perf_counter()
+            np.matmul(a, b, out=c)
+            best = max(best, 2 * m * k * n / (time.perf_counter() - start) / 1e9)
+    return Rates(draw_s / values * 1e9, best, write_s / values * 1e9, read_s / values * 1e9,
+                 threads)
+
+
+@dataclass
+class Bound:
+    case: str
+    values: int  # random 32-bit values a round draws at least
+    macs: int  # multiply-adds of the program's products
+    limbs: int
+    draw_ms: float
+    gemm_ms: float
+    memory_ms: float
+
+    @property
+    def total_ms(self) -> float:
+        return self.draw_ms + self.gemm_ms
+
+
+def program_macs(program) -> int:
+    """Multiply-adds of the program's matrix products (kernel-level matmuls)."""
+    total = 0
+    for op in program.ops:
+        if op.kind is OpKind.MATMUL:
+            k = program.tensor_type(op.inputs[0]).dims[-1]
+            total += math.prod(op.outputs[0].dims) * k
+    return total
+
+
+def fewest_limbs(modulus: int) -> int:
+    """The fewest balanced digits with which a float64 GEMM is exact modulo ``modulus``."""
+    return next(n for n in range(1, 8) if gemm_plan(modulus, n).chunk >= 1)
+
+
+def bound(case, rates: Rates, limbs: int) -> Bound:
+    program = case.program
+    with_q = q_inputs(program)
+    values = sum(math.prod(t.dims) * (2 if i in with_q else 1)
+                 for i, t in enumerate(program.input_types))
+    elements = sum(math.prod(t.dims) for t in program.input_types)
+    macs = program_macs(program)
+    return Bound(
+        case=case.name,
+        values=values,
+        macs=macs,
+        limbs=limbs,
+        draw_ms=values * rates.draw_ns / 1e6,
+        gemm_ms=limbs * 2 * macs / (rates.gemm_gflops * 1e9) * 1e3,
+        memory_ms=elements * (rates.write_ns + rates.read_ns) / 1e6,
+    )
+
+
+def table(bounds: list[Bound], budget: float) -> str:
+    head = ("case", "random values", "product MACs", "bits ms", "products ms",
+            "bound ms", "memory ms", f"over {budget:g} ms")
+    rows = [(b.case, f"{b.values / 1e6:.1f}M", f"{b.macs / 1e9:.2f}G", f"{b.draw_ms:.1f}",
+             f"{b.gemm_ms:.1f}", f"{b.total_ms:.1f}", f"{b.memory_ms:.1f}",
+             "yes" if b.total_ms > budget else "")
+            for b in bounds]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)]
+    lines = ["| " + " | ".join(str(x).ljust(w) for x, w in zip(head, widths, strict=True)) + " |",
+             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    lines += ["| " + " | ".join(str(x).ljust(w) for x, w in zip(r, widths, strict=True)) + " |"
+              for r in rows]
+    over = [b.case for b in bounds if b.total_ms > budget]
+    lines.append("")
+    lines.append(f"{len(bounds)} cases; {len(over)} with a bound over {budget:g} ms per round"
+                 + (f": {', '.join(over)}" if over else ""))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default=None,
+                        help="comma-separated substrings of case names (=name: exactly)")
+    parser.add_argument("--budget", type=float, default=100.0, help="ms per round")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    args = parser.parse_args(argv)
+    only = args.only.split(",") if args.only else None
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    rates = measure_rates(args.threads)
+    limbs = fewest_limbs(P)
+    print(f"{os.cpu_count()} CPUs, load average {load}; on {rates.threads} threads: "
+          f"SFC64 random_raw {rates.draw_ns:.3f} ns per 32-bit value, float64 GEMM "
+          f"{rates.gemm_gflops:.1f} GFLOP/s, memory write {rates.write_ns:.3f} / read "
+          f"{rates.read_ns:.3f} ns per float64; p = {P}: exact float64 GEMMs need {limbs} "
+          "limbs")
+    cases = _row_cases(only) + _library_cases(only)
+    seen, unique = set(), []
+    for case in cases:  # a row's two μGraphs share the program: one bound per program
+        if case.name not in seen:
+            seen.add(case.name)
+            unique.append(case)
+    print()
+    print(table([bound(c, rates, limbs) for c in unique], args.budget))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
