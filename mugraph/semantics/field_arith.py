@@ -2098,9 +2098,9 @@ class FieldContext:
         def block(lo: int, hi: int, scratch: np.ndarray) -> None:
             index, low, high = scratch[0, : hi - lo], scratch[1, : hi - lo], scratch[2, : hi - lo]
             np.bitwise_and(flat_e[lo:hi], mask, out=index)
-            np.take(self._exp_lo, index, out=low, mode="wrap")  # in range: e is canonical
+            np.take(self._exp_lo, index, out=low, mode="clip")  # in range: e is canonical
             np.right_shift(flat_e[lo:hi], bits, out=index)
-            np.take(self._exp_hi, index, out=high, mode="wrap")
+            np.take(self._exp_hi, index, out=high, mode="clip")
             np.multiply(low, high, out=low)
             _canon_into(low, self.p, flat_out[lo:hi], index)
 
