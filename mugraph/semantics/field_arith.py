@@ -1220,8 +1220,10 @@ def _as_items(
 ) -> tuple[np.ndarray, ...] | tuple[list[np.ndarray], ...]:
     """The digits' source ``s``, the other operand ``w`` and ``out`` (broadcast to ``batch``
     plus their own last two axes) as stacks of matrices along one leading axis: views when
-    their batch axes merge into one (:func:`_merged`), ``s`` copied when only it does not
-    (it is read once, to cut its digits); else item by item (a list per array)."""
+    their batch axes merge into one (:func:`_merged`); ``w`` copied as float64 when they do
+    not and its matrices are small (at most ``_TILE_OUT`` elements, not broadcast), ``s``
+    copied when only it does not (it is read once, to cut its digits); else item by item
+    (a list per array)."""
     full = [a if a.shape[:-2] == batch else np.broadcast_to(a, batch + a.shape[-2:])
             for a in (s, w, out)]  # (broadcast_to makes even a full-shape view read-only)
     merged = [_merged(a, len(batch)) for a in full]
