@@ -14,10 +14,14 @@ spend, whatever the evaluation does, and compares it with the 100 ms per round o
   at least 2 limbs), i.e. at least ``limbs × 2 × MACs`` float64 flops. Priced at the best
   float64 GEMM rate measured here (several shapes, all threads), and nothing else (no digit
   split, reduction or conversion).
+- **Exponentials.** Every exponential of the program (exp, silu, gelu) maps its exponent e
+  to ω^e mod p at least once. This design does it with two lookups in tables of sqrt(q)
+  powers and one modular product; priced at the measured rate of those four NumPy steps
+  (two ``take``, one multiply, one floor division) on cache-resident blocks, all threads.
 
-Both are CPU work on the same cores, so a round takes at least their sum. Cases whose bound
-is over ``--budget`` cannot meet it with this design on this machine, however the rest is
-written; the others can, as far as these two costs go. The memory traffic of the draws
+All three are CPU work on the same cores, so a round takes at least their sum. Cases whose
+bound is over ``--budget`` cannot meet it with this design on this machine, however the rest
+is written; the others can, as far as these three costs go. The memory traffic of the draws
 (writing and reading every value) is printed beside it, not added: a draw fused with its
 product could keep it in cache.
 
@@ -40,7 +44,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_verify import _library_cases, _row_cases  # noqa: E402
-from mugraph.ir.ops import OpKind  # noqa: E402
+from mugraph.ir.ops import Group, OpKind  # noqa: E402
 from mugraph.search.verify import q_inputs  # noqa: E402
 from mugraph.semantics.field_arith import P  # noqa: E402
 from mugraph.semantics.field_gemm import gemm_plan  # noqa: E402
@@ -52,6 +56,7 @@ _CHUNK = 1 << 15  # uint64 draws per random_raw call, as _fill_uniform draws (64
 class Rates:
     draw_ns: float  # per 32-bit value, all threads
     gemm_gflops: float  # float64, all threads
+    exp_ns: float  # per exponential: two table lookups, a product and a division, all threads
     write_ns: float  # per float64 element written to memory, all threads
     read_ns: float  # per float64 element read from memory, all threads
     threads: int
@@ -94,8 +99,26 @@ def measure_rates(threads: int, values: int = 1 << 26) -> Rates:
             start = time.perf_counter()
             np.matmul(a, b, out=c)
             best = max(best, 2 * m * k * n / (time.perf_counter() - start) / 1e9)
-    return Rates(draw_s / values * 1e9, best, write_s / values * 1e9, read_s / values * 1e9,
-                 threads)
+    return Rates(draw_s / values * 1e9, best, _exp_ns(threads), write_s / values * 1e9,
+                 read_s / values * 1e9, threads)
+
+
+def _exp_ns(threads: int, block: int = 1 << 14, rounds: int = 2000) -> float:
+    """Per element, all threads: ω^e = lo[e & mask] · hi[e >> bits] mod p, the steps of
+    ``FieldContext._exp_p`` that no exponential can skip (masking and shifting not counted)."""
+    table = np.random.default_rng(0).integers(0, P, 1 << 15)
+    index = np.random.default_rng(1).integers(0, 1 << 15, block)
+
+    def work(i: int) -> None:
+        low, high, out = (np.empty(block, dtype=np.int64) for _ in range(3))
+        for _ in range(rounds // threads):
+            np.take(table, index, out=low, mode="clip")
+            np.take(table, index, out=high, mode="clip")
+            np.multiply(low, high, out=low)
+            np.floor_divide(low, P, out=out)
+
+    seconds = min(_on_threads(work, threads) for _ in range(3))
+    return seconds / (block * (rounds // threads) * threads) * 1e9
 
 
 @dataclass
@@ -104,13 +127,15 @@ class Bound:
     values: int  # random 32-bit values a round draws at least
     macs: int  # multiply-adds of the program's products
     limbs: int
+    exps: int  # exponentials of the program (elements)
     draw_ms: float
     gemm_ms: float
+    exp_ms: float
     memory_ms: float
 
     @property
     def total_ms(self) -> float:
-        return self.draw_ms + self.gemm_ms
+        return self.draw_ms + self.gemm_ms + self.exp_ms
 
 
 def program_macs(program) -> int:
@@ -121,6 +146,12 @@ def program_macs(program) -> int:
             k = program.tensor_type(op.inputs[0]).dims[-1]
             total += math.prod(op.outputs[0].dims) * k
     return total
+
+
+def program_exponentials(program) -> int:
+    """Elements of the program's exponentials (exp, silu, gelu: each takes one)."""
+    return sum(math.prod(op.outputs[0].dims) for op in program.ops
+               if op.kind in Group.EXPONENTIAL)
 
 
 def fewest_limbs(modulus: int) -> int:
@@ -135,22 +166,26 @@ def bound(case, rates: Rates, limbs: int) -> Bound:
                  for i, t in enumerate(program.input_types))
     elements = sum(math.prod(t.dims) for t in program.input_types)
     macs = program_macs(program)
+    exps = program_exponentials(program)
     return Bound(
         case=case.name,
         values=values,
         macs=macs,
         limbs=limbs,
+        exps=exps,
         draw_ms=values * rates.draw_ns / 1e6,
         gemm_ms=limbs * 2 * macs / (rates.gemm_gflops * 1e9) * 1e3,
+        exp_ms=exps * rates.exp_ns / 1e6,
         memory_ms=elements * (rates.write_ns + rates.read_ns) / 1e6,
     )
 
 
 def table(bounds: list[Bound], budget: float) -> str:
-    head = ("case", "random values", "product MACs", "bits ms", "products ms",
-            "bound ms", "memory ms", f"over {budget:g} ms")
-    rows = [(b.case, f"{b.values / 1e6:.1f}M", f"{b.macs / 1e9:.2f}G", f"{b.draw_ms:.1f}",
-             f"{b.gemm_ms:.1f}", f"{b.total_ms:.1f}", f"{b.memory_ms:.1f}",
+    head = ("case", "random values", "product MACs", "exponentials", "bits ms", "products ms",
+            "exp ms", "bound ms", "memory ms", f"over {budget:g} ms")
+    rows = [(b.case, f"{b.values / 1e6:.1f}M", f"{b.macs / 1e9:.2f}G", f"{b.exps / 1e6:.1f}M",
+             f"{b.draw_ms:.1f}", f"{b.gemm_ms:.1f}", f"{b.exp_ms:.1f}", f"{b.total_ms:.1f}",
+             f"{b.memory_ms:.1f}",
              "yes" if b.total_ms > budget else "")
             for b in bounds]
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)]
@@ -178,9 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     limbs = fewest_limbs(P)
     print(f"{os.cpu_count()} CPUs, load average {load}; on {rates.threads} threads: "
           f"SFC64 random_raw {rates.draw_ns:.3f} ns per 32-bit value, float64 GEMM "
-          f"{rates.gemm_gflops:.1f} GFLOP/s, memory write {rates.write_ns:.3f} / read "
-          f"{rates.read_ns:.3f} ns per float64; p = {P}: exact float64 GEMMs need {limbs} "
-          "limbs")
+          f"{rates.gemm_gflops:.1f} GFLOP/s, an exponential {rates.exp_ns:.3f} ns, memory "
+          f"write {rates.write_ns:.3f} / read {rates.read_ns:.3f} ns per float64; p = {P}: "
+          f"exact float64 GEMMs need {limbs} limbs")
     cases = _row_cases(only) + _library_cases(only)
     seen, unique = set(), []
     for case in cases:  # a row's two μGraphs share the program: one bound per program

@@ -379,7 +379,8 @@ def test_the_float32_reference_of_the_persistent_benchmark_decodes_as_generate()
 def test_the_verifier_bound_counts_draws_and_exact_products():
     """``probe_verify_bounds``: a round draws one value per input element and one more per
     element whose Z_q component reaches an exponent; its products need the fewest limbs an
-    exact float64 GEMM takes modulo p (2 at p ~ 2^31, 1 for a prime small enough)."""
+    exact float64 GEMM takes modulo p (2 at p ~ 2^31, 1 for a prime small enough); every
+    element of an exponential costs one ω^e."""
     from benchmarks import probe_verify_bounds as pvb
     from benchmarks.bench_verify import Case
     from mugraph.semantics.field_arith import P
@@ -389,10 +390,14 @@ def test_the_verifier_bound_counts_draws_and_exact_products():
     q, k, v = (t.dims for t in program.input_types)  # (b, m, d), (b, d, n), (b, n, d)
     macs = q[0] * q[1] * q[2] * k[2] + q[0] * q[1] * k[2] * v[2]
     assert pvb.program_macs(program) == macs
-    rates = pvb.Rates(draw_ns=1.0, gemm_gflops=1.0, write_ns=0.0, read_ns=0.0, threads=1)
+    rates = pvb.Rates(draw_ns=1.0, gemm_gflops=1.0, exp_ns=2.0, write_ns=0.0, read_ns=0.0,
+                      threads=1)
     b = pvb.bound(Case("gqa_b1", "-", None, program), rates, limbs=2)
     elements = [math.prod(t) for t in (q, k, v)]
     assert b.values == 2 * elements[0] + 2 * elements[1] + elements[2]  # Q, K reach exp
     assert b.draw_ms == pytest.approx(b.values / 1e6)
     assert b.gemm_ms == pytest.approx(2 * 2 * macs / 1e9 * 1e3)
+    scores = q[0] * q[1] * k[2]  # one exponential per score
+    assert b.exps == scores and b.exp_ms == pytest.approx(2 * scores / 1e6)
+    assert b.total_ms == pytest.approx(b.draw_ms + b.gemm_ms + b.exp_ms)
     assert "| yes" in pvb.table([b], budget=0.0) and "0 with a bound" in pvb.table([b], 1e9)
