@@ -407,6 +407,12 @@ VARIANTS = {
     # the attention partials, spills; the projections need 56-106 registers)
     "pps3_r168": ({"programs_per_sm": 3, "max_registers": 168}, {}),
     "pps4_r128": ({"programs_per_sm": 4, "max_registers": 128}, {}),
+    # the same with the attention partials (the bodies with a tl.dot) not pipelined (the
+    # default since the twenty-ninth session)
+    "pps3_r168_nodot": ({"programs_per_sm": 3, "max_registers": 168, "pipeline_dots": False},
+                        {}),
+    "no_dot_pipeline": ({"pipeline_dots": False}, {}),
+    "dot_pipeline": ({"pipeline_dots": True}, {}),  # attention partials pipelined (before s29)
     # blocks taken from counters, one per 8 (4, 32) tasks of a kernel (twenty-third session)
     "claims": ({"claim_blocks": True}, {}),
     "claims4": ({"claim_blocks": 4}, {}),

@@ -296,6 +296,26 @@ def test_pipeline_depth_loads_a_tasks_first_blocks_before_the_wait():
     assert pipeline_depth(spec, frozenset(), PersistentOptions(pipeline_depth=3)) == 1
 
 
+def test_bodies_with_a_dot_are_not_pipelined_unless_asked():
+    """``pipeline_dots``: the attention partials (a ``tl.dot`` body, the kernel's heaviest in
+    registers) load their KV tiles when their block starts, not a block ahead, unless asked;
+    the projections stay pipelined either way."""
+    from mugraph.persistent.codegen import has_dot
+    from mugraph.persistent.runtime import kernel_specs
+
+    decoder = build_decoder(tiny_model("qwen3"), 16, tiles=SMALL_TILES)
+    dots = {s.label for s in kernel_specs(decoder.kernel) if has_dot(s.block)}
+    assert any(label.endswith("attn.partials") for label in dots)
+    assert not any(label.endswith(("mlp.down", "proj")) for label in dots)
+    plain, piped = _gpu_bodies(decoder), _gpu_bodies(decoder, pipeline_dots=True)
+    partials = next(label for label in dots if label.endswith("attn.partials"))
+    assert "ahead" not in plain[partials] and "ahead" in piped[partials]
+    down = next(label for label in plain if label.endswith("mlp.down"))
+    assert "ahead" in plain[down] and plain[down] == piped[down]
+    with pytest.raises(mugraph.UnsupportedError, match="pipeline_dots"):
+        decoder.compile(pipeline_dots="yes")
+
+
 def test_decode_with_tiles_loaded_three_blocks_ahead_matches_transformers():
     model, prompt = tiny_model("qwen3", layers=1), [5, 17, 42]
     ref_tokens, _ = hf_greedy(model, prompt, 6)

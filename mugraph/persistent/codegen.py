@@ -53,6 +53,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mugraph.codegen import tiles
+from mugraph.codegen.decisions import lowers_to_dot
 from mugraph.codegen.padding import next_pow2
 from mugraph.codegen.triton_gen import (
     TL_DTYPE,
@@ -121,11 +122,21 @@ class PersistentOptions:
         (twenty-seventh session, call 3) depth 2 / 3 ran Qwen3-0.6B's step in 850 / 887
         against 826 µs and Llama-3.2-1B's in 1085 / 1112 against 1092; in the traces a task's
         work after its wake shrank and the wake itself came later.
+    pipeline_dots: with ``pipeline``, the bodies whose block graph has a ``tl.dot`` (the
+        attention partials) load their tiles a block ahead too. Off by default since the
+        twenty-ninth session: their tiles then load when their block starts, which takes the
+        registers of a second block's KV tiles off the kernel's heaviest body (its tasks have
+        one block each, so nothing was in flight there anyway). On the H100 the whole kernel's
+        spills went from 44 to 0 (Qwen3-0.6B) and the step ran in 809.9 / 810.1 µs against
+        819.5 / 821.3 with it (Llama-3.2-1B: 1087.0 / 1083.1 against 1090.7 / 1085.7;
+        ``bench_persistent.py --variants default no_dot_pipeline`` and ``default
+        dot_pipeline``, benchmarks/persistent_gpu_s29/call3-4). Three programs per SM with
+        168 registers still spilled, and were slower (Qwen3-0.6B 843.8, Llama-3.2-1B 1176.7).
     pipeline_bytes: the most bytes of pipelined tiles a body holds ahead: a body whose
         blocks' tiles are larger loads fewer blocks ahead than ``pipeline_depth`` (at least
         one). The attention partials' blocks (two 16 KB tiles of the KV cache in Qwen3-0.6B)
-        stay one block ahead: an offline sm_90a compile of that body three blocks ahead
-        spilled 3344 bytes per thread.
+        stayed one block ahead when they were pipelined: an offline sm_90a compile of that
+        body three blocks ahead spilled 3344 bytes per thread.
     align_hints: tell the compiler which tensor addresses are 16-byte aligned
         (``tl.multiple_of``), as it assumes of a kernel's pointer arguments: a task reads its
         addresses from the descriptor, so without the hint its loads are not vectorized (an
@@ -225,6 +236,7 @@ class PersistentOptions:
     pipeline: bool = True
     pipeline_depth: int = 1
     pipeline_bytes: int = PIPELINE_BYTES
+    pipeline_dots: bool = False
     prefetch_priority: str = "evict_normal"
     align_hints: bool = True
     continuations: bool = False
@@ -391,6 +403,12 @@ def pipelinable_loads(spec: KernelSpec, hoisted: frozenset[int], loop: bool) -> 
     )
 
 
+def has_dot(block: BlockGraph) -> bool:
+    """Whether a block graph has a product lowered to ``tl.dot``."""
+    return any(op.kind is OpKind.MATMUL and lowers_to_dot(block, *op.inputs[:2])
+               for op in block.ops)
+
+
 def pipeline_depth(spec: KernelSpec, ahead: frozenset[int], options: PersistentOptions) -> int:
     """How many blocks ahead a body loads its pipelined tiles (the block inputs ``ahead``):
     ``pipeline_depth``, fewer where the tiles of that many blocks would hold more than
@@ -435,8 +453,9 @@ class TaskEmitter(KernelEmitter):
         self.task_lines: dict[Phase, list[str]] = {PRE: [], LOOP: [], POST: []}
         self._route = [False]
         self._hoisted_names: set[str] = set()
+        pipelined = options.pipeline and (options.pipeline_dots or not has_dot(spec.block))
         self._ahead = (
-            pipelinable_loads(spec, self.hoisted, self.loop) if options.pipeline else frozenset()
+            pipelinable_loads(spec, self.hoisted, self.loop) if pipelined else frozenset()
         )
         self.pipelined: dict[int, PipelinedLoad] = {}  # block op position -> its loads
         self.depth = pipeline_depth(spec, self._ahead, options)  # blocks ahead they load

@@ -260,6 +260,7 @@ class PersistentProgram:
         prefetch_distance: int | None = None,
         pipeline: bool = True,
         pipeline_depth: int = 1,
+        pipeline_dots: bool = False,
         early_static: bool = True,
         loads_first: bool = True,
         early_triggers: bool = True,
@@ -320,6 +321,10 @@ class PersistentProgram:
                 f"persistent runtime: pipeline_depth must be an int in [1, "
                 f"{MAX_PIPELINE_DEPTH}] (blocks loaded ahead), got {pipeline_depth!r}"
             )
+        if not isinstance(pipeline_dots, bool):
+            raise UnsupportedError(
+                f"persistent runtime: pipeline_dots must be True or False, got {pipeline_dots!r}"
+            )
         if claim_blocks and pipeline_depth > 1:
             raise UnsupportedError(
                 "persistent runtime: claim_blocks loads one block ahead, not "
@@ -376,6 +381,7 @@ class PersistentProgram:
             prefetch_distance=prefetch_distance,
             pipeline=pipeline,
             pipeline_depth=pipeline_depth,
+            pipeline_dots=pipeline_dots,
             early_static=early_static,
             loads_first=loads_first,
             early_triggers=early_triggers,
