@@ -124,10 +124,11 @@ class PersistentOptions:
         work after its wake shrank and the wake itself came later.
     pipeline_dots: with ``pipeline``, the bodies whose block graph has a ``tl.dot`` (the
         attention partials) load their tiles a block ahead too. Off by default since the
-        twenty-ninth session: their tiles then load when their block starts, which takes the
-        registers of a second block's KV tiles off the kernel's heaviest body (its tasks have
-        one block each, so nothing was in flight there anyway). On the H100 the whole kernel's
-        spills went from 44 to 0 (Qwen3-0.6B) and the step ran in 809.9 / 810.1 µs against
+        twenty-ninth session: their tiles then load when their block starts (after the
+        task's wait, not before it), and the registers of a next block's KV tiles, which
+        these tasks of one block each never used, leave the kernel's heaviest body (whose
+        registers are the whole kernel's). On the H100 the whole kernel's spills went from
+        44 to 0 (Qwen3-0.6B) and the step ran in 809.9 / 810.1 µs against
         819.5 / 821.3 with it (Llama-3.2-1B: 1087.0 / 1083.1 against 1090.7 / 1085.7;
         ``bench_persistent.py --variants default no_dot_pipeline`` and ``default
         dot_pipeline``, benchmarks/persistent_gpu_s29/call3-4). Three programs per SM with
