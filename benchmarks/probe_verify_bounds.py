@@ -44,6 +44,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_verify import _library_cases, _row_cases  # noqa: E402
+from benchmarks.suite.report import markdown_table  # noqa: E402
 from mugraph.ir.ops import Group, OpKind  # noqa: E402
 from mugraph.search.verify import q_inputs  # noqa: E402
 from mugraph.semantics.field_arith import P  # noqa: E402
@@ -181,23 +182,16 @@ def bound(case, rates: Rates, limbs: int) -> Bound:
 
 
 def table(bounds: list[Bound], budget: float) -> str:
-    head = ("case", "random values", "product MACs", "exponentials", "bits ms", "products ms",
-            "exp ms", "bound ms", "memory ms", f"over {budget:g} ms")
-    rows = [(b.case, f"{b.values / 1e6:.1f}M", f"{b.macs / 1e9:.2f}G", f"{b.exps / 1e6:.1f}M",
+    head = ["case", "random values", "product MACs", "exponentials", "bits ms", "products ms",
+            "exp ms", "bound ms", "memory ms", f"over {budget:g} ms"]
+    rows = [[b.case, f"{b.values / 1e6:.1f}M", f"{b.macs / 1e9:.2f}G", f"{b.exps / 1e6:.1f}M",
              f"{b.draw_ms:.1f}", f"{b.gemm_ms:.1f}", f"{b.exp_ms:.1f}", f"{b.total_ms:.1f}",
-             f"{b.memory_ms:.1f}",
-             "yes" if b.total_ms > budget else "")
+             f"{b.memory_ms:.1f}", "yes" if b.total_ms > budget else ""]
             for b in bounds]
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)]
-    lines = ["| " + " | ".join(str(x).ljust(w) for x, w in zip(head, widths, strict=True)) + " |",
-             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-    lines += ["| " + " | ".join(str(x).ljust(w) for x, w in zip(r, widths, strict=True)) + " |"
-              for r in rows]
     over = [b.case for b in bounds if b.total_ms > budget]
-    lines.append("")
-    lines.append(f"{len(bounds)} cases; {len(over)} with a bound over {budget:g} ms per round"
-                 + (f": {', '.join(over)}" if over else ""))
-    return "\n".join(lines)
+    summary = (f"{len(bounds)} cases; {len(over)} with a bound over {budget:g} ms per round"
+               + (f": {', '.join(over)}" if over else ""))
+    return f"{markdown_table(head, rows)}\n\n{summary}"
 
 
 def main(argv: list[str] | None = None) -> int:

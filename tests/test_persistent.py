@@ -300,7 +300,7 @@ def test_bodies_with_a_dot_are_not_pipelined_unless_asked():
     """``pipeline_dots``: the attention partials (a ``tl.dot`` body, the kernel's heaviest in
     registers) load their KV tiles when their block starts, not a block ahead, unless asked;
     the projections stay pipelined either way."""
-    from mugraph.persistent.codegen import has_dot
+    from mugraph.codegen.decisions import has_dot
     from mugraph.persistent.runtime import kernel_specs
 
     decoder = build_decoder(tiny_model("qwen3"), 16, tiles=SMALL_TILES)

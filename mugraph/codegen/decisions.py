@@ -138,8 +138,7 @@ def mixed_dot_loads(block: BlockGraph) -> frozenset[int]:
         if op.kind is not OpKind.BLOCK_INPUT or phases[i] is not LOOP:
             continue
         readers = [block.ops[c] for c, _ in uses.get(i, [])]
-        dots = [r for r in readers if r.kind is OpKind.MATMUL
-                and lowers_to_dot(block, *r.inputs[:2])]
+        dots = [r for r in readers if is_dot(block, r)]
         if dots and len(dots) < len(readers):
             found.add(i)
     return frozenset(found)
@@ -170,6 +169,16 @@ def lowers_to_dot(block: BlockGraph, ra: TensorRef, rb: TensorRef) -> bool:
     return min(a[-2], a[-1], b[-1]) > 1
 
 
+def is_dot(block: BlockGraph, op: Op) -> bool:
+    """Whether ``op`` is a matmul emitted as a ``tl.dot`` (:func:`lowers_to_dot`)."""
+    return op.kind is OpKind.MATMUL and lowers_to_dot(block, *op.inputs[:2])
+
+
+def has_dot(block: BlockGraph) -> bool:
+    """Whether a block graph has a product emitted as a ``tl.dot``."""
+    return any(is_dot(block, op) for op in block.ops)
+
+
 def derived_from_dot(block: BlockGraph, ref: TensorRef) -> bool:
     """Whether ``ref``'s register tile is computed, in this kernel, from a ``tl.dot`` result."""
     seen, todo = set(), [ref]
@@ -179,7 +188,7 @@ def derived_from_dot(block: BlockGraph, ref: TensorRef) -> bool:
             continue
         seen.add(r.op)
         op = block.ops[r.op]
-        if op.kind is OpKind.MATMUL and lowers_to_dot(block, *op.inputs[:2]):
+        if is_dot(block, op):
             return True
         todo.extend(op.inputs)
     return False

@@ -53,6 +53,7 @@ import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from mugraph.codegen.decisions import is_dot
 from mugraph.codegen.padding import next_pow2
 from mugraph.dtypes import DType
 from mugraph.gpu import DEFAULT_GPU, GPUSpec
@@ -332,7 +333,7 @@ def _loop_profile(block: BlockGraph) -> tuple[int, int, int, int]:
         in_loop = phase is Phase.LOOP or op.kind in Group.ACCUMULATOR
         if in_loop:
             live += sum(_padded_elements(t.dims) for t in op.outputs)
-        if op.kind is OpKind.MATMUL and phase is Phase.LOOP and not _is_dot(block, op):
+        if op.kind is OpKind.MATMUL and phase is Phase.LOOP and not is_dot(block, op):
             reductions += 1
             a, b = (block.tensor_type(r).dims for r in op.inputs)
             live += _padded_elements((*a, b[-1]))
@@ -371,7 +372,7 @@ def _register_tile_elements(block: BlockGraph) -> int:
         for t in op.outputs:
             largest = max(largest, _padded_elements(t.dims))
         if op.kind is OpKind.MATMUL:
-            if not _is_dot(block, op):
+            if not is_dot(block, op):
                 a, b = (block.tensor_type(r).dims for r in op.inputs)
                 largest = max(largest, _padded_elements((*a, b[-1])))
     return largest
@@ -388,14 +389,8 @@ def _dot_only_inputs(block: BlockGraph) -> set[int]:
     return {
         i for i, op in enumerate(block.ops)
         if op.kind is OpKind.BLOCK_INPUT and uses.get(i)
-        and all(_is_dot(block, block.ops[c]) for c, _ in uses[i])
+        and all(is_dot(block, block.ops[c]) for c, _ in uses[i])
     }
-
-
-def _is_dot(block: BlockGraph, op: Op) -> bool:
-    from mugraph.codegen.decisions import lowers_to_dot
-
-    return op.kind is OpKind.MATMUL and lowers_to_dot(block, *op.inputs[:2])
 
 
 def _padded_elements(dims) -> int:

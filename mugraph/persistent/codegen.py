@@ -53,7 +53,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mugraph.codegen import tiles
-from mugraph.codegen.decisions import lowers_to_dot
+from mugraph.codegen.decisions import has_dot
 from mugraph.codegen.padding import next_pow2
 from mugraph.codegen.triton_gen import (
     TL_DTYPE,
@@ -402,12 +402,6 @@ def pipelinable_loads(spec: KernelSpec, hoisted: frozenset[int], loop: bool) -> 
         and i not in hoisted
         and (phase is PRE or (phase is LOOP and not loop)),
     )
-
-
-def has_dot(block: BlockGraph) -> bool:
-    """Whether a block graph has a product lowered to ``tl.dot``."""
-    return any(op.kind is OpKind.MATMUL and lowers_to_dot(block, *op.inputs[:2])
-               for op in block.ops)
 
 
 def pipeline_depth(spec: KernelSpec, ahead: frozenset[int], options: PersistentOptions) -> int:
