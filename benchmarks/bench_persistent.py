@@ -374,6 +374,10 @@ VARIANTS = {
     "lookahead": ({"lookahead": True}, {}),
     "warps8": ({"num_warps": 8}, {}),
     "no_prefetch": ({"prefetch": False}, {}),
+    "tile32k_no_prefetch": ({"prefetch": False}, {"weight_tile_bytes": 32 * 1024}),
+    # before the thirtieth session: L2 prefetches, 16 KB weight tiles
+    "s29_default": ({"prefetch": True}, {"weight_tile_bytes": 16 * 1024}),
+    "tile16k": ({}, {"weight_tile_bytes": 16 * 1024}),
     "plain_ladder": ({"prefetch_ahead": False}, {}),  # the dispatcher before s27
     # static tiles loaded 2 / 3 blocks ahead into registers (a task's first blocks' before
     # its wait)

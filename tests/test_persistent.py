@@ -271,7 +271,7 @@ def test_pipeline_depth_loads_a_tasks_first_blocks_before_the_wait():
     the wait (the later two predicated on the task having them); in the loop the carried
     tiles move up one and block blk + 3's loads; the L2 prefetch goes to blk + 4."""
     decoder = build_decoder(tiny_model("qwen3"), 16, tiles=SMALL_TILES)
-    lines = _body_lines(decoder, "mlp.down", pipeline_depth=3)
+    lines = _body_lines(decoder, "mlp.down", pipeline_depth=3, prefetch=True)
     wait = lines.index("if wait_evt >= 0:")
     loop = lines.index("for blk in range(first, end):")
     before = [line for line in lines[:wait] if line.startswith("ahead")]
@@ -451,10 +451,11 @@ def test_decode_with_kinds_read_a_task_ahead_matches_transformers():
 
 def test_prefetch_distance_keeps_blocks_in_flight_from_the_task_start():
     decoder = build_decoder(tiny_model("qwen3"), 16, tiles=SMALL_TILES)
-    default = next(t for label, t in _gpu_bodies(decoder).items() if label.endswith("mlp.down"))
+    default = next(t for label, t in _gpu_bodies(decoder, prefetch=True).items()
+                   if label.endswith("mlp.down"))
     far = next(
         t
-        for label, t in _gpu_bodies(decoder, prefetch_distance=4).items()
+        for label, t in _gpu_bodies(decoder, prefetch=True, prefetch_distance=4).items()
         if label.endswith("mlp.down")
     )
     assert "if blk + 2 < end:" in default and "pblk" not in default
@@ -463,9 +464,8 @@ def test_prefetch_distance_keeps_blocks_in_flight_from_the_task_start():
     start = lines.index("for pblk in range(first + 2, tl.minimum(first + 4, end)):")
     assert start < wait and lines[start + 1] == "body_prefetch(desc, pblk, pos, meta_ptr)"
     assert "if blk + 4 < end:" in lines
-    plain = next(
-        t for label, t in _gpu_bodies(decoder, pipeline=False).items() if label.endswith("mlp.down")
-    )
+    plain = next(t for label, t in _gpu_bodies(decoder, prefetch=True, pipeline=False).items()
+                 if label.endswith("mlp.down"))
     assert "if blk + 1 < end:" in plain and "pblk" not in plain
 
 
@@ -475,7 +475,8 @@ def test_lookahead_dispatcher_reads_entries_ahead_and_prefetches_inside_the_wait
 
     decoder = build_decoder(tiny_model("qwen3"), 16, tiles=SMALL_TILES)
     specs = kernel_specs(decoder.kernel)
-    ahead = program_source(specs, PersistentOptions(interpret=False, lookahead=True))
+    ahead = program_source(specs, PersistentOptions(interpret=False, prefetch=True,
+                                                    lookahead=True))
     lines = [line.strip() for line in ahead.splitlines()]
     assert "ahead = tl.load(queue_ptr + qi + 1, mask=qi + 1 < q_end, other=-1)" in lines
     assert "kind = entry & 255" in lines and "entry = ahead" in lines
@@ -483,7 +484,8 @@ def test_lookahead_dispatcher_reads_entries_ahead_and_prefetches_inside_the_wait
     call = lines.index("mg_prefetch_next(nxt, nkind, pos, meta_ptr)")
     assert lines[call - 1].startswith("if (tl.atomic_add(evt_ptr + wait_evt")  # not yet fired
     assert "pnxt" not in ahead  # the dispatcher itself prefetches nothing
-    plain = program_source(specs, PersistentOptions(interpret=False, prefetch_ahead=False))
+    plain = program_source(specs, PersistentOptions(interpret=False, prefetch=True,
+                                                    prefetch_ahead=False))
     assert "mg_prefetch_next" not in plain and "pnxt = desc + " in plain
     assert "kind = tl.load(desc + 0).to(tl.int32)" in plain
 
@@ -498,7 +500,7 @@ def test_prefetch_ahead_carries_the_next_tasks_prefetch_fields():
 
     decoder = build_decoder(tiny_model("qwen3"), 16, tiles=SMALL_TILES)
     specs = kernel_specs(decoder.kernel)
-    text = program_source(specs, PersistentOptions(interpret=False))  # the default
+    text = program_source(specs, PersistentOptions(interpret=False, prefetch=True))
     lines = [line.strip() for line in text.splitlines()]
     top = lines.index("for qi in range(q_first, q_end):")
     assert lines[top - 1].startswith("f") and "(q_first + 1) *" in lines[top - 1]
@@ -517,10 +519,12 @@ def test_prefetch_ahead_carries_the_next_tasks_prefetch_fields():
     # the body's own prefetches (blocks ahead) read the descriptor, through the same function
     assert re.search(r"def (mg_task\d+)_prefetch\(desc, blk, pos, meta_ptr\):\n\s+\1"
                      r"_prefetch_at\(tl\.load\(desc \+ \d+\)", text)
-    plain = program_source(specs, PersistentOptions(interpret=False, prefetch_ahead=False))
+    plain = program_source(specs, PersistentOptions(interpret=False, prefetch=True,
+                                                    prefetch_ahead=False))
     assert "_prefetch_at" not in plain and "kind_c" not in plain
     # where it does not combine (the whole next task prefetched), the plain ladder
-    whole = program_source(specs, PersistentOptions(interpret=False, prefetch_task=True))
+    whole = program_source(specs, PersistentOptions(interpret=False, prefetch=True,
+                                                    prefetch_task=True))
     assert "_prefetch_at" not in whole and "kind_c" not in whole
 
 
@@ -556,19 +560,21 @@ def test_queue_entries_pack_task_and_kind():
         queue_entry(1 << 24, 0)
 
 
-def test_l2_prefetches_use_normal_priority_and_can_cover_the_whole_next_task():
+def test_l2_prefetches_are_off_by_default_use_normal_priority_and_can_cover_the_next_task():
     from mugraph.persistent.codegen import BodySource, PersistentOptions, generate_program
 
     decoder = build_decoder(tiny_model("qwen3"), 16, tiles=SMALL_TILES)
-    text = "\n".join(_gpu_bodies(decoder).values())
+    assert "prefetch.global" not in "\n".join(_gpu_bodies(decoder).values())
+    text = "\n".join(_gpu_bodies(decoder, prefetch=True).values())
     assert "prefetch.global.L2::evict_normal" in text and "evict_last [" not in text
-    lasting = "\n".join(_gpu_bodies(decoder, prefetch_priority="evict_last").values())
+    lasting = "\n".join(
+        _gpu_bodies(decoder, prefetch=True, prefetch_priority="evict_last").values())
     assert "prefetch.global.L2::evict_last" in lasting
     body = BodySource("mg_task0", "mg_task0_prefetch", "", 0)
-    first_only = generate_program([body], 16, "k", PersistentOptions(interpret=False,
-                                                                     prefetch_ahead=False))
-    whole = generate_program([body], 16, "k", PersistentOptions(interpret=False,
-                                                                prefetch_task=True))
+    first_only = generate_program([body], 16, "k", PersistentOptions(
+        interpret=False, prefetch=True, prefetch_ahead=False))
+    whole = generate_program([body], 16, "k", PersistentOptions(
+        interpret=False, prefetch=True, prefetch_task=True))
     assert "nend = nfirst + 1" in first_only
     assert "nend = nfirst + tl.load(pnxt + 2).to(tl.int32)" in whole
     assert "for nblk in range(nfirst, nend):" in whole

@@ -98,7 +98,15 @@ class PersistentOptions:
 
     interpret: emit for Triton's CPU interpreter (topological mode, no inline assembly).
     max_spins: polls of an event before a wait gives up (1 in topological mode).
-    prefetch: L2 prefetch of the next block's static tiles (GPU only).
+    prefetch: L2 prefetch of the next block's static tiles (GPU only). Off by default since
+        the thirtieth session: on the H100 (``bench_persistent.py --variants default
+        s29_default tile16k``, benchmarks/persistent_gpu_s30/call6), with 16 KB weight tiles,
+        the decode step of Qwen3-0.6B ran in 766.6 µs without it against 811.2 with it,
+        Llama-3.2-1B's in 1058.1 against 1091.2 (on an H200, call 5: 700.5 against 743.0 and
+        887.4 against 935.1). A weight stream alone (``probe_stream_gemv.py``, call 4,
+        H200) read Llama-3.2-1B's gate / up weights at 2756 GB/s with a tile's prefetch
+        one block further than its register load, as without one, and at 2359 GB/s three
+        blocks further.
     prefetch_task: the dispatcher prefetches every block of the next task, not only its
         first (with ``prefetch``).
     prefetch_distance: how many blocks ahead of the one it computes a body prefetches into L2
@@ -231,7 +239,7 @@ class PersistentOptions:
 
     interpret: bool = False
     max_spins: int = 1 << 22
-    prefetch: bool = True
+    prefetch: bool = False
     prefetch_task: bool = False
     prefetch_distance: int | None = None
     pipeline: bool = True

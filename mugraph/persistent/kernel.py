@@ -40,10 +40,15 @@ class TilePolicy:
     """How layers split their work into blocks.
 
     weight_tile_bytes: most bytes of weight rows one projection block holds (all of K: a
-        block's weights are loaded at once, before it waits for its input). 16 KB since the
-        eighteenth session: with the runtime's pipelined loads, on the H100 the decode step
-        of Llama-3.2-1B ran in 1174 µs against 1200 (32 KB), 1378 (8 KB) and 4103 (64 KB,
-        spilled registers); Qwen3-0.6B's in 967 against 958, 1083 and 1292 µs;
+        block's weights are loaded at once, before it waits for its input). 32 KB since the
+        thirtieth session, with the runtime's L2 prefetches off (``PersistentProgram``'s
+        ``prefetch``): on the H100 (``bench_persistent.py --variants default s29_default
+        tile16k``, benchmarks/persistent_gpu_s30/call6) the decode step of Llama-3.2-1B ran
+        in 1018.5 µs against 1058.1 with 16 KB tiles and 1091.2 with 16 KB tiles and the
+        prefetches; Qwen3-0.6B's in 771.8 against 766.6 and 811.2. From the eighteenth
+        session to the twenty-ninth it was 16 KB: with the prefetches, the step of
+        Llama-3.2-1B then ran in 1174 µs against 1200 (32 KB), 1378 (8 KB) and 4103 (64 KB,
+        spilled registers), Qwen3-0.6B's in 967 against 958, 1083 and 1292 µs;
     min_blocks: the number of blocks a projection aims for (the widest tile that gives at
         least this many is taken: small blocks balance the programs, large ones cost less
         per byte);
@@ -91,7 +96,7 @@ class TilePolicy:
         rows of the transposed down weight coming on top; 3: all three).
     """
 
-    weight_tile_bytes: int = 16 * 1024
+    weight_tile_bytes: int = 32 * 1024
     min_blocks: int = 256
     max_tile_n: int = 256
     attention_chunk: int = 64

@@ -255,7 +255,7 @@ class PersistentProgram:
         programs_per_sm: int = PROGRAMS_PER_SM,
         num_warps: int = NUM_WARPS,
         max_registers: int | None = None,
-        prefetch: bool = True,
+        prefetch: bool = False,
         prefetch_task: bool = False,
         prefetch_distance: int | None = None,
         pipeline: bool = True,
