@@ -348,8 +348,9 @@ UNPIPELINED = {"pipeline": False}  # 64 KB tiles with it (the pipeline spills th
 
 VARIANTS = {
     # name: (compile options, TilePolicy options); "default" is the runtime's defaults: two
-    # programs of 4 warps per SM, L2 prefetches at normal priority (seventeenth session),
-    # aligned loads, static tiles loaded a block ahead, 16 KB weight tiles (eighteenth)
+    # programs of 4 warps per SM, aligned loads, static tiles loaded a block ahead, no L2
+    # prefetches and 32 KB weight tiles (thirtieth session); the variants of the prefetches
+    # turn them on
     "default": ({}, {}),
     "s17_default": S17,
     "one_per_sm": ({**S17[0], "num_warps": 8, "programs_per_sm": 1}, S17[1]),  # s16 default
@@ -360,20 +361,23 @@ VARIANTS = {
     "aligned_one_per_sm": ({**UNPIPELINED, "num_warps": 8, "programs_per_sm": 1}, S17[1]),
     "aligned_tile32k": (UNPIPELINED, {"weight_tile_bytes": 32 * 1024}),
     "tile64k": ({}, {"weight_tile_bytes": 64 * 1024}),
-    "tile32k": ({}, {"weight_tile_bytes": 32 * 1024}),
+    "tile32k": ({"prefetch": True}, {"weight_tile_bytes": 32 * 1024}),  # with the prefetches
     "tile8k": ({}, {"weight_tile_bytes": 8 * 1024}),
     "min_blocks512": ({}, {"min_blocks": 512}),
     "attn_chunk32": ({}, {"attention_chunk": 32}),  # twice the attention tasks, half as long
     "attn_chunk128": ({}, {"attention_chunk": 128}),
-    "evict_last": ({"prefetch_priority": "evict_last"}, {}),
+    "evict_last": ({"prefetch": True, "prefetch_priority": "evict_last"}, {}),
     "poll_load": ({"poll_load": True}, {}),
     # key / value projections of 128 blocks (16 KB of weights each) instead of 256 (8 KB)
     "min_blocks128": ({}, {"min_blocks": 128}),
-    "pf4": ({"prefetch_distance": 4}, {}),
-    "pf8": ({"prefetch_distance": 8}, {}),
-    "lookahead": ({"lookahead": True}, {}),
+    "pf4": ({"prefetch": True, "prefetch_distance": 4}, {}),
+    "pf8": ({"prefetch": True, "prefetch_distance": 8}, {}),
+    "lookahead": ({"prefetch": True, "lookahead": True}, {}),
     "warps8": ({"num_warps": 8}, {}),
-    "no_prefetch": ({"prefetch": False}, {}),
+    "prefetch": ({"prefetch": True}, {}),  # L2 prefetches, as before the thirtieth session
+    # the thirtieth session's call 5 (H200): the prefetches off with 16 KB tiles; off with 32 KB
+    # (the default since)
+    "no_prefetch": ({"prefetch": False}, {"weight_tile_bytes": 16 * 1024}),
     "tile32k_no_prefetch": ({"prefetch": False}, {"weight_tile_bytes": 32 * 1024}),
     # before the thirtieth session: L2 prefetches, 16 KB weight tiles
     "s29_default": ({"prefetch": True}, {"weight_tile_bytes": 16 * 1024}),
@@ -384,7 +388,7 @@ VARIANTS = {
     "depth2": ({"pipeline_depth": 2}, {}),
     "depth3": ({"pipeline_depth": 3}, {}),
     "fuse_mlp_depth3": ({"pipeline_depth": 3}, {"fuse_mlp_down": True}),
-    "prefetch_task": ({"prefetch_task": True}, {}),
+    "prefetch_task": ({"prefetch": True, "prefetch_task": True}, {}),
     "per_kernel_tasks": ({"task_allocation": "kernel"}, {}),
     "no_hoist": ({"hoist": False}, {}),
     # hoisted static tiles (norm weights, rotary rows) loaded after the wait (before s24)
