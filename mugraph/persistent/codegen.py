@@ -221,8 +221,9 @@ class PersistentOptions:
         where the one after it prefetches little (a KV-cache append, a combination) and
         1.0-1.5 where it prefetches weights. (``lookahead`` also shortened that time, but by
         prefetching only inside waits whose event had not fired.) The task's own kind is
-        read a task ahead as well; in the interpreter, which prefetches nothing, only that
-        (what the CPU tests decode with). Honoured only with ``desc_by_position`` and
+        read a task ahead as well; in the interpreter, and without ``prefetch`` (the default
+        since the thirtieth session), which prefetch nothing, only that (what the CPU tests
+        decode with). Honoured only with ``desc_by_position`` and
         without ``continuations``, ``lookahead`` or ``prefetch_task`` (otherwise the plain
         ladder). On by default since the twenty-seventh session: on the H100 (call 2,
         ``bench_persistent.py --variants default prefetch_ahead fuse_mlp_ahead``) the step of
