@@ -316,6 +316,17 @@ def test_bodies_with_a_dot_are_not_pipelined_unless_asked():
         decoder.compile(pipeline_dots="yes")
 
 
+@pytest.mark.parametrize("switch", ["prefetch", "pipeline", "hoist", "cuda_graph", "trace",
+                                    "continuations", "align_hints", "early_triggers"])
+def test_on_off_options_must_be_bools(switch):
+    """A switch given anything but True or False (a string, 1, None) is refused with an error
+    that names it, rather than read as truthy."""
+    decoder = build_decoder(tiny_model("llama", layers=1), 16, tiles=SMALL_TILES)
+    for bad in ("no", 1, None):
+        with pytest.raises(mugraph.UnsupportedError, match=f"{switch} must be True or False"):
+            decoder.compile(**{switch: bad})
+
+
 def test_decode_with_tiles_loaded_three_blocks_ahead_matches_transformers():
     model, prompt = tiny_model("qwen3", layers=1), [5, 17, 42]
     ref_tokens, _ = hf_greedy(model, prompt, 6)

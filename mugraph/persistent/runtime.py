@@ -321,10 +321,19 @@ class PersistentProgram:
                 f"persistent runtime: pipeline_depth must be an int in [1, "
                 f"{MAX_PIPELINE_DEPTH}] (blocks loaded ahead), got {pipeline_depth!r}"
             )
-        if not isinstance(pipeline_dots, bool):
-            raise UnsupportedError(
-                f"persistent runtime: pipeline_dots must be True or False, got {pipeline_dots!r}"
-            )
+        switches = {
+            "prefetch": prefetch, "prefetch_task": prefetch_task, "pipeline": pipeline,
+            "pipeline_dots": pipeline_dots, "early_static": early_static,
+            "loads_first": loads_first, "early_triggers": early_triggers,
+            "desc_by_position": desc_by_position, "align_hints": align_hints,
+            "continuations": continuations, "lookahead": lookahead, "poll_load": poll_load,
+            "cuda_graph": cuda_graph, "hoist": hoist, "trace": trace,
+        }
+        for name, value in switches.items():
+            if not isinstance(value, bool):
+                raise UnsupportedError(
+                    f"persistent runtime: {name} must be True or False, got {value!r}"
+                )
         if claim_blocks and pipeline_depth > 1:
             raise UnsupportedError(
                 "persistent runtime: claim_blocks loads one block ahead, not "
