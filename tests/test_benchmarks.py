@@ -401,3 +401,15 @@ def test_the_verifier_bound_counts_draws_and_exact_products():
     assert b.exps == scores and b.exp_ms == pytest.approx(2 * scores / 1e6)
     assert b.total_ms == pytest.approx(b.draw_ms + b.gemm_ms + b.exp_ms)
     assert "| yes" in pvb.table([b], budget=0.0) and "0 with a bound" in pvb.table([b], 1e9)
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="interpreter arithmetic")
+def test_the_level_latency_chains_compute_the_hosts_last_row():
+    """``probe_level_latency``: every way of signalling a level (one counter, split counters,
+    flags in the data) makes its chain of levels compute the host's last row (one program
+    under the interpreter: the arithmetic, not the waits)."""
+    from benchmarks import probe_level_latency as pll
+
+    for mode in pll.MODES:
+        _, right = pll.run(mode, levels=4, programs=1, repeats=1)
+        assert right is (None if mode == "barrier" else True)
