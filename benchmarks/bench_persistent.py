@@ -375,6 +375,11 @@ VARIANTS = {
     "lookahead": ({"prefetch": True, "lookahead": True}, {}),
     "warps8": ({"num_warps": 8}, {}),
     "prefetch": ({"prefetch": True}, {}),  # L2 prefetches, as before the thirtieth session
+    # task bodies as functions of their own (fewer registers for the whole kernel), on two
+    # programs per SM and on three (capped at 168 registers: 65536 / (3 x 128) = 170)
+    "separate": ({"separate_bodies": True}, {}),
+    "separate_pps3": ({"separate_bodies": True, "programs_per_sm": 3, "max_registers": 168},
+                      {}),
     # the thirtieth session's call 5 (H200): the prefetches off with 16 KB tiles; off with 32 KB
     # (the default since)
     "no_prefetch": ({"prefetch": False}, {"weight_tile_bytes": 16 * 1024}),

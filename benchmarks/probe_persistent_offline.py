@@ -38,6 +38,7 @@ VARIANTS = {  # PersistentOptions beyond the GPU mode's defaults (aligned and pi
     "unaligned": {"align_hints": False},
     "no_pipeline": {"pipeline": False},
     "no_dot_pipeline": {"pipeline_dots": False},
+    "separate_bodies": {"separate_bodies": True},
     "plain_ladder": {"prefetch_ahead": False},
     "depth2": {"pipeline_depth": 2},
     "depth3": {"pipeline_depth": 3},

@@ -228,6 +228,15 @@ class PersistentOptions:
         ladder). On by default since the twenty-seventh session: on the H100 (call 2,
         ``bench_persistent.py --variants default prefetch_ahead fuse_mlp_ahead``) the step of
         Qwen3-0.6B took 825 against 854 µs without it, Llama-3.2-1B's 1093 against 1089.
+    separate_bodies: each task body is its own function (``@triton.jit(noinline=True)``),
+        called by the dispatcher, rather than inlined into it. Compiled as one function, the
+        kernel needs more registers than its heaviest body: an offline sm_90a compile (this
+        machine's Triton 3.9, ``probe_persistent_offline.py --variants default
+        separate_bodies``) gave Llama-3.2-1B's one-layer kernel 254 registers inlined against
+        153 with separate bodies, and Qwen3-0.6B's 255 (32 bytes spilled) against 220; capped
+        at 168 (three programs per SM) the inlined kernels spilled 136 and 248 bytes, the
+        separate ones none and 64. Off by default: not yet measured on a GPU. (The
+        interpreter runs bodies as Python calls either way.)
     trace: record globaltimer stamps per task (start, after the wait, end; GPU only).
     claim_field: with claims (>= 0), the descriptor field that names a task's block counter
         (-1: the task runs its own range of blocks), followed by the first block the counter
@@ -259,6 +268,7 @@ class PersistentOptions:
     early_triggers: bool = True
     desc_by_position: bool = True
     prefetch_ahead: bool = True
+    separate_bodies: bool = False
     trace: bool = False
     claim_field: int = -1
 
@@ -923,7 +933,8 @@ def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> Bo
         body.append(f"tl.store(trace_ptr + tl.load(desc + {FIELD_TASK}) * 3 + 2, {_CLOCK})")
     if options.continuations:
         body.append("return cont")
-    text = ["@triton.jit", f"def {name}({BODY_SIG}):"] + [INDENT + line for line in body]
+    jit = "@triton.jit(noinline=True)" if options.separate_bodies else "@triton.jit"
+    text = [jit, f"def {name}({BODY_SIG}):"] + [INDENT + line for line in body]
     carried: tuple[int, ...] = ()  # the prefetch's fields, read ahead (prefetch_ahead)
     if pf_name:
         static_args = {

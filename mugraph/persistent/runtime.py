@@ -273,6 +273,7 @@ class PersistentProgram:
         poll_load: bool = False,
         cuda_graph: bool = True,
         hoist: bool = True,
+        separate_bodies: bool = False,
         trace: bool = False,
         task_allocation: str = "level",
         claim_blocks: bool | int = False,
@@ -327,7 +328,8 @@ class PersistentProgram:
             "loads_first": loads_first, "early_triggers": early_triggers,
             "desc_by_position": desc_by_position, "align_hints": align_hints,
             "continuations": continuations, "lookahead": lookahead, "poll_load": poll_load,
-            "cuda_graph": cuda_graph, "hoist": hoist, "trace": trace,
+            "cuda_graph": cuda_graph, "hoist": hoist, "separate_bodies": separate_bodies,
+            "trace": trace,
         }
         for name, value in switches.items():
             if not isinstance(value, bool):
@@ -403,6 +405,7 @@ class PersistentProgram:
             poll_load=poll_load,
             cache_hint=gpu,
             hoist=hoist,
+            separate_bodies=separate_bodies,
             trace=trace and gpu,
         )
         self.specs = kernel_specs(kernel)
