@@ -380,6 +380,12 @@ VARIANTS = {
     "separate": ({"separate_bodies": True}, {}),
     "separate_pps3": ({"separate_bodies": True, "programs_per_sm": 3, "max_registers": 168},
                       {}),
+    # Qwen3-0.6B's attention partials in 32-position blocks: its kernel then fits 168
+    # registers with no spill (offline sm_90a, thirtieth session)
+    "separate_pps3_chunk32": (
+        {"separate_bodies": True, "programs_per_sm": 3, "max_registers": 168},
+        {"attention_chunk": 32},
+    ),
     # the thirtieth session's call 5 (H200): the prefetches off with 16 KB tiles; off with 32 KB
     # (the default since)
     "no_prefetch": ({"prefetch": False}, {"weight_tile_bytes": 16 * 1024}),
