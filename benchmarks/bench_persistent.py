@@ -344,6 +344,7 @@ def run_torch(model, prompt, ref_tokens, max_seq, device, sync, record, args) ->
 
 # The seventeenth session's defaults: unaligned loads, no pipeline, 64 KB weight tiles.
 S17 = ({"align_hints": False, "pipeline": False}, {"weight_tile_bytes": 64 * 1024})
+TILE16K = ({}, {"weight_tile_bytes": 16 * 1024})  # no L2 prefetches, 16 KB weight tiles
 UNPIPELINED = {"pipeline": False}  # 64 KB tiles with it (the pipeline spills them)
 
 VARIANTS = {
@@ -388,11 +389,11 @@ VARIANTS = {
     ),
     # the thirtieth session's call 5 (H200): the prefetches off with 16 KB tiles; off with 32 KB
     # (the default since)
-    "no_prefetch": ({"prefetch": False}, {"weight_tile_bytes": 16 * 1024}),
-    "tile32k_no_prefetch": ({"prefetch": False}, {"weight_tile_bytes": 32 * 1024}),
+    "no_prefetch": TILE16K,
+    "tile32k_no_prefetch": ({}, {}),  # the default since
     # before the thirtieth session: L2 prefetches, 16 KB weight tiles
     "s29_default": ({"prefetch": True}, {"weight_tile_bytes": 16 * 1024}),
-    "tile16k": ({}, {"weight_tile_bytes": 16 * 1024}),
+    "tile16k": TILE16K,
     "plain_ladder": ({"prefetch_ahead": False}, {}),  # the dispatcher before s27
     # static tiles loaded 2 / 3 blocks ahead into registers (a task's first blocks' before
     # its wait)

@@ -15,10 +15,16 @@ shape and a device-to-device copy (bytes read + written). The table is printed l
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import torch
 import triton
 import triton.language as tl
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from mugraph.optimize.profile import profile_callable  # noqa: E402
 
 
 @triton.jit
@@ -69,19 +75,9 @@ def stream(w, x, out, nblk, per, K: tl.constexpr, ROWS: tl.constexpr, DEPTH: tl.
         tl.store(out + blk * ROWS + tl.arange(0, ROWS), acc)
 
 
-def timed(fn, flush: torch.Tensor, repeats: int = 20) -> float:
-    """Median microseconds of ``fn`` with L2 flushed before each call."""
-    times = []
-    for _ in range(repeats + 2):
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    times = sorted(times[2:])
-    return times[len(times) // 2]
+def timed(fn) -> float:
+    """Median microseconds of ``fn`` with L2 flushed before each call (the suite's timing)."""
+    return profile_callable(fn, warmup=2, reps=20).microseconds
 
 
 def main() -> None:
@@ -94,7 +90,6 @@ def main() -> None:
     w = torch.randn((n, k), device="cuda", dtype=torch.bfloat16)
     x = torch.randn(k, device="cuda", dtype=torch.bfloat16)
     out = torch.empty(n, device="cuda", dtype=torch.float32)
-    flush = torch.empty(256 << 20, device="cuda", dtype=torch.int8)
     want = (w.float() @ x.float())
     nbytes = w.numel() * w.element_size()
     rows = []
@@ -103,9 +98,9 @@ def main() -> None:
         rows.append((name, us, moved / us / 1e3))
         print(f"{name}: {us:.2f} µs, {moved / us / 1e3:.0f} GB/s", flush=True)
 
-    row("cuBLAS x @ W.T", timed(lambda: torch.matmul(w, x), flush))
+    row("cuBLAS x @ W.T", timed(lambda: torch.matmul(w, x)))
     dst = torch.empty_like(w)
-    row("copy (read + write)", timed(lambda: dst.copy_(w), flush), 2 * nbytes)
+    row("copy (read + write)", timed(lambda: dst.copy_(w)), 2 * nbytes)
     for per_sm, warps in ((2, 4), (1, 8), (3, 4)):
         programs = per_sm * sms
         for tile_rows in (4, 8):
@@ -126,7 +121,7 @@ def main() -> None:
                         continue
                     kb = tile_rows * k * 2 // 1024
                     row(f"{per_sm}/SM x {warps} warps, {tile_rows} rows ({kb} KB), depth "
-                        f"{depth}, L2 ahead {ahead}", timed(launch, flush))
+                        f"{depth}, L2 ahead {ahead}", timed(launch))
     print("\n| stream | µs | GB/s |\n| --- | --- | --- |")
     for name, us, rate in rows:
         print(f"| {name} | {us:.2f} | {rate:.0f} |")

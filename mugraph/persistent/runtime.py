@@ -29,6 +29,7 @@ KV caches stay on the device; ``generate`` runs greedy decoding without synchron
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import replace
 from typing import Any
@@ -243,6 +244,13 @@ def _pow2_dividing(address: int) -> int:
     return min(VECTOR_BYTES, address & -address) if address else VECTOR_BYTES
 
 
+def _on_off_options() -> tuple[str, ...]:
+    """The options of :class:`PersistentProgram` annotated ``bool`` (on or off, nothing
+    else: ``claim_blocks`` and ``prefetch_ahead`` take more and are checked apart)."""
+    params = inspect.signature(PersistentProgram.__init__).parameters
+    return tuple(name for name, p in params.items() if p.annotation == "bool")
+
+
 class PersistentProgram:
     """A compiled persistent kernel bound to its tensors; see the module docstring."""
 
@@ -322,17 +330,9 @@ class PersistentProgram:
                 f"persistent runtime: pipeline_depth must be an int in [1, "
                 f"{MAX_PIPELINE_DEPTH}] (blocks loaded ahead), got {pipeline_depth!r}"
             )
-        switches = {
-            "prefetch": prefetch, "prefetch_task": prefetch_task, "pipeline": pipeline,
-            "pipeline_dots": pipeline_dots, "early_static": early_static,
-            "loads_first": loads_first, "early_triggers": early_triggers,
-            "desc_by_position": desc_by_position, "align_hints": align_hints,
-            "continuations": continuations, "lookahead": lookahead, "poll_load": poll_load,
-            "cuda_graph": cuda_graph, "hoist": hoist, "separate_bodies": separate_bodies,
-            "trace": trace,
-        }
-        for name, value in switches.items():
-            if not isinstance(value, bool):
+        given = locals()
+        for name in _on_off_options():
+            if not isinstance(value := given[name], bool):
                 raise UnsupportedError(
                     f"persistent runtime: {name} must be True or False, got {value!r}"
                 )
