@@ -350,8 +350,8 @@ UNPIPELINED = {"pipeline": False}  # 64 KB tiles with it (the pipeline spills th
 VARIANTS = {
     # name: (compile options, TilePolicy options); "default" is the runtime's defaults: two
     # programs of 4 warps per SM, aligned loads, static tiles loaded a block ahead, no L2
-    # prefetches and 32 KB weight tiles (thirtieth session); the variants of the prefetches
-    # turn them on
+    # prefetches and 32 KB weight tiles (thirtieth session), task bodies as functions of their
+    # own (thirty-first); the variants of the prefetches turn them on
     "default": ({}, {}),
     "s17_default": S17,
     "one_per_sm": ({**S17[0], "num_warps": 8, "programs_per_sm": 1}, S17[1]),  # s16 default
@@ -376,9 +376,16 @@ VARIANTS = {
     "lookahead": ({"prefetch": True, "lookahead": True}, {}),
     "warps8": ({"num_warps": 8}, {}),
     "prefetch": ({"prefetch": True}, {}),  # L2 prefetches, as before the thirtieth session
-    # task bodies as functions of their own (fewer registers for the whole kernel), on two
-    # programs per SM and on three (capped at 168 registers: 65536 / (3 x 128) = 170)
+    # task bodies as functions of their own (fewer registers for the whole kernel; the
+    # default since the thirty-first session), on two programs per SM and on three (capped at
+    # 168 registers: 65536 / (3 x 128) = 170); "inline": the bodies inlined, as before
     "separate": ({"separate_bodies": True}, {}),
+    "inline": ({"separate_bodies": False}, {}),
+    "pps3": ({"programs_per_sm": 3, "max_registers": 168}, {}),
+    # projections aiming for 64 blocks: Qwen3-0.6B's q / k / v in 256 blocks of 32 KB in all
+    # (one per program, loaded before its wait) against 768 of 8-16 KB
+    "min_blocks64": ({}, {"min_blocks": 64}),
+    "pps3_min_blocks64": ({"programs_per_sm": 3, "max_registers": 168}, {"min_blocks": 64}),
     "separate_pps3": ({"separate_bodies": True, "programs_per_sm": 3, "max_registers": 168},
                       {}),
     # Qwen3-0.6B's attention partials in 32-position blocks: its kernel then fits 168

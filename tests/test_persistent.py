@@ -328,22 +328,23 @@ def test_on_off_options_must_be_bools(switch):
 
 
 def test_separate_bodies_are_functions_of_their_own_and_decode_the_same():
-    """``separate_bodies``: every task body is a ``noinline`` function the dispatcher calls;
-    the decode is the same as with inlined bodies."""
+    """``separate_bodies`` (the default): every task body is a ``noinline`` function the
+    dispatcher calls; the decode is the same as with inlined bodies."""
     from mugraph.persistent.codegen import PersistentOptions
     from mugraph.persistent.runtime import kernel_specs, program_source
 
     model, prompt = tiny_model("qwen3", layers=1), [5, 17, 42]
     decoder = build_decoder(model, 16, tiles=SMALL_TILES)
     specs = kernel_specs(decoder.kernel)
-    plain = program_source(specs, PersistentOptions(interpret=False))
-    apart = program_source(specs, PersistentOptions(interpret=False, separate_bodies=True))
+    plain = program_source(specs, PersistentOptions(interpret=False, separate_bodies=False))
+    apart = program_source(specs, PersistentOptions(interpret=False))
     bodies = re.findall(r"def (mg_task\d+)\(desc,", apart)
     assert bodies and "noinline" not in plain
     assert all(f"@triton.jit(noinline=True)\ndef {b}(desc," in apart for b in bodies)
     assert apart.count("noinline=True") == len(bodies)  # the prefetch helpers stay inlined
     ref_tokens, _ = hf_greedy(model, prompt, 6)
-    assert decoder.compile(separate_bodies=True).generate(prompt, 6) == ref_tokens
+    assert decoder.compile().generate(prompt, 6) == ref_tokens
+    assert decoder.compile(separate_bodies=False).generate(prompt, 6) == ref_tokens
 
 
 def test_decode_with_tiles_loaded_three_blocks_ahead_matches_transformers():

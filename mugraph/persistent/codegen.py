@@ -235,8 +235,12 @@ class PersistentOptions:
         separate_bodies``) gave Llama-3.2-1B's one-layer kernel 254 registers inlined against
         153 with separate bodies, and Qwen3-0.6B's 255 (32 bytes spilled) against 220; capped
         at 168 (three programs per SM) the inlined kernels spilled 136 and 248 bytes, the
-        separate ones none and 64. Off by default: not yet measured on a GPU. (The
-        interpreter runs bodies as Python calls either way.)
+        separate ones none and 64. On by default since the thirty-first session: on the
+        H100 (``bench_persistent.py --parts persistent --variants default separate ...``,
+        benchmarks/persistent_gpu_s31/call1) Qwen3-0.6B's step took 741.5 µs against 769.2
+        inlined (228 registers, no spill, against 255 and 32 bytes), Llama-3.2-1B's 997.6
+        against 1015.7 (230 against 255 registers and 40 bytes). (The interpreter runs
+        bodies as Python calls either way.)
     trace: record globaltimer stamps per task (start, after the wait, end; GPU only).
     claim_field: with claims (>= 0), the descriptor field that names a task's block counter
         (-1: the task runs its own range of blocks), followed by the first block the counter
@@ -268,7 +272,7 @@ class PersistentOptions:
     early_triggers: bool = True
     desc_by_position: bool = True
     prefetch_ahead: bool = True
-    separate_bodies: bool = False
+    separate_bodies: bool = True
     trace: bool = False
     claim_field: int = -1
 

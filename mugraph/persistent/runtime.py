@@ -281,7 +281,7 @@ class PersistentProgram:
         poll_load: bool = False,
         cuda_graph: bool = True,
         hoist: bool = True,
-        separate_bodies: bool = False,
+        separate_bodies: bool = True,
         trace: bool = False,
         task_allocation: str = "level",
         claim_blocks: bool | int = False,
