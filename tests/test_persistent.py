@@ -1379,3 +1379,25 @@ def test_per_block_atomics_where_the_blocks_add_into_different_columns():
     assert raw[adds[0]].startswith("        tl.atomic_add(")  # in the block loop
     assert raw[adds[0] + 1] == "    if first == 0:"  # after it, the first task's zeroing
     assert raw[adds[0] + 2] == "        zero_at = tl.arange(0, 32)"
+
+
+def test_default_tiles_give_a_qwen3_shaped_qkv_level_one_32kb_block_per_task():
+    """``TilePolicy()``'s projections of a Qwen3-0.6B-shaped layer (hidden 1024, 16 query and
+    8 KV heads of 128) at two programs per SM of an H100 (264): the q / k / v level is 256
+    blocks of 32 KB of weights, one per task, so every task loads all its weights before it
+    waits (the thirty-first session's ``min_blocks=64``)."""
+    torch.manual_seed(0)
+    config = transformers.Qwen3Config(
+        vocab_size=256, hidden_size=1024, intermediate_size=3072, num_hidden_layers=1,
+        num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+        max_position_embeddings=64, tie_word_embeddings=True,
+    )
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
+    tg = build_decoder(model, 64).kernel.task_graph(264)
+    rows = {"q_proj": 2048, "k_proj": 1024, "v_proj": 1024}  # each projection's weight rows
+    qkv = {k.label.split(".")[1]: k for k in tg.kernels if k.label.split(".")[1] in rows}
+    assert sorted(qkv) == sorted(rows)
+    assert sum(k.num_blocks for k in qkv.values()) == 256
+    for name, k in qkv.items():
+        assert k.num_tasks == k.num_blocks, k
+        assert rows[name] // k.grid[0] * 1024 * 2 == 32 * 1024, k  # bfloat16 rows of 1024

@@ -51,7 +51,14 @@ class TilePolicy:
         spilled registers), Qwen3-0.6B's in 967 against 958, 1083 and 1292 µs;
     min_blocks: the number of blocks a projection aims for (the widest tile that gives at
         least this many is taken: small blocks balance the programs, large ones cost less
-        per byte);
+        per byte). 64 since the thirty-first session (256 before): Qwen3-0.6B's q / k / v
+        projections then make 256 blocks of 32 KB in all, one per program of their level,
+        each loaded before its task waits, where 256 blocks each of 8-16 KB made tasks of 2-4
+        blocks, whose later blocks loaded after the wait; its o_proj makes 128 blocks of 32 KB
+        against 256 of 16 KB, and Llama-3.2-1B's k / v projections 64 blocks of 32 KB each
+        against 256 of 8 KB. On the H100 (``bench_persistent.py --variants default
+        min_blocks64``, benchmarks/persistent_gpu_s31/call2) the step of Qwen3-0.6B took
+        717.8 µs against 742.9, Llama-3.2-1B's 972.0 against 994.3;
     max_tile_n: most output columns per projection block;
     attention_chunk: most cached positions per attention block;
     copy_tile: most elements per block of copies (embedding) and all-reduces;
@@ -97,7 +104,7 @@ class TilePolicy:
     """
 
     weight_tile_bytes: int = 32 * 1024
-    min_blocks: int = 256
+    min_blocks: int = 64
     max_tile_n: int = 256
     attention_chunk: int = 64
     copy_tile: int = 1024
