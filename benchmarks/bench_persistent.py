@@ -346,6 +346,7 @@ def run_torch(model, prompt, ref_tokens, max_seq, device, sync, record, args) ->
 S17 = ({"align_hints": False, "pipeline": False}, {"weight_tile_bytes": 64 * 1024})
 TILE16K = ({}, {"weight_tile_bytes": 16 * 1024})  # no L2 prefetches, 16 KB weight tiles
 UNPIPELINED = {"pipeline": False}  # 64 KB tiles with it (the pipeline spills them)
+PPS3 = {"programs_per_sm": 3, "max_registers": 168}  # three programs per SM: 65536 / (3 x 128)
 
 VARIANTS = {
     # name: (compile options, TilePolicy options); "default" is the runtime's defaults: two
@@ -381,21 +382,16 @@ VARIANTS = {
     # 168 registers: 65536 / (3 x 128) = 170); "inline": the bodies inlined, as before
     "separate": ({"separate_bodies": True}, {}),
     "inline": ({"separate_bodies": False}, {}),
-    "pps3": ({"programs_per_sm": 3, "max_registers": 168}, {}),
     # projections aiming for 64 blocks (the default since the thirty-first session): Qwen3-0.6B's
     # q / k / v in 256 blocks of 32 KB in all (one per program, loaded before its wait)
     # against 768 of 8-16 KB; "min_blocks256": as before
     "min_blocks64": ({}, {"min_blocks": 64}),
     "min_blocks256": ({}, {"min_blocks": 256}),
-    "pps3_min_blocks64": ({"programs_per_sm": 3, "max_registers": 168}, {"min_blocks": 64}),
-    "separate_pps3": ({"separate_bodies": True, "programs_per_sm": 3, "max_registers": 168},
-                      {}),
+    "pps3_min_blocks64": (PPS3, {"min_blocks": 64}),
+    "separate_pps3": ({"separate_bodies": True, **PPS3}, {}),
     # Qwen3-0.6B's attention partials in 32-position blocks: its kernel then fits 168
     # registers with no spill (offline sm_90a, thirtieth session)
-    "separate_pps3_chunk32": (
-        {"separate_bodies": True, "programs_per_sm": 3, "max_registers": 168},
-        {"attention_chunk": 32},
-    ),
+    "separate_pps3_chunk32": ({"separate_bodies": True, **PPS3}, {"attention_chunk": 32}),
     # the thirtieth session's call 5 (H200): the prefetches off with 16 KB tiles; off with 32 KB
     # (the default since)
     "no_prefetch": TILE16K,
@@ -434,12 +430,11 @@ VARIANTS = {
     "fuse_all": ({}, {"fuse_mlp_down": True, "fuse_o_proj_heads": True}),
     # more programs per SM, the kernel's registers capped so that they fit (its heaviest body,
     # the attention partials, spills; the projections need 56-106 registers)
-    "pps3_r168": ({"programs_per_sm": 3, "max_registers": 168}, {}),
+    "pps3_r168": (PPS3, {}),
     "pps4_r128": ({"programs_per_sm": 4, "max_registers": 128}, {}),
     # the same with the attention partials (the bodies with a tl.dot) not pipelined (the
     # default since the twenty-ninth session)
-    "pps3_r168_nodot": ({"programs_per_sm": 3, "max_registers": 168, "pipeline_dots": False},
-                        {}),
+    "pps3_r168_nodot": ({**PPS3, "pipeline_dots": False}, {}),
     "no_dot_pipeline": ({"pipeline_dots": False}, {}),
     "dot_pipeline": ({"pipeline_dots": True}, {}),  # attention partials pipelined (before s29)
     # blocks taken from counters, one per 8 (4, 32) tasks of a kernel (twenty-third session)
@@ -543,9 +538,9 @@ def run_variant(
 
     cuda = torch.cuda.is_available()
     t1 = time.perf_counter()
+    given = {} if args.min_blocks is None else {"min_blocks": args.min_blocks}
     tiles = (
-        TilePolicy(**{**({} if args.min_blocks is None else {"min_blocks": args.min_blocks}),
-                      **tile_options})
+        TilePolicy(**(given | tile_options))
         if cuda
         else TilePolicy(attention_chunk=32, min_blocks=4)
     )
