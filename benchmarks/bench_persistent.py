@@ -348,6 +348,7 @@ TILE16K = ({}, {"weight_tile_bytes": 16 * 1024})  # no L2 prefetches, 16 KB weig
 UNPIPELINED = {"pipeline": False}  # 64 KB tiles with it (the pipeline spills them)
 PPS3 = {"programs_per_sm": 3, "max_registers": 168}  # three programs per SM: 65536 / (3 x 128)
 
+ROLE_TILES = (("linear_residual", 32 * 1024, 256), ("gate_up", 48 * 1024, 64))
 VARIANTS = {
     # name: (compile options, TilePolicy options); "default" is the runtime's defaults: two
     # programs of 4 warps per SM, aligned loads, static tiles loaded a block ahead, no L2
@@ -388,6 +389,13 @@ VARIANTS = {
     "min_blocks64": ({}, {"min_blocks": 64}),
     "min_blocks256": ({}, {"min_blocks": 256}),
     "pps3_min_blocks64": (PPS3, {"min_blocks": 64}),
+    # budgets by role (thirty-second session): Qwen3-0.6B's o_proj in 256 blocks of 16 KB (it
+    # is alone in its level) instead of 128 of 32 KB; its gate / up in 256 blocks of 48 KB (one
+    # per program) instead of 384 of 32 KB (120 programs taking two). Llama-3.2-1B's tiles
+    # stay as they are in both (a control)
+    "oproj256": ({}, {"by_role": (("linear_residual", 32 * 1024, 256),)}),
+    "gateup48k": ({}, {"by_role": (("gate_up", 48 * 1024, 64),)}),
+    "role_tiles": ({}, {"by_role": ROLE_TILES}),
     "separate_pps3": ({"separate_bodies": True, **PPS3}, {}),
     # Qwen3-0.6B's attention partials in 32-position blocks: its kernel then fits 168
     # registers with no spill (offline sm_90a, thirtieth session)

@@ -16,6 +16,11 @@ host's values of the last row:
 - ``barrier``: the same, but no level reads the row before it: what the signal alone costs.
 - ``shardsK``: the counter split into K counters on lines of their own; program p adds to
   counter p % K, and a reader polls all K at once (one atomic per counter).
+- ``counter_ld`` / ``barrier_ld``: as ``counter`` / ``barrier``, but a reader polls with
+  plain loads, ``ld.acquire.gpu`` in every thread, instead of one thread's atomic add of 0
+  whose value Triton broadcasts behind a barrier (atomics on one address are served one by
+  one where the adds arrive; loads of a line are not).
+- ``counter_fence``: polls with ``ld.relaxed.gpu``, then one ``fence.acq_rel.gpu``.
 - ``flags`` (data that carries its own flag, as NCCL's LL protocol does): every value is
   stored as one 64-bit word, its step tag in the high half, and a reader loads the row
   (volatile) until every word carries this level's tag: no counter, no fence, no second load.
@@ -38,10 +43,26 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: TRITON_INTERPRET
 
 
 @triton.jit
+def _poll(ptr, POLL: tl.constexpr):
+    """One read of a counter: 0, an acquire atomic add of 0; 1, ``ld.acquire.gpu``; 2,
+    ``ld.relaxed.gpu`` (the caller fences once it has seen enough)."""
+    if POLL == 0:
+        value = tl.atomic_add(ptr, 0, sem="acquire", scope="gpu")
+    elif POLL == 1:
+        value = tl.inline_asm_elementwise("ld.acquire.gpu.global.b32 $0, [$1];", "=r,l", [ptr],
+                                          dtype=tl.int32, is_pure=False, pack=1)
+    else:
+        value = tl.inline_asm_elementwise("ld.relaxed.gpu.global.b32 $0, [$1];", "=r,l", [ptr],
+                                          dtype=tl.int32, is_pure=False, pack=1)
+    return value
+
+
+@triton.jit
 def counter_chain(rows, evt, LEVELS: tl.constexpr, P: tl.constexpr, WIDTH: tl.constexpr,
-                  SHARDS: tl.constexpr, READ: tl.constexpr):
+                  SHARDS: tl.constexpr, READ: tl.constexpr, POLL: tl.constexpr = 0):
     """Program p adds 1 to shard p % SHARDS of the level's counter (each shard on a line of
-    its own, LINE int32 apart); a reader polls every shard until each has all its adds."""
+    its own, LINE int32 apart); a reader polls every shard until each has all its adds
+    (``POLL``: how, see :func:`_poll`)."""
     pid = tl.program_id(0)
     n = P * 4
     cols = tl.arange(0, WIDTH)
@@ -50,8 +71,11 @@ def counter_chain(rows, evt, LEVELS: tl.constexpr, P: tl.constexpr, WIDTH: tl.co
     want = P // SHARDS + (shard < P % SHARDS).to(tl.int32)  # programs per shard
     for lvl in range(1, LEVELS + 1):
         if SHARDS == 1:
-            while tl.atomic_add(evt + (lvl - 1) * LINE, 0, sem="acquire", scope="gpu") < P:
+            while _poll(evt + (lvl - 1) * LINE, POLL) < P:
                 pass
+            if POLL == 2:
+                tl.inline_asm_elementwise("fence.acq_rel.gpu; mov.u32 $0, 0;", "=r", [],
+                                          dtype=tl.int32, is_pure=False, pack=1)
         else:  # every shard polled at once (a tensor carried by the loop crashed Triton 3.6)
             lines = evt + ((lvl - 1) * SHARDS + shard) * LINE
             while tl.sum((tl.atomic_add(lines, tl.zeros_like(shard), sem="acquire",
@@ -88,7 +112,9 @@ def flag_chain(words, LEVELS: tl.constexpr, P: tl.constexpr, WIDTH: tl.constexpr
                  cache_modifier=".cg")
 
 
-MODES = ("counter", "barrier", "shards4", "shards8", "shards16", "flags")
+MODES = ("counter", "barrier", "shards4", "shards8", "shards16", "flags", "counter_ld",
+         "barrier_ld", "counter_fence")
+POLLS = {"_ld": 1, "_fence": 2}  # mode suffix: how a reader polls (inline PTX: GPU only)
 
 
 def expected_last_row(first: torch.Tensor, levels: int, programs: int) -> torch.Tensor:
@@ -109,8 +135,10 @@ def run(mode: str, levels: int, programs: int, repeats: int) -> tuple[float, boo
     width = triton.next_power_of_2(n)
     first = torch.arange(n, dtype=torch.int32) * 7 + 3
     want = expected_last_row(first, levels, programs)
-    shards = int(mode[len("shards"):]) if mode.startswith("shards") else 1
-    read = mode != "barrier"
+    poll = next((v for suffix, v in POLLS.items() if mode.endswith(suffix)), 0)
+    base = mode.removesuffix("_ld").removesuffix("_fence")
+    shards = int(base[len("shards"):]) if base.startswith("shards") else 1
+    read = base != "barrier"
     times, right = [], True
     for _ in range(repeats + 1):
         if mode == "flags":
@@ -122,7 +150,8 @@ def run(mode: str, levels: int, programs: int, repeats: int) -> tuple[float, boo
             rows[0] = first.to(DEVICE)
             evt = torch.zeros((levels + 1, shards, LINE.value), dtype=torch.int32, device=DEVICE)
             evt[0, :, 0] = programs  # the first row is there
-            kernel, args = counter_chain, (rows, evt, levels, programs, width, shards, read)
+            kernel, args = counter_chain, (rows, evt, levels, programs, width, shards, read,
+                                           poll)
         if DEVICE == "cuda":
             torch.cuda.synchronize()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -153,8 +182,11 @@ def main() -> None:
     args = parser.parse_args()
     print("| signal | programs | µs per level | last row right |")
     print("| --- | --- | --- | --- |")
+    modes = args.modes if DEVICE == "cuda" else [
+        m for m in args.modes if not any(m.endswith(suffix) for suffix in POLLS)
+    ]  # the interpreter runs no inline PTX
     for programs in args.programs:
-        for mode in args.modes:
+        for mode in modes:
             us, right = run(mode, args.levels, programs, args.repeats)
             print(f"| {mode} | {programs} | {us:.3f} | {right} |", flush=True)
 

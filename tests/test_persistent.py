@@ -1386,14 +1386,7 @@ def test_default_tiles_give_a_qwen3_shaped_qkv_level_one_32kb_block_per_task():
     8 KV heads of 128) at two programs per SM of an H100 (264): the q / k / v level is 256
     blocks of 32 KB of weights, one per task, so every task loads all its weights before it
     waits (the thirty-first session's ``min_blocks=64``)."""
-    torch.manual_seed(0)
-    config = transformers.Qwen3Config(
-        vocab_size=256, hidden_size=1024, intermediate_size=3072, num_hidden_layers=1,
-        num_attention_heads=16, num_key_value_heads=8, head_dim=128,
-        max_position_embeddings=64, tie_word_embeddings=True,
-    )
-    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
-    tg = build_decoder(model, 64).kernel.task_graph(264)
+    tg = build_decoder(_qwen3_shaped_layer(), 64).kernel.task_graph(264)
     rows = {"q_proj": 2048, "k_proj": 1024, "v_proj": 1024}  # each projection's weight rows
     qkv = {k.label.split(".")[1]: k for k in tg.kernels if k.label.split(".")[1] in rows}
     assert sorted(qkv) == sorted(rows)
@@ -1401,3 +1394,49 @@ def test_default_tiles_give_a_qwen3_shaped_qkv_level_one_32kb_block_per_task():
     for name, k in qkv.items():
         assert k.num_tasks == k.num_blocks, k
         assert rows[name] // k.grid[0] * 1024 * 2 == 32 * 1024, k  # bfloat16 rows of 1024
+
+
+def _qwen3_shaped_layer():
+    torch.manual_seed(0)
+    config = transformers.Qwen3Config(
+        vocab_size=256, hidden_size=1024, intermediate_size=3072, num_hidden_layers=1,
+        num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+        max_position_embeddings=64, tie_word_embeddings=True,
+    )
+    return transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
+
+
+def test_role_budgets_tile_o_proj_and_gate_up_alone():
+    """``TilePolicy(by_role=...)`` replaces the two budgets for one role's projections only:
+    a Qwen3-0.6B-shaped o_proj aiming for 256 blocks takes 4 rows of 2048 (16 KB) per block,
+    a gate / up with 48 KB per block 12 rows of each weight (256 blocks, one per task at 264
+    programs); q / k / v and down keep the policy's tiles."""
+    model = _qwen3_shaped_layer()
+    by_role = (("linear_residual", 32 * 1024, 256), ("gate_up", 48 * 1024, 64))
+    plain = build_decoder(model, 64).kernel.task_graph(264)
+    roles = build_decoder(model, 64, tiles=TilePolicy(by_role=by_role)).kernel.task_graph(264)
+
+    def blocks(tg):
+        return {k.label.split(".", 1)[1]: k.num_blocks for k in tg.kernels}
+
+    before, after = blocks(plain), blocks(roles)
+    assert (before["o_proj.proj"], after["o_proj.proj"]) == (128, 256)
+    assert (before["mlp.gate_up"], after["mlp.gate_up"]) == (384, 256)
+    for part in ("q_proj.proj", "k_proj.proj", "v_proj.proj", "mlp.down"):
+        assert before[part] == after[part], part
+    gate_up = next(k for k in roles.kernels if k.label.endswith("mlp.gate_up"))
+    assert gate_up.num_tasks == 256
+
+
+@pytest.mark.parametrize(
+    "by_role, match",
+    [
+        ((("o_proj", 32 * 1024, 256),), "role among"),
+        ((("gate_up", 0, 64),), "positive ints"),
+        ((("gate_up", 48 * 1024),), "role, weight_tile_bytes, min_blocks"),
+        ((("down", 1024, 64), ("down", 2048, 64)), "given twice"),
+    ],
+)
+def test_role_budgets_refuse_unknown_roles_and_bad_budgets(by_role, match):
+    with pytest.raises(mugraph.MugraphError, match=match):
+        TilePolicy(by_role=by_role)

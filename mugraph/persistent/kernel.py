@@ -101,6 +101,11 @@ class TilePolicy:
     fused_mlp_weights: how many weights' rows of a fused MLP block ``weight_tile_bytes``
         counts (2: the gate's and the up's, as for the unfused gate / up kernel, the block's
         rows of the transposed down weight coming on top; 3: all three).
+    by_role: ``(role, weight_tile_bytes, min_blocks)`` entries that replace the two budgets
+        for the projections of one role (:data:`GEMV_ROLES`): a projection alone in its
+        level (o_proj) can aim for as many blocks as there are programs while q / k / v share
+        theirs, and a gate / up kernel can take one wider block per program instead of
+        some programs taking two.
     """
 
     weight_tile_bytes: int = 32 * 1024
@@ -113,17 +118,54 @@ class TilePolicy:
     fuse_mlp_down: bool = False
     fuse_o_proj_heads: bool = False
     fused_mlp_weights: int = 2
+    by_role: tuple[tuple[str, int, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        for entry in self.by_role:
+            ok = (
+                isinstance(entry, tuple)
+                and len(entry) == 3
+                and entry[0] in GEMV_ROLES
+                and all(isinstance(v, int) and not isinstance(v, bool) and v > 0
+                        for v in entry[1:])
+            )
+            if not ok:
+                raise MugraphError(
+                    f"TilePolicy.by_role: {entry!r} is not (role, weight_tile_bytes, "
+                    f"min_blocks) with a role among {sorted(GEMV_ROLES)} and positive ints"
+                )
+        roles = [entry[0] for entry in self.by_role]
+        if len(set(roles)) != len(roles):
+            raise MugraphError(f"TilePolicy.by_role: a role is given twice in {roles}")
 
     def gemv(
-        self, n: int, k: int, itemsize: int, weights: int = 1, groups: int = 1
+        self,
+        n: int,
+        k: int,
+        itemsize: int,
+        weights: int = 1,
+        groups: int = 1,
+        role: str | None = None,
     ) -> L.GemvTiles:
         """The widest tile of output columns dividing ``n`` whose weight rows fit the budget
         and that gives ``min_blocks`` blocks (or as many as the budget allows); ``groups``:
         another grid axis multiplies the blocks (the KV heads of
-        :func:`~mugraph.persistent.layers.attention_combine_projection`)."""
-        fits = max(1, self.weight_tile_bytes // (k * itemsize * weights))
-        widest = min(self.max_tile_n, fits, max(1, n * groups // self.min_blocks))
+        :func:`~mugraph.persistent.layers.attention_combine_projection`); ``role``: the
+        projection's role, whose ``by_role`` entry (if any) gives the two budgets."""
+        budget, min_blocks = self.weight_tile_bytes, self.min_blocks
+        for name, tile_bytes, blocks in self.by_role:
+            if name == role:
+                budget, min_blocks = tile_bytes, blocks
+        fits = max(1, budget // (k * itemsize * weights))
+        widest = min(self.max_tile_n, fits, max(1, n * groups // min_blocks))
         return L.GemvTiles(largest_divisor(n, widest))
+
+
+# what TilePolicy.by_role can name: the projections of each layer method
+GEMV_ROLES = frozenset(
+    {"rmsnorm_linear", "linear_residual", "gate_up", "down", "lm_head", "combine_proj_heads",
+     "gate_up_down"}
+)
 
 
 def largest_divisor(n: int, at_most: int) -> int:
@@ -544,7 +586,9 @@ class PersistentKernel:
             x, summed = self._read_row(record.name, "input", input)
             wn = self._read(record.name, "weight_norm", weight_norm)
             w = self._read(record.name, "weight_linear", weight_linear)
-            tiles = self.tiles.gemv(w.dims[0], w.dims[-1], w.dtype.itemsize)
+            tiles = self.tiles.gemv(
+                w.dims[0], w.dims[-1], w.dtype.itemsize, role="rmsnorm_linear"
+            )
             p = self._check_handle(record.name, "input", input)
             blocks = tiles.grid(record.name, w.dims[0])[0]
             if (
@@ -586,7 +630,9 @@ class PersistentKernel:
             if attention and self.tiles.fuse_o_proj_heads and self.world_size == 1:
                 return self._combine_projection(record, attention, w, residual)
             r, summed = self._read_row(record.name, "residual", residual)
-            tiles = self.tiles.gemv(w.dims[0], w.dims[-1], w.dtype.itemsize)
+            tiles = self.tiles.gemv(
+                w.dims[0], w.dims[-1], w.dtype.itemsize, role="linear_residual"
+            )
             if summed and (attention or self.world_size > 1):
                 r, summed = self._read_whole(record.name, "residual", residual), ()
             if attention and self.world_size == 1:
@@ -644,11 +690,11 @@ class PersistentKernel:
                 self._eps(eps),
                 wg,
                 wu,
-                self.tiles.gemv(wg.dims[0], wg.dims[1], size, weights=2),
+                self.tiles.gemv(wg.dims[0], wg.dims[1], size, weights=2, role="gate_up"),
             )
             self._role(record, h, "gate_up")
             self._write(record.name, h, None, f"{record.name}.hidden")
-            tiles = self.tiles.gemv(wd.dims[0], wd.dims[1], size)
+            tiles = self.tiles.gemv(wd.dims[0], wd.dims[1], size, role="down")
             if self.world_size == 1:
                 out = L.linear_residual(self.graph, h, wd, r, tiles)
                 self._role(record, out, "down")
@@ -670,7 +716,9 @@ class PersistentKernel:
         r = self._read_whole(record.name, "residual", residual)
         size = w.dtype.itemsize
         width = shape.group * shape.head_dim
-        tiles = self.tiles.gemv(w.dims[0], width, size, groups=shape.num_kv_heads)
+        tiles = self.tiles.gemv(
+            w.dims[0], width, size, groups=shape.num_kv_heads, role="combine_proj_heads"
+        )
         out = L.attention_combine_projection(self.graph, parts, shape, w, tiles)
         self._role(record, out, "combine_proj_heads")
         self._write(record.name, out, None, f"{record.name}.proj_sum")
@@ -694,7 +742,9 @@ class PersistentKernel:
         t = binding.tensor
         wdt = self.attach_input(t.t().contiguous(), self._fresh(f"{down.name}.T")).dtensor
         size = wg.dtype.itemsize
-        tiles = self.tiles.gemv(wg.dims[0], wg.dims[1], size, self.tiles.fused_mlp_weights)
+        tiles = self.tiles.gemv(
+            wg.dims[0], wg.dims[1], size, self.tiles.fused_mlp_weights, role="gate_up_down"
+        )
         summed = L.rmsnorm_gate_up_down(
             self.graph, x[0], wn, self._eps(eps), wg, wu, wdt, tiles, x[1]
         )
@@ -872,7 +922,7 @@ class PersistentKernel:
             x, summed = self._read_row(record.name, "input", input)
             wn = self._read(record.name, "weight_norm", weight_norm)
             w = self._read(record.name, "weight", weight)
-            tiles = self.tiles.gemv(w.dims[0], w.dims[1], w.dtype.itemsize)
+            tiles = self.tiles.gemv(w.dims[0], w.dims[1], w.dtype.itemsize, role="lm_head")
             out = L.rmsnorm_linear(self.graph, x, wn, self._eps(eps), w, tiles, summed)
             self._role(record, out, "proj")
             result = self._write(record.name, out, output, f"{record.name}.logits")
