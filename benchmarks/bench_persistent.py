@@ -658,10 +658,12 @@ def save_trace(program, path: Path) -> None:
     (for analyses the summary does not make)."""
     import numpy as np
 
+    from mugraph.persistent.codegen import TRACE_STAMPS
+
     tg = program.tasks
     np.savez_compressed(
         path,
-        stamps=program.trace.view(-1, 3).cpu().numpy(),
+        stamps=program.trace.view(-1, TRACE_STAMPS).cpu().numpy(),
         depth=np.array([t.depth for t in tg.tasks]),
         blocks=np.array([t.num_blocks for t in tg.tasks]),
         program=np.array(task_programs(program)),
@@ -688,8 +690,10 @@ def trace_summary(program) -> dict:
     """Where a step's time goes, from the per-task globaltimer stamps of the last step."""
     import numpy as np
 
+    from mugraph.persistent.codegen import TRACE_STAMPS
+
     tg = program.tasks
-    stamps = program.trace.view(-1, 3).cpu().numpy().astype(np.float64) / 1e3  # µs
+    stamps = program.trace.view(-1, TRACE_STAMPS).cpu().numpy().astype(np.float64) / 1e3  # µs
     t0 = stamps[:, 0].min()
     start, woke, end = stamps[:, 0] - t0, stamps[:, 1] - t0, stamps[:, 2] - t0
     depth = np.array([t.depth for t in tg.tasks])

@@ -6,7 +6,8 @@
 globaltimer stamps (start, after the wait, end), level (depth in the task graph), kind,
 program and blocks. Prints, for the chosen levels, the level's time (from the previous
 level's last end to its own), each task's wake (after the wait) and work (from the wake to
-its end) measured from the previous level's last end; then, per kind of task, the time from
+its end) measured from the previous level's last end, and (traces with a fourth stamp, after
+the task's stores) the time its triggers took; then, per kind of task, the time from
 the previous task's end on the same program to the task's start (the dispatcher's gap), the
 wake after both the task and its producers were done, and the share of tasks that started
 after their producers' level had ended.
@@ -29,6 +30,8 @@ def load(path: str) -> dict:
         "start": stamps[:, 0],
         "woke": stamps[:, 1],
         "end": stamps[:, 2],
+        # after the stores, before the triggers (traces since the thirty-second session)
+        "stored": stamps[:, 3] if stamps.shape[1] > 3 else None,
         "depth": z["depth"],
         "kind": z["kind"],
         "blocks": z["blocks"],
@@ -42,18 +45,25 @@ def level_ends(t: dict) -> np.ndarray:
 
 def level_rows(t: dict, levels: range) -> list[str]:
     ends = level_ends(t)
-    rows = ["| level | kinds | tasks | blocks | time | wake median / max | work median / max |",
-            "| --- | --- | --- | --- | --- | --- | --- |"]
+    stored = t["stored"]
+    extra = stored is not None
+    rows = ["| level | kinds | tasks | blocks | time | wake median / max | work median / max |"
+            + (" trigger median / max |" if extra else ""),
+            "| --- | --- | --- | --- | --- | --- | --- |" + (" --- |" if extra else "")]
     for d in levels:
         ix = np.where(t["depth"] == d)[0]
         before = ends[d - 1] if d else 0.0
         wake = t["woke"][ix] - before
         work = t["end"][ix] - t["woke"][ix]
         kinds = "+".join(sorted(set(t["kind"][ix])))
+        signal = ""
+        if stored is not None:  # the triggers' share of the work
+            trig = t["end"][ix] - stored[ix]
+            signal = f" {np.median(trig):.2f} / {trig.max():.2f} |"
         rows.append(
             f"| {d} | {kinds} | {len(ix)} | {int(t['blocks'][ix].sum())} | "
             f"{ends[d] - before:.2f} | {np.median(wake):.2f} / {wake.max():.2f} | "
-            f"{np.median(work):.2f} / {work.max():.2f} |"
+            f"{np.median(work):.2f} / {work.max():.2f} |{signal}"
         )
     return rows
 

@@ -78,6 +78,9 @@ TRIGGER_FIELDS = 3  # per trigger: event, its continuation task (or -1), its cou
 QUEUE_KIND_BITS = 8  # a queue entry is task << QUEUE_KIND_BITS | kind
 KIND_MASK = (1 << QUEUE_KIND_BITS) - 1
 PREFETCH_NEXT = "mg_prefetch_next"  # the L2 prefetch of the next queued task (lookahead)
+# a traced task's globaltimer stamps: its start, past its wait, its end (after its triggers)
+# and after its stores (before its triggers); the first three as before the fourth existed
+TRACE_STAMPS = 4
 BODY_SIG = (
     "desc, evt_ptr, trig_ptr, meta_ptr, scratch_ptr, trace_ptr, pos, step, epoch, program, "
     "nxt, nkind"
@@ -241,7 +244,8 @@ class PersistentOptions:
         inlined (228 registers, no spill, against 255 and 32 bytes), Llama-3.2-1B's 997.6
         against 1015.7 (230 against 255 registers and 40 bytes). (The interpreter runs
         bodies as Python calls either way.)
-    trace: record globaltimer stamps per task (start, after the wait, end; GPU only).
+    trace: record globaltimer stamps per task (:data:`TRACE_STAMPS` of them: start, after the
+        wait, end, and after the task's stores, before its triggers; GPU only).
     claim_field: with claims (>= 0), the descriptor field that names a task's block counter
         (-1: the task runs its own range of blocks), followed by the first block the counter
         hands out: the tasks of a kernel that all wait for the same event and trigger the
@@ -879,7 +883,7 @@ def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> Bo
     if em.scratch_used:  # the program's own region (the dispatcher offsets scratch_ptr)
         body.append("scratch_blk = scratch_ptr")
     if options.trace:
-        body.append(f"tl.store(trace_ptr + tl.load(desc + {FIELD_TASK}) * 3, {_CLOCK})")
+        body.append(_stamp_line(0))
     grid = spec.block.grid_dim
     ahead = list(em.pipelined.values())
     if options.claims:
@@ -909,7 +913,7 @@ def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> Bo
         ]
     body += _wait_lines(options)
     if options.trace:
-        body.append(f"tl.store(trace_ptr + tl.load(desc + {FIELD_TASK}) * 3 + 1, {_CLOCK})")
+        body.append(_stamp_line(1))
     body += _section(em, em.task_lines, [])
     # the block after this one, and the one after that (claimed: ``nxt`` and ``nn``)
     if options.claims:
@@ -932,9 +936,11 @@ def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> Bo
     else:
         body += ["for blk in range(first, end):"] + [INDENT + line for line in block]
     body += [s.add_line() for s in em.task_sums] + _zero_next_rows(spec)
+    if options.trace:
+        body.append(_stamp_line(3))
     body += _trigger_lines(options.continuations, early_triggers)
     if options.trace:
-        body.append(f"tl.store(trace_ptr + tl.load(desc + {FIELD_TASK}) * 3 + 2, {_CLOCK})")
+        body.append(_stamp_line(2))
     if options.continuations:
         body.append("return cont")
     jit = "@triton.jit(noinline=True)" if options.separate_bodies else "@triton.jit"
@@ -973,6 +979,11 @@ _CLOCK = (
     'tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [program], '
     "dtype=tl.int64, is_pure=False, pack=1)"
 )
+
+
+def _stamp_line(slot: int) -> str:
+    """The store of the task's globaltimer stamp ``slot`` (see :data:`TRACE_STAMPS`)."""
+    return f"tl.store(trace_ptr + tl.load(desc + {FIELD_TASK}) * {TRACE_STAMPS} + {slot}, {_CLOCK})"
 
 
 DISPATCH_SIG = (

@@ -45,6 +45,7 @@ from mugraph.persistent.codegen import (
     FIELD_FIRST,
     PREFETCH_PRIORITIES,
     QUEUE_KIND_BITS,
+    TRACE_STAMPS,
     TRIGGER_FIELDS,
     VECTOR_BYTES,
     ArgSpec,
@@ -472,7 +473,7 @@ class PersistentProgram:
         self.scratch = torch.zeros(
             max(1, scratch * self.num_programs), dtype=torch.float32, device=dev
         )
-        slots = 3 * len(self.tasks.tasks) if self.options.trace else 1
+        slots = TRACE_STAMPS * len(self.tasks.tasks) if self.options.trace else 1
         self.trace = torch.zeros(slots, dtype=torch.int64, device=dev)
 
     def _claim_fields(self, desc) -> None:
