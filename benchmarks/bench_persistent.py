@@ -396,6 +396,10 @@ VARIANTS = {
     "oproj256": ({}, {"by_role": (("linear_residual", 32 * 1024, 256),)}),
     "gateup48k": ({}, {"by_role": (("gate_up", 48 * 1024, 64),)}),
     "role_tiles": ({}, {"by_role": ROLE_TILES}),
+    # one program of 8 warps per SM with 64 KB weight tiles (the same bytes in flight per SM
+    # as two programs of 32 KB): half the programs meet at every level
+    "pps1_64k": ({"num_warps": 8, "programs_per_sm": 1},
+                 {"weight_tile_bytes": 64 * 1024, "min_blocks": 32}),
     "separate_pps3": ({"separate_bodies": True, **PPS3}, {}),
     # Qwen3-0.6B's attention partials in 32-position blocks: its kernel then fits 168
     # registers with no spill (offline sm_90a, thirtieth session)
