@@ -117,6 +117,13 @@ MODES = ("counter", "barrier", "shards4", "shards8", "shards16", "flags", "count
 POLLS = {"_ld": 1, "_fence": 2}  # mode suffix: how a reader polls (inline PTX: GPU only)
 
 
+def runnable(modes) -> list[str]:
+    """The modes this machine runs: the interpreter (CPU) runs no inline PTX."""
+    if DEVICE == "cuda":
+        return list(modes)
+    return [m for m in modes if not any(m.endswith(suffix) for suffix in POLLS)]
+
+
 def expected_last_row(first: torch.Tensor, levels: int, programs: int) -> torch.Tensor:
     """The host's last row: every value of a row is the wrapped int32 sum of the row before
     plus its position."""
@@ -138,7 +145,7 @@ def run(mode: str, levels: int, programs: int, repeats: int) -> tuple[float, boo
     poll = next((v for suffix, v in POLLS.items() if mode.endswith(suffix)), 0)
     base = mode.removesuffix("_ld").removesuffix("_fence")
     shards = int(base[len("shards"):]) if base.startswith("shards") else 1
-    read = base != "barrier"
+    read = base != "barrier"  # barrier_ld too
     times, right = [], True
     for _ in range(repeats + 1):
         if mode == "flags":
@@ -182,9 +189,7 @@ def main() -> None:
     args = parser.parse_args()
     print("| signal | programs | µs per level | last row right |")
     print("| --- | --- | --- | --- |")
-    modes = args.modes if DEVICE == "cuda" else [
-        m for m in args.modes if not any(m.endswith(suffix) for suffix in POLLS)
-    ]  # the interpreter runs no inline PTX
+    modes = runnable(args.modes)
     for programs in args.programs:
         for mode in modes:
             us, right = run(mode, args.levels, programs, args.repeats)

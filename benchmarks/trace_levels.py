@@ -3,7 +3,8 @@
     python benchmarks/trace_levels.py TRACE.npz [--levels 22 27]
 
 ``TRACE.npz`` is what ``bench_persistent.py --trace`` writes beside each summary: per task its
-globaltimer stamps (start, after the wait, end), level (depth in the task graph), kind,
+globaltimer stamps (start, after the wait, end, and since the thirty-second session after its
+stores, before its triggers), level (depth in the task graph), kind,
 program and blocks. Prints, for the chosen levels, the level's time (from the previous
 level's last end to its own), each task's wake (after the wait) and work (from the wake to
 its end) measured from the previous level's last end, and (traces with a fourth stamp, after

@@ -407,9 +407,10 @@ def test_the_verifier_bound_counts_draws_and_exact_products():
 def test_the_level_latency_chains_compute_the_hosts_last_row():
     """``probe_level_latency``: every way of signalling a level (one counter, split counters,
     flags in the data) makes its chain of levels compute the host's last row (one program
-    under the interpreter: the arithmetic, not the waits)."""
+    under the interpreter: the arithmetic, not the waits; the polls by inline PTX loads run
+    only on a GPU)."""
     from benchmarks import probe_level_latency as pll
 
-    for mode in pll.MODES:
+    for mode in pll.runnable(pll.MODES):
         _, right = pll.run(mode, levels=4, programs=1, repeats=1)
-        assert right is (None if mode == "barrier" else True)
+        assert right is (None if mode.startswith("barrier") else True)
