@@ -348,7 +348,8 @@ TILE16K = ({}, {"weight_tile_bytes": 16 * 1024})  # no L2 prefetches, 16 KB weig
 UNPIPELINED = {"pipeline": False}  # 64 KB tiles with it (the pipeline spills them)
 PPS3 = {"programs_per_sm": 3, "max_registers": 168}  # three programs per SM: 65536 / (3 x 128)
 
-ROLE_TILES = (("linear_residual", 32 * 1024, 256), ("gate_up", 48 * 1024, 64))
+OPROJ256 = ("linear_residual", 32 * 1024, 256)  # TilePolicy.by_role entries (see below)
+GATEUP48K = ("gate_up", 48 * 1024, 64)
 VARIANTS = {
     # name: (compile options, TilePolicy options); "default" is the runtime's defaults: two
     # programs of 4 warps per SM, aligned loads, static tiles loaded a block ahead, no L2
@@ -395,9 +396,9 @@ VARIANTS = {
     # stay as they are in both (a control). On the H100 (thirty-second session, call 1)
     # role_tiles ran Qwen3-0.6B's step in 750.6 against 720.2 µs: gate / up's polls came back
     # behind 48 KB of weight loads per program
-    "oproj256": ({}, {"by_role": (("linear_residual", 32 * 1024, 256),)}),
-    "gateup48k": ({}, {"by_role": (("gate_up", 48 * 1024, 64),)}),
-    "role_tiles": ({}, {"by_role": ROLE_TILES}),
+    "oproj256": ({}, {"by_role": (OPROJ256,)}),
+    "gateup48k": ({}, {"by_role": (GATEUP48K,)}),
+    "role_tiles": ({}, {"by_role": (OPROJ256, GATEUP48K)}),
     # one program of 8 warps per SM with 64 KB weight tiles (the same bytes in flight per SM
     # as two programs of 32 KB): half the programs meet at every level
     "pps1_64k": ({"num_warps": 8, "programs_per_sm": 1},

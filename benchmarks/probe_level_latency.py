@@ -123,7 +123,15 @@ def runnable(modes) -> list[str]:
     """The modes this machine runs: the interpreter (CPU) runs no inline PTX."""
     if DEVICE == "cuda":
         return list(modes)
-    return [m for m in modes if not any(m.endswith(suffix) for suffix in POLLS)]
+    return [m for m in modes if poll_of(m)[1] == 0]
+
+
+def poll_of(mode: str) -> tuple[str, int]:
+    """The mode without its poll suffix, and how its readers poll (0: the atomic)."""
+    for suffix, poll in POLLS.items():
+        if mode.endswith(suffix):
+            return mode.removesuffix(suffix), poll
+    return mode, 0
 
 
 def expected_last_row(first: torch.Tensor, levels: int, programs: int) -> torch.Tensor:
@@ -144,8 +152,7 @@ def run(mode: str, levels: int, programs: int, repeats: int) -> tuple[float, boo
     width = triton.next_power_of_2(n)
     first = torch.arange(n, dtype=torch.int32) * 7 + 3
     want = expected_last_row(first, levels, programs)
-    poll = next((v for suffix, v in POLLS.items() if mode.endswith(suffix)), 0)
-    base = mode.removesuffix("_ld").removesuffix("_fence")
+    base, poll = poll_of(mode)
     shards = int(base[len("shards"):]) if base.startswith("shards") else 1
     read = base != "barrier"  # barrier_ld too
     times, right = [], True
