@@ -403,6 +403,12 @@ VARIANTS = {
     # as two programs of 32 KB): half the programs meet at every level
     "pps1_64k": ({"num_warps": 8, "programs_per_sm": 1},
                  {"weight_tile_bytes": 64 * 1024, "min_blocks": 32}),
+    # each level's weights streamed into L2 (one bulk prefetch per task, issued by the tasks
+    # 1 / 2 / 3 depths before the level; thirty-third session)
+    "stream1": ({"l2_stream": 1}, {}),
+    "stream2": ({"l2_stream": 2}, {}),
+    "stream3": ({"l2_stream": 3}, {}),
+    "stream2_tiles": ({"l2_stream": 2}, {"by_role": (OPROJ256, GATEUP48K)}),
     "separate_pps3": ({"separate_bodies": True, **PPS3}, {}),
     # Qwen3-0.6B's attention partials in 32-position blocks: its kernel then fits 168
     # registers with no spill (offline sm_90a, thirtieth session)

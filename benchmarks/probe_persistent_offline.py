@@ -49,6 +49,7 @@ VARIANTS = {  # PersistentOptions beyond the GPU mode's defaults (aligned and pi
     "late_triggers": {"early_triggers": False},
     "queue_entries": {"desc_by_position": False},
     "claims": {"claim_field": 0},  # (the field is the one after the addresses: set below)
+    "l2_stream": {"stream_field": 0},  # (likewise)
 }
 SIGNATURE = {  # the dispatcher's arguments (codegen.DISPATCH_SIG)
     "desc_ptr": "*i64",
@@ -156,6 +157,8 @@ def main(argv=None) -> int:
             options = PersistentOptions(interpret=False, **VARIANTS[variant])
             if options.claims:  # the runtime's place for a task's block counter
                 options = dataclasses.replace(options, claim_field=descriptor_width(specs))
+            if options.streams:  # the runtime's place for a task's stream ranges
+                options = dataclasses.replace(options, stream_field=descriptor_width(specs))
             res, loads = compile_module(program_source(specs, options), KERNEL_NAME, args.warps,
                                        args.maxnreg)
             rows.append((model_name, variant, "whole kernel", res, widths(loads)))

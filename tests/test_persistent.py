@@ -591,6 +591,71 @@ def test_queue_entries_pack_task_and_kind():
         queue_entry(1 << 24, 0)
 
 
+def test_l2_stream_plans_the_projection_weights_into_the_descriptors(monkeypatch):
+    """``l2_stream``: the weights streamed are the projections' (no KV cache, no norm weight
+    under the size floor), the descriptors carry each task's ranges, and the interpreter, which
+    issues none, decodes as transformers."""
+    import mugraph.persistent.stream as stream
+    from mugraph.persistent.codegen import FIELD_TASK
+    from mugraph.persistent.runtime import kernel_specs
+
+    monkeypatch.setattr(stream, "MIN_BYTES", 2048)  # the tiny model's projections
+    model = tiny_model("qwen3", layers=2)
+    prompt = [5, 17, 42]
+    ref_tokens, _ = hf_greedy(model, prompt, 4)
+    decoder = build_decoder(model, 16, tiles=SMALL_TILES)
+    regions = stream.stream_regions(decoder.kernel, kernel_specs(decoder.kernel))
+    names = {p.untyped_storage().data_ptr(): n for n, p in model.named_parameters()}
+    streamed = {names[a].split(".")[-2] for rs in regions.values() for a, _ in rs}
+    assert streamed == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                        "down_proj", "embed_tokens"}  # the LM head is the tied embedding
+    program = decoder.compile(l2_stream=1)
+    assert program.stream and "mg_l2_stream" not in program.source  # the interpreter
+    field = program.options.stream_field
+    assert program.desc_width == decoder.compile().desc_width + 2 * stream.SLOTS
+    desc = program.desc.cpu()
+    for row in range(desc.shape[0]):
+        ranges = program.stream.get(int(desc[row, FIELD_TASK]), [])
+        want = [v for r in ranges for v in r] + [0] * (2 * (stream.SLOTS - len(ranges)))
+        assert desc[row, field:field + 2 * stream.SLOTS].tolist() == want
+    assert program.generate(prompt, 4) == ref_tokens
+    for bad in (-1, True, 1.5, "2"):
+        with pytest.raises(mugraph.UnsupportedError, match="l2_stream must be"):
+            decoder.compile(l2_stream=bad)
+    for other in ({"lookahead": True}, {"continuations": True}, {"prefetch_task": True},
+                  {"desc_by_position": False}, {"prefetch_ahead": False}):
+        with pytest.raises(mugraph.UnsupportedError, match="l2_stream needs"):
+            decoder.compile(l2_stream=2, **other)
+
+
+def test_l2_stream_ranges_are_read_a_task_ahead_and_issued_before_the_body():
+    """On the GPU the dispatcher reads task qi + 1's ranges with the kinds and issues task
+    qi's (read an iteration earlier) before its body: one thread's bulk L2 prefetch each."""
+    from mugraph.persistent.codegen import PersistentOptions, STREAM_SLOTS
+    from mugraph.persistent.runtime import descriptor_width, kernel_specs, program_source
+
+    decoder = build_decoder(tiny_model("qwen3"), 16, tiles=SMALL_TILES)
+    specs = kernel_specs(decoder.kernel)
+    assert "mg_l2_stream" not in program_source(specs, PersistentOptions(interpret=False))
+    field = descriptor_width(specs)  # the fields follow the addresses
+    width = field + 2 * STREAM_SLOTS
+    text = program_source(specs, PersistentOptions(interpret=False, stream_field=field))
+    assert "@p cp.async.bulk.prefetch.L2.global [$1], $2;" in text
+    lines = [line.strip() for line in text.splitlines()]
+    top = lines.index("for qi in range(q_first, q_end):")
+    first_body = next(i for i, line in enumerate(lines) if line.startswith("if kind_c == "))
+    issued = [i for i, line in enumerate(lines) if line.startswith("mg_l2_stream(")]
+    assert len(issued) == STREAM_SLOTS and all(top < i < first_body for i in issued)
+    assert lines[issued[0]] == "mg_l2_stream(sa0_c, sb0_c)"
+    reads = [line for line in lines[top:first_body] if line.startswith("sa0_n = ")]
+    assert reads == [f"sa0_n = tl.load(desc_ptr + (qi + 1) * {width} + {field} + 0, "
+                     "mask=qi + 1 < q_end, other=0)"]
+    assert "sa0_c = sa0_n" in lines and "sb1_c = sb1_n" in lines
+    with pytest.raises(mugraph.UnsupportedError, match="l2_stream needs"):
+        program_source(specs, PersistentOptions(interpret=False, stream_field=field,
+                                                lookahead=True))
+
+
 def test_l2_prefetches_are_off_by_default_use_normal_priority_and_can_cover_the_next_task():
     from mugraph.persistent.codegen import BodySource, PersistentOptions, generate_program
 

@@ -67,6 +67,7 @@ from mugraph.ir.graph import BlockGraph, Op
 from mugraph.ir.ops import OpKind
 from mugraph.ir.phase import Phase, block_phases
 from mugraph.ir.tensor import TensorRef, TensorType
+from mugraph.persistent.stream import SLOTS
 from mugraph.persistent.tensors import MetaSlot
 
 PRE, LOOP, POST = Phase.INVARIANT, Phase.LOOP, Phase.POST
@@ -78,6 +79,8 @@ TRIGGER_FIELDS = 3  # per trigger: event, its continuation task (or -1), its cou
 QUEUE_KIND_BITS = 8  # a queue entry is task << QUEUE_KIND_BITS | kind
 KIND_MASK = (1 << QUEUE_KIND_BITS) - 1
 PREFETCH_NEXT = "mg_prefetch_next"  # the L2 prefetch of the next queued task (lookahead)
+STREAM_FN = "mg_l2_stream"  # one bulk L2 prefetch of a task's stream range (l2_stream)
+STREAM_SLOTS = SLOTS  # (address, bytes) descriptor field pairs per task
 # a traced task's globaltimer stamps: its start, past its wait, its end (after its triggers)
 # and after its stores (before its triggers); the first three as before the fourth existed
 TRACE_STAMPS = 4
@@ -246,6 +249,12 @@ class PersistentOptions:
         bodies as Python calls either way.)
     trace: record globaltimer stamps per task (:data:`TRACE_STAMPS` of them: start, after the
         wait, end, and after the task's stores, before its triggers; GPU only).
+    stream_field: with ``l2_stream`` (>= 0), the first of the descriptor fields that name the
+        ranges of weights a task streams into L2 (:data:`STREAM_SLOTS` pairs of address and
+        bytes; see :mod:`mugraph.persistent.stream`): the dispatcher reads them a task ahead,
+        with the kinds, and issues them before the task's body (one thread's
+        ``cp.async.bulk.prefetch.L2`` per range; GPU only). Needs the ``prefetch_ahead``
+        dispatcher.
     claim_field: with claims (>= 0), the descriptor field that names a task's block counter
         (-1: the task runs its own range of blocks), followed by the first block the counter
         hands out: the tasks of a kernel that all wait for the same event and trigger the
@@ -279,10 +288,16 @@ class PersistentOptions:
     separate_bodies: bool = True
     trace: bool = False
     claim_field: int = -1
+    stream_field: int = -1
 
     @property
     def claims(self) -> bool:
         return self.claim_field >= 0
+
+    @property
+    def streams(self) -> bool:
+        """Whether the dispatcher issues the tasks' L2 streams (``stream_field``)."""
+        return self.stream_field >= 0 and not self.interpret
 
     @property
     def codegen(self) -> CodegenOptions:
@@ -1096,13 +1111,18 @@ def _prefetch_ahead_loop(bodies: list[BodySource], desc_width: int, options) -> 
         return lines + [f"f{f}_{suffix} = tl.load({at} + {f}, mask={more}, other=0)"
                         for f in fields]
 
+    streams = _stream_names(options)
     lines = [
         f"kind_c = tl.load(desc_ptr + q_first * {w} + {FIELD_KIND}, mask=q_first < q_end, "
         "other=-1).to(tl.int32)",
         *reads("q_first + 1", "q_first + 1 < q_end", "c"),
+        *_stream_reads(streams, options.stream_field, w, "q_first", "c"),
         "for qi in range(q_first, q_end):",
         f"    desc = desc_ptr + qi * {w}",
         *[INDENT + line for line in reads("qi + 2", "qi + 2 < q_end", "n")],
+        *[INDENT + line for line in _stream_reads(streams, options.stream_field, w, "qi + 1",
+                                                   "n")],
+        *[f"    {STREAM_FN}({a}_c, {b}_c)" for a, b in streams],
     ]
     for k, b in enumerate(bodies):
         if b.prefetch_name:
@@ -1115,8 +1135,47 @@ def _prefetch_ahead_loop(bodies: list[BodySource], desc_width: int, options) -> 
     for k, b in enumerate(bodies):
         lines += [f"    if kind_c == {k}:  # {', '.join(b.kernels)}", f"        {b.name}{call}"]
     lines.append("    kind_c = pkind_c")
-    lines += [f"    {v}_c = {v}_n" for v in ("pkind", "pfirst", *(f"f{f}" for f in fields))]
+    carried = ("pkind", "pfirst", *(f"f{f}" for f in fields), *(v for r in streams for v in r))
+    lines += [f"    {v}_c = {v}_n" for v in carried]
     return lines
+
+
+def _stream_names(options: PersistentOptions) -> list[tuple[str, str]]:
+    """The dispatcher's variables of each stream slot's address and bytes (none without
+    ``l2_stream`` or in the interpreter)."""
+    return [(f"sa{r}", f"sb{r}") for r in range(STREAM_SLOTS)] if options.streams else []
+
+
+def _stream_reads(streams: list[tuple[str, str]], field: int, width: int, row: str,
+                  suffix: str) -> list[str]:
+    """The loads of task ``row``'s stream ranges (zero bytes where there is no such task)."""
+    at = f"desc_ptr + ({row}) * {width} + {field}"
+    lines = []
+    for r, (a, b) in enumerate(streams):
+        more = f"{row} < q_end"
+        lines += [
+            f"{a}_{suffix} = tl.load({at} + {2 * r}, mask={more}, other=0)",
+            f"{b}_{suffix} = tl.load({at} + {2 * r + 1}, mask={more}, other=0).to(tl.int32)",
+        ]
+    return lines
+
+
+def _stream_function() -> list[str]:
+    """``mg_l2_stream``: one thread of the program asks the copy engine to bring ``nbytes``
+    from ``address`` into L2 (16-byte aligned, a multiple of 16; nothing for 0)."""
+    ptx = (
+        "{ .reg .pred p; .reg .b32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0; "
+        "@p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }"
+    )
+    return [
+        "@triton.jit",
+        f"def {STREAM_FN}(address, nbytes):",
+        "    if nbytes > 0:",
+        f'        tl.inline_asm_elementwise("{ptx}", "=r,l,r", [address, nbytes], '
+        "dtype=tl.int32, is_pure=False, pack=1)",
+        "",
+        "",
+    ]
 
 
 def scratch_per_program(bodies: list[BodySource]) -> int:
@@ -1137,6 +1196,13 @@ def generate_program(
         lines += [text, ""]
     if prefetches_next(options):
         lines += _prefetch_next_function(bodies, options)
+    if options.streams:
+        if not dispatches_ahead(options):
+            raise UnsupportedError(
+                "persistent kernel: l2_stream needs the prefetch_ahead dispatcher "
+                "(desc_by_position, no continuations, lookahead or prefetch_task)"
+            )
+        lines += _stream_function()
     for b in bodies:
         lines += [b.text, ""]
     d = [

@@ -45,6 +45,7 @@ from mugraph.persistent.codegen import (
     FIELD_FIRST,
     PREFETCH_PRIORITIES,
     QUEUE_KIND_BITS,
+    STREAM_SLOTS,
     TRACE_STAMPS,
     TRIGGER_FIELDS,
     VECTOR_BYTES,
@@ -58,6 +59,7 @@ from mugraph.persistent.codegen import (
 )
 from mugraph.persistent.kernel import PersistentKernel
 from mugraph.persistent.parallel import Peer
+from mugraph.persistent.stream import stream_plan, stream_regions
 from mugraph.persistent.taskgraph import TaskGraph
 from mugraph.persistent.tensors import META_SIZE, Attached, MetaSlot, Row, Scratch
 
@@ -142,6 +144,7 @@ def program_source(specs: list[KernelSpec], options: PersistentOptions) -> str:
     """The Triton module of a persistent kernel: its bodies and the dispatcher."""
     _, bodies = task_bodies(specs, options)
     width = descriptor_width(specs) + (CLAIM_FIELDS if options.claims else 0)
+    width += 2 * STREAM_SLOTS if options.stream_field >= 0 else 0
     return generate_program(bodies, width, KERNEL_NAME, options)
 
 
@@ -286,6 +289,7 @@ class PersistentProgram:
         trace: bool = False,
         task_allocation: str = "level",
         claim_blocks: bool | int = False,
+        l2_stream: int = 0,
     ) -> None:
         import torch
 
@@ -354,6 +358,17 @@ class PersistentProgram:
                 "persistent runtime: claim_blocks does not combine with continuations or "
                 "lookahead"
             )
+        if not isinstance(l2_stream, int) or isinstance(l2_stream, bool) or l2_stream < 0:
+            raise UnsupportedError(
+                f"persistent runtime: l2_stream must be an int >= 0 (depths ahead that a "
+                f"level's weights are streamed into L2; 0: off), got {l2_stream!r}"
+            )
+        if l2_stream and (continuations or lookahead or prefetch_task or not desc_by_position
+                          or prefetch_ahead is False):
+            raise UnsupportedError(
+                "persistent runtime: l2_stream needs the prefetch_ahead dispatcher: "
+                "desc_by_position, and no continuations, lookahead or prefetch_task"
+            )
         if prefetch_ahead is not None and not isinstance(prefetch_ahead, bool):
             raise UnsupportedError(
                 f"persistent runtime: prefetch_ahead must be None (where it combines with the "
@@ -416,6 +431,10 @@ class PersistentProgram:
         if claim_blocks:  # a task's block counter and its pool: descriptor fields
             self.options = replace(self.options, claim_field=self.desc_width)
             self.desc_width += CLAIM_FIELDS
+        self.l2_stream = l2_stream
+        if l2_stream:  # the ranges a task streams into L2: descriptor fields
+            self.options = replace(self.options, stream_field=self.desc_width)
+            self.desc_width += 2 * STREAM_SLOTS
         self.kinds, self.bodies = self._bodies()
         self.source = generate_program(self.bodies, self.desc_width, KERNEL_NAME, self.options)
         self.fn = load_kernel(KERNEL_NAME, self.source)
@@ -488,6 +507,16 @@ class PersistentProgram:
                 desc[t, field] = len(self.tasks.events) + 2 * g
                 desc[t, field + 1] = first + len(members)
 
+    def _stream_fields(self, desc) -> None:
+        """The descriptors' stream fields: (address, bytes) of each range a task streams into
+        L2 (:func:`~mugraph.persistent.stream.stream_plan`), zero where none."""
+        regions = stream_regions(self.kernel, self.specs)
+        self.stream = stream_plan(self.tasks.tasks, regions, self.l2_stream)
+        field = self.options.stream_field
+        for task, ranges in self.stream.items():
+            for r, (address, nbytes) in enumerate(ranges):
+                desc[task, field + 2 * r], desc[task, field + 2 * r + 1] = address, nbytes
+
     def _claim_slots(self) -> None:
         """Where the block counters are, for the dispatcher's last program (which zeroes
         the next step's)."""
@@ -546,6 +575,8 @@ class PersistentProgram:
             row[DESC_HEADER : DESC_HEADER + len(addresses)] = addresses
         if self.options.claims:
             self._claim_fields(desc)
+        if self.l2_stream:
+            self._stream_fields(desc)
         flat = [queue_entry(row_of[t], self.kinds[tg.tasks[t].kernel]) for q in queues for t in q]
         starts = np.cumsum([0] + [len(q) for q in queues])
         dev = self.device
