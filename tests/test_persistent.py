@@ -631,7 +631,7 @@ def test_l2_stream_plans_the_projection_weights_into_the_descriptors(monkeypatch
 def test_l2_stream_ranges_are_read_a_task_ahead_and_issued_before_the_body():
     """On the GPU the dispatcher reads task qi + 1's ranges with the kinds and issues task
     qi's (read an iteration earlier) before its body: one thread's bulk L2 prefetch each."""
-    from mugraph.persistent.codegen import PersistentOptions, STREAM_SLOTS
+    from mugraph.persistent.codegen import STREAM_SLOTS, PersistentOptions
     from mugraph.persistent.runtime import descriptor_width, kernel_specs, program_source
 
     decoder = build_decoder(tiny_model("qwen3"), 16, tiles=SMALL_TILES)
