@@ -409,6 +409,17 @@ VARIANTS = {
     "stream2": ({"l2_stream": 2}, {}),
     "stream3": ({"l2_stream": 3}, {}),
     "stream2_tiles": ({"l2_stream": 2}, {"by_role": (OPROJ256, GATEUP48K)}),
+    # the same, each task's ranges issued after its triggers instead of before its wait
+    "stream3_after": ({"l2_stream": 3, "l2_stream_after": True}, {}),
+    "stream2_after": ({"l2_stream": 2, "l2_stream_after": True}, {}),
+    # only some weights streamed, a level ahead: the down projection's (by the gate / up
+    # tasks: down was the level that gained in stream1), and the whole MLP's
+    "stream1_down": ({"l2_stream": 1, "l2_stream_names": ("*.down_proj",)}, {}),
+    "stream1_down_after": ({"l2_stream": 1, "l2_stream_after": True,
+                            "l2_stream_names": ("*.down_proj",)}, {}),
+    "stream1_mlp": ({"l2_stream": 1,
+                     "l2_stream_names": ("*.gate_proj", "*.up_proj", "*.down_proj")}, {}),
+    "stream1_after": ({"l2_stream": 1, "l2_stream_after": True}, {}),
     "separate_pps3": ({"separate_bodies": True, **PPS3}, {}),
     # Qwen3-0.6B's attention partials in 32-position blocks: its kernel then fits 168
     # registers with no spill (offline sm_90a, thirtieth session)
@@ -458,6 +469,12 @@ VARIANTS = {
     "pps3_r168_nodot": ({**PPS3, "pipeline_dots": False}, {}),
     "no_dot_pipeline": ({"pipeline_dots": False}, {}),
     "dot_pipeline": ({"pipeline_dots": True}, {}),  # attention partials pipelined (before s29)
+    # the attention partials' KV tiles of a task's first block loaded before its wait,
+    # nothing carried for a next block (thirty-third session); with 32-position blocks, twice
+    # the partials' tasks (256 of 264 programs) of half the bytes each
+    "first_early": ({"first_block_early": True}, {}),
+    "first_early_chunk32": ({"first_block_early": True}, {"attention_chunk": 32}),
+    "dot_pipeline_chunk32": ({"pipeline_dots": True}, {"attention_chunk": 32}),
     # blocks taken from counters, one per 8 (4, 32) tasks of a kernel (twenty-third session)
     "claims": ({"claim_blocks": True}, {}),
     "claims4": ({"claim_blocks": 4}, {}),

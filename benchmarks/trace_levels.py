@@ -69,6 +69,24 @@ def level_rows(t: dict, levels: range) -> list[str]:
     return rows
 
 
+def period_rows(t: dict, first: int, period: int) -> list[str]:
+    """The levels from ``first`` on, taken ``period`` at a time (a decoder layer's levels):
+    per position in the period, the sum and median of its levels' times and the median of
+    their tasks' median wakes, over every whole period."""
+    ends = level_ends(t)
+    count = (len(ends) - first) // period
+    rows = ["| position | kinds | levels | time sum | time median | wake median |",
+            "| --- | --- | --- | --- | --- | --- |"]
+    for j in range(period):
+        levels = [first + j + period * i for i in range(count)]
+        times = [ends[d] - ends[d - 1] for d in levels]
+        wakes = [np.median(t["woke"][t["depth"] == d] - ends[d - 1]) for d in levels]
+        kinds = "+".join(sorted(set(t["kind"][t["depth"] == levels[0]])))
+        rows.append(f"| {j} | {kinds} | {count} | {sum(times):.1f} | {np.median(times):.2f} | "
+                    f"{np.median(wakes):.2f} |")
+    return rows
+
+
 def previous_ends(t: dict) -> np.ndarray:
     """The end of the task before each one on its program (NaN for a program's first)."""
     prev = np.full(len(t["start"]), np.nan)
@@ -103,10 +121,16 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("trace")
     p.add_argument("--levels", type=int, nargs=2, default=(22, 27), metavar=("FIRST", "LAST"))
+    p.add_argument("--period", type=int, nargs=2, default=None, metavar=("FIRST", "LEVELS"),
+                   help="also sum the levels from FIRST on by position in every LEVELS (a "
+                   "decoder layer's: 1 6 for the decoders of bench_persistent)")
     args = p.parse_args(argv)
     t = load(args.trace)
     print(f"{args.trace}: step {t['end'].max():.1f} µs, {int(t['depth'].max()) + 1} levels")
     print("\n".join(level_rows(t, range(args.levels[0], args.levels[1] + 1))))
+    if args.period:
+        print()
+        print("\n".join(period_rows(t, *args.period)))
     print()
     print("\n".join(dispatch_rows(t)))
     return 0

@@ -347,6 +347,39 @@ def test_trace_levels_keeps_the_stamps_nanosecond_exact(tmp_path):
     assert t["woke"].tolist() == [0.13, 1.21] and t["end"].tolist() == [1.17, 2.25]
 
 
+def test_trace_levels_sums_a_layer_s_levels_by_position():
+    """``period_rows``: levels 1, 3 (position 0) and 2, 4 (position 1) of a two-level period;
+    level 5, of a period left unfinished, is not counted."""
+    import numpy as np
+
+    from benchmarks import trace_levels
+
+    ends = [1.0, 2.0, 5.0, 6.0, 10.0, 11.0]  # µs: level times 1, 3, 1, 4, 1 from level 1 on
+    t = {"end": np.array(ends), "woke": np.array([0.5, 1.5, 2.5, 5.5, 6.5, 10.5]),
+         "depth": np.arange(6), "kind": np.array(["e", "p", "q", "p", "q", "p"])}
+    rows = trace_levels.period_rows(t, 1, 2)
+    assert rows[2] == "| 0 | p | 2 | 2.0 | 1.00 | 0.50 |"
+    assert rows[3] == "| 1 | q | 2 | 7.0 | 3.50 | 0.50 |"
+
+
+def test_every_persistent_variant_names_real_options():
+    """``bench_persistent.VARIANTS``: each variant's compile options are parameters of
+    ``PersistentProgram`` and its tile options fields of ``TilePolicy`` (a misspelt one would
+    fail only on the GPU machine)."""
+    import dataclasses
+    import inspect
+
+    from benchmarks import bench_persistent as bp
+    from mugraph.persistent.kernel import TilePolicy
+    from mugraph.persistent.runtime import PersistentProgram
+
+    program = set(inspect.signature(PersistentProgram.__init__).parameters)
+    tiles = {f.name for f in dataclasses.fields(TilePolicy)}
+    for name, (compile_options, tile_options) in bp.VARIANTS.items():
+        assert set(compile_options) <= program, name
+        assert set(tile_options) <= tiles, name
+
+
 def test_the_float32_reference_of_the_persistent_benchmark_decodes_as_generate():
     """``bench_persistent.fp32_reference``: a float32 copy's logits along the given tokens and
     its own greedy tokens (which transformers' ``generate`` of the same float32 model gives)."""

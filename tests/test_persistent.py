@@ -316,6 +316,38 @@ def test_bodies_with_a_dot_are_not_pipelined_unless_asked():
         decoder.compile(pipeline_dots="yes")
 
 
+def test_first_block_early_loads_the_partials_kv_tiles_before_the_wait():
+    """``first_block_early``: the attention partials (no tiles loaded ahead) load their first
+    block's KV-cache tiles and mask row before the wait, which that block takes; a later block
+    loads its own; the query (written in this step) stays after the wait; no other body
+    changes, and the decode is transformers' (interpreter, topological)."""
+    from mugraph.persistent.runtime import kernel_specs
+
+    model = tiny_model("qwen3", layers=2)
+    decoder = build_decoder(model, 16, tiles=SMALL_TILES)
+    plain, early = _gpu_bodies(decoder), _gpu_bodies(decoder, first_block_early=True)
+    partials = next(label for label in plain if label.endswith("attn.partials"))
+    changed = {label for label in plain if plain[label] != early[label]}
+    assert changed and all(label.endswith("attn.partials") for label in changed)
+    lines = [line.strip() for line in early[partials].splitlines()]
+    wait = lines.index("if wait_evt >= 0:")
+    heads = [i for i, line in enumerate(lines) if line.startswith("head")]
+    spec = next(s for s in kernel_specs(decoder.kernel) if s.label == partials)
+    assert len(heads) >= 2 and all(i < wait for i in heads)  # the K and V tiles (the mask row)
+    for i in heads:
+        p = lines[i].split(" = ")[0][len("head"):]
+        at = lines.index(f"tile{p} = head{p}")
+        assert lines[at - 1] == "if blk == first:" and lines[at + 1] == "else:"
+        assert lines[at + 2].startswith(f"tile{p} = tl.load(")
+    assert not any(".cg" in lines[i] for i in heads)  # static inputs only
+    assert len(spec.static_inputs) < len(spec.args)
+    prompt = [5, 17, 42]
+    ref_tokens, _ = hf_greedy(model, prompt, 4)
+    assert decoder.compile(first_block_early=True).generate(prompt, 4) == ref_tokens
+    with pytest.raises(mugraph.UnsupportedError, match="first_block_early"):
+        decoder.compile(first_block_early="yes")
+
+
 @pytest.mark.parametrize("switch", ["prefetch", "pipeline", "hoist", "cuda_graph", "trace",
                                     "continuations", "align_hints", "early_triggers"])
 def test_on_off_options_must_be_bools(switch):
@@ -626,6 +658,21 @@ def test_l2_stream_plans_the_projection_weights_into_the_descriptors(monkeypatch
                   {"desc_by_position": False}, {"prefetch_ahead": False}):
         with pytest.raises(mugraph.UnsupportedError, match="l2_stream needs"):
             decoder.compile(l2_stream=2, **other)
+    down = stream.stream_regions(decoder.kernel, kernel_specs(decoder.kernel), ("*.down_proj",))
+    assert {names[a].split(".")[-2] for rs in down.values() for a, _ in rs} == {"down_proj"}
+    only_down = decoder.compile(l2_stream=1, l2_stream_names=["*.down_proj"])
+    pieces = [r for rs in only_down.stream.values() for r in rs]
+    assert pieces and all(any(a <= p < p + n <= a + m for rs in down.values() for a, m in rs)
+                          for p, n in pieces)  # every piece inside a down projection
+    assert sum(n for _, n in pieces) == sum(m for rs in down.values() for _, m in rs)
+    for bad in ((), "*.down_proj", ("",), (3,)):
+        with pytest.raises(mugraph.UnsupportedError, match="l2_stream_names must be"):
+            decoder.compile(l2_stream=1, l2_stream_names=bad)
+    with pytest.raises(mugraph.UnsupportedError, match="no weight to stream.*dwn_proj"):
+        decoder.compile(l2_stream=1, l2_stream_names=("*.dwn_proj",))
+    for alone in ({"l2_stream_after": True}, {"l2_stream_names": ("*.down_proj",)}):
+        with pytest.raises(mugraph.UnsupportedError, match="need l2_stream >= 1"):
+            decoder.compile(**alone)
 
 
 def test_l2_stream_ranges_are_read_a_task_ahead_and_issued_before_the_body():
@@ -654,6 +701,13 @@ def test_l2_stream_ranges_are_read_a_task_ahead_and_issued_before_the_body():
     with pytest.raises(mugraph.UnsupportedError, match="l2_stream needs"):
         program_source(specs, PersistentOptions(interpret=False, stream_field=field,
                                                 lookahead=True))
+    after = program_source(specs, PersistentOptions(interpret=False, stream_field=field,
+                                                     stream_after_body=True))
+    lines = [line.strip() for line in after.splitlines()]
+    last_body = max(i for i, line in enumerate(lines) if line.startswith("if kind_c == "))
+    issued = [i for i, line in enumerate(lines) if line.startswith("mg_l2_stream(")]
+    assert len(issued) == STREAM_SLOTS and all(i > last_body + 1 for i in issued)
+    assert issued[-1] < lines.index("kind_c = pkind_c")  # task qi's, before the shift to qi + 1
 
 
 def test_l2_prefetches_are_off_by_default_use_normal_priority_and_can_cover_the_next_task():

@@ -203,6 +203,12 @@ class PersistentOptions:
         of a down projection's body). On the H100 (twenty-fourth session, call 2, with
         ``early_static``): Qwen3-0.6B 933 against 938 µs without it, Llama-3.2-1B 1133
         against 1144.
+    first_block_early: with ``loads_first``, a task whose body loads no tiles ahead (the
+        attention partials, ``pipeline_dots`` off) loads its first block's static tiles that
+        differ from block to block (the KV cache's) before its wait; its first block takes
+        them, later blocks load their own when they start. ``pipeline_dots`` does this too, but
+        carries the next block's tiles through every block, registers these one-block tasks
+        never use.
     early_triggers: a task reads its range of the trigger table and its first event before
         its wait (not with ``continuations``). Read after its last store, they were two
         dependent round trips to L2 (the wait's acquire empties L1) between the task's
@@ -254,7 +260,13 @@ class PersistentOptions:
         bytes; see :mod:`mugraph.persistent.stream`): the dispatcher reads them a task ahead,
         with the kinds, and issues them before the task's body (one thread's
         ``cp.async.bulk.prefetch.L2`` per range; GPU only). Needs the ``prefetch_ahead``
-        dispatcher.
+        dispatcher. Off (``PersistentProgram(l2_stream=0)``): on the H100 (thirty-third
+        session) every form was slower, Qwen3-0.6B 769-837 µs against 715-719 (all weights
+        1-3 levels ahead, the MLP's only, the down projection's only): the levels streamed
+        into got faster, the levels after them slower by more (their tasks woke later).
+    stream_after_body: the dispatcher issues a task's stream ranges after its body (its
+        triggers) rather than before it (its wait). On the H100 no faster (Qwen3-0.6B, down
+        projections streamed: 778.4 against 769.0 µs).
     claim_field: with claims (>= 0), the descriptor field that names a task's block counter
         (-1: the task runs its own range of blocks), followed by the first block the counter
         hands out: the tasks of a kernel that all wait for the same event and trigger the
@@ -282,6 +294,7 @@ class PersistentOptions:
     hoist: bool = True
     early_static: bool = True
     loads_first: bool = True
+    first_block_early: bool = False
     early_triggers: bool = True
     desc_by_position: bool = True
     prefetch_ahead: bool = True
@@ -289,6 +302,7 @@ class PersistentOptions:
     trace: bool = False
     claim_field: int = -1
     stream_field: int = -1
+    stream_after_body: bool = False
 
     @property
     def claims(self) -> bool:
@@ -503,7 +517,10 @@ class TaskEmitter(KernelEmitter):
         self._first = (
             first_loads(spec, self.hoisted, self._ahead) if options.loads_first else frozenset()
         )
-        self.first: dict[int, str] = {}  # block op position -> its load, first in the block
+        self.first: dict[int, list[str]] = {}  # block op position -> its load, first in the block
+        # (first_block_early) static tiles of the task's first block, loaded before its wait
+        self._head = options.first_block_early and not self._ahead
+        self.head: dict[int, str] = {}  # block op position -> its first block's load
         self.claims = options.claims  # the next block is ``nxt`` (claimed), not blk + 1
         self.task_sums: list[TaskSum] = []  # accumulating outputs, summed over a task's blocks
 
@@ -546,7 +563,14 @@ class TaskEmitter(KernelEmitter):
             self.early.setdefault(position, f"early{position} = {text}")
             return f"early{position}"
         if position in self._first and plain:
-            self.first.setdefault(position, f"tile{position} = {text}")
+            if self._head and op.attr("index") in self.spec.static_inputs:
+                self.head.setdefault(position, f"head{position} = {text}")
+                self.first.setdefault(position, [
+                    "if blk == first:", f"    tile{position} = head{position}", "else:",
+                    f"    tile{position} = {text}",
+                ])
+            else:
+                self.first.setdefault(position, [f"tile{position} = {text}"])
             return f"tile{position}"
         return text
 
@@ -903,9 +927,10 @@ def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> Bo
     ahead = list(em.pipelined.values())
     if options.claims:
         body += _claim_lines(options.claim_field)
-    if ahead or em.early:  # the first blocks' static tiles stream while the task waits
+    if ahead or em.early or em.head:  # the first blocks' static tiles stream while it waits
         body += _pid_lines(grid, "first") + [f"{p.carried[0]} = {p.first}" for p in ahead]
-        body += list(em.early.values()) + _pipeline_deeper(grid, ahead)
+        body += list(em.early.values()) + list(em.head.values())
+        body += _pipeline_deeper(grid, ahead)
     # with pipelined loads, the loop's register loads cover the blocks up to ``depth`` ahead,
     # its L2 prefetch the block ``distance`` ahead; the blocks in between are prefetched now,
     # before the wait
@@ -940,7 +965,7 @@ def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> Bo
     if ahead:  # the static tiles of the block ``depth`` ahead stream while this one computes
         far = nxt if options.claims else f"(blk + {em.depth})"
         block += _pid_lines(grid, far) + [f"{p.carried[-1]} = {p.next}" for p in ahead]
-    block += _pid_lines(grid, "blk") + list(em.first.values())
+    block += _pid_lines(grid, "blk") + [line for lines in em.first.values() for line in lines]
     if pf_name:
         block += [f"if {later} < end:", f"    {pf_name}(desc, {later}, pos, meta_ptr)"]
     block += _section(em, em.lines, tail)
@@ -1122,8 +1147,10 @@ def _prefetch_ahead_loop(bodies: list[BodySource], desc_width: int, options) -> 
         *[INDENT + line for line in reads("qi + 2", "qi + 2 < q_end", "n")],
         *[INDENT + line for line in _stream_reads(streams, options.stream_field, w, "qi + 1",
                                                    "n")],
-        *[f"    {STREAM_FN}({a}_c, {b}_c)" for a, b in streams],
     ]
+    issue = [f"    {STREAM_FN}({a}_c, {b}_c)" for a, b in streams]
+    if not options.stream_after_body:
+        lines += issue
     for k, b in enumerate(bodies):
         if b.prefetch_name:
             values = ", ".join(f"f{f}_c" for f in b.prefetch_fields)
@@ -1134,6 +1161,8 @@ def _prefetch_ahead_loop(bodies: list[BodySource], desc_width: int, options) -> 
     call = _body_arguments("desc", "-1")
     for k, b in enumerate(bodies):
         lines += [f"    if kind_c == {k}:  # {', '.join(b.kernels)}", f"        {b.name}{call}"]
+    if options.stream_after_body:
+        lines += issue
     lines.append("    kind_c = pkind_c")
     carried = ("pkind", "pfirst", *(f"f{f}" for f in fields), *(v for r in streams for v in r))
     lines += [f"    {v}_c = {v}_n" for v in carried]

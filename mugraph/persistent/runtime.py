@@ -59,7 +59,7 @@ from mugraph.persistent.codegen import (
 )
 from mugraph.persistent.kernel import PersistentKernel
 from mugraph.persistent.parallel import Peer
-from mugraph.persistent.stream import stream_plan, stream_regions
+from mugraph.persistent.stream import MAX_BYTES, MIN_BYTES, stream_plan, stream_regions
 from mugraph.persistent.taskgraph import TaskGraph
 from mugraph.persistent.tensors import META_SIZE, Attached, MetaSlot, Row, Scratch
 
@@ -275,6 +275,7 @@ class PersistentProgram:
         pipeline_dots: bool = False,
         early_static: bool = True,
         loads_first: bool = True,
+        first_block_early: bool = False,
         early_triggers: bool = True,
         desc_by_position: bool = True,
         prefetch_ahead: bool | None = None,
@@ -290,6 +291,8 @@ class PersistentProgram:
         task_allocation: str = "level",
         claim_blocks: bool | int = False,
         l2_stream: int = 0,
+        l2_stream_after: bool = False,
+        l2_stream_names: tuple[str, ...] | None = None,
     ) -> None:
         import torch
 
@@ -363,6 +366,19 @@ class PersistentProgram:
                 f"persistent runtime: l2_stream must be an int >= 0 (depths ahead that a "
                 f"level's weights are streamed into L2; 0: off), got {l2_stream!r}"
             )
+        if not l2_stream and (l2_stream_after or l2_stream_names is not None):
+            raise UnsupportedError(
+                "persistent runtime: l2_stream_after and l2_stream_names shape the weights' "
+                "streams into L2: they need l2_stream >= 1"
+            )
+        if l2_stream_names is not None and (
+            not isinstance(l2_stream_names, (tuple, list)) or not l2_stream_names
+            or not all(isinstance(n, str) and n for n in l2_stream_names)
+        ):
+            raise UnsupportedError(
+                f"persistent runtime: l2_stream_names must be a non-empty tuple of name "
+                f"patterns (\"*.down_proj\"), got {l2_stream_names!r}"
+            )
         if l2_stream and (continuations or lookahead or prefetch_task or not desc_by_position
                           or prefetch_ahead is False):
             raise UnsupportedError(
@@ -411,6 +427,7 @@ class PersistentProgram:
             pipeline_dots=pipeline_dots,
             early_static=early_static,
             loads_first=loads_first,
+            first_block_early=first_block_early,
             early_triggers=early_triggers,
             desc_by_position=desc_by_position,
             prefetch_ahead=prefetch_ahead is not False,
@@ -432,8 +449,10 @@ class PersistentProgram:
             self.options = replace(self.options, claim_field=self.desc_width)
             self.desc_width += CLAIM_FIELDS
         self.l2_stream = l2_stream
+        self.l2_stream_names = None if l2_stream_names is None else tuple(l2_stream_names)
         if l2_stream:  # the ranges a task streams into L2: descriptor fields
-            self.options = replace(self.options, stream_field=self.desc_width)
+            self.options = replace(self.options, stream_field=self.desc_width,
+                                   stream_after_body=l2_stream_after)
             self.desc_width += 2 * STREAM_SLOTS
         self.kinds, self.bodies = self._bodies()
         self.source = generate_program(self.bodies, self.desc_width, KERNEL_NAME, self.options)
@@ -510,7 +529,13 @@ class PersistentProgram:
     def _stream_fields(self, desc) -> None:
         """The descriptors' stream fields: (address, bytes) of each range a task streams into
         L2 (:func:`~mugraph.persistent.stream.stream_plan`), zero where none."""
-        regions = stream_regions(self.kernel, self.specs)
+        regions = stream_regions(self.kernel, self.specs, self.l2_stream_names)
+        if not regions:
+            raise UnsupportedError(
+                f"persistent runtime: l2_stream: no weight to stream (an attached input that "
+                f"no kernel writes, of {MIN_BYTES} to {MAX_BYTES} bytes"
+                + (f", named like {list(self.l2_stream_names)})" if self.l2_stream_names else ")")
+            )
         self.stream = stream_plan(self.tasks.tasks, regions, self.l2_stream)
         field = self.options.stream_field
         for task, ranges in self.stream.items():

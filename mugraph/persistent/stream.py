@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from fnmatch import fnmatchcase
 
 from mugraph.errors import UnsupportedError
 from mugraph.ir.ops import OpKind
@@ -35,9 +36,11 @@ PIECE_ALIGN = 4096  # pieces start on 4 KB boundaries (a region's own ends excep
 Range = tuple[int, int]  # (address, bytes)
 
 
-def stream_regions(kernel, specs) -> dict[int, list[Range]]:
+def stream_regions(kernel, specs, names: Sequence[str] | None = None) -> dict[int, list[Range]]:
     """The weights each kernel reads (kernel op -> (address, bytes) of each), bytes rounded
-    out to :data:`ALIGN`. ``specs``: the runtime's kernel specs (their static inputs)."""
+    out to :data:`ALIGN`. ``specs``: the runtime's kernel specs (their static inputs);
+    ``names``: where given, only the weights whose attached name matches one of these
+    shell-style patterns (``"*.down_proj"``)."""
     graph = kernel.graph
     written = _written_storages(kernel)
     regions: dict[int, list[Range]] = {}
@@ -49,6 +52,8 @@ def stream_regions(kernel, specs) -> dict[int, list[Range]]:
             binding = kernel.binding(ref)
             if not isinstance(binding, Attached) or _storage(binding.tensor) in written:
                 continue
+            if names is not None and not _named(kernel.handle(ref), names):
+                continue
             t = graph.tensor_type(ref)
             extent = 1 + sum((d - 1) * s for d, s in zip(t.dims, t.strides, strict=True))
             start = binding.tensor.data_ptr() + binding.offset * t.dtype.itemsize
@@ -59,6 +64,10 @@ def stream_regions(kernel, specs) -> dict[int, list[Range]]:
         if found:
             regions[spec.op] = found
     return regions
+
+
+def _named(handle, patterns: Sequence[str]) -> bool:
+    return handle is not None and any(fnmatchcase(handle.name, p) for p in patterns)
 
 
 def _storage(tensor) -> int:
