@@ -48,6 +48,7 @@ VARIANTS = {  # PersistentOptions beyond the GPU mode's defaults (aligned and pi
     "no_loads_first": {"loads_first": False},
     "first_block_early": {"first_block_early": True},
     "separate_first_early": {"separate_bodies": True, "first_block_early": True},
+    "separate_dot_pipeline": {"separate_bodies": True, "pipeline_dots": True},
     "late_triggers": {"early_triggers": False},
     "queue_entries": {"desc_by_position": False},
     "claims": {"claim_field": 0},  # (the field is the one after the addresses: set below)
