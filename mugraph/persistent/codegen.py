@@ -208,7 +208,9 @@ class PersistentOptions:
         differ from block to block (the KV cache's) before its wait; its first block takes
         them, later blocks load their own when they start. ``pipeline_dots`` does this too, but
         carries the next block's tiles through every block, registers these one-block tasks
-        never use.
+        never use. Not yet measured on a GPU; offline (sm_90a, Triton 3.9, thirty-third
+        session) the branch cost more registers than ``pipeline_dots``: Qwen3-0.6B's partials
+        body 255 registers and 168 bytes of stack against 240 and none.
     early_triggers: a task reads its range of the trigger table and its first event before
         its wait (not with ``continuations``). Read after its last store, they were two
         dependent round trips to L2 (the wait's acquire empties L1) between the task's
@@ -1179,9 +1181,9 @@ def _stream_reads(streams: list[tuple[str, str]], field: int, width: int, row: s
                   suffix: str) -> list[str]:
     """The loads of task ``row``'s stream ranges (zero bytes where there is no such task)."""
     at = f"desc_ptr + ({row}) * {width} + {field}"
+    more = f"{row} < q_end"
     lines = []
     for r, (a, b) in enumerate(streams):
-        more = f"{row} < q_end"
         lines += [
             f"{a}_{suffix} = tl.load({at} + {2 * r}, mask={more}, other=0)",
             f"{b}_{suffix} = tl.load({at} + {2 * r + 1}, mask={more}, other=0).to(tl.int32)",
