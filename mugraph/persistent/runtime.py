@@ -531,10 +531,10 @@ class PersistentProgram:
         L2 (:func:`~mugraph.persistent.stream.stream_plan`), zero where none."""
         regions = stream_regions(self.kernel, self.specs, self.l2_stream_names)
         if not regions:
+            named = f", named like {list(self.l2_stream_names)}" if self.l2_stream_names else ""
             raise UnsupportedError(
                 f"persistent runtime: l2_stream: no weight to stream (an attached input that "
-                f"no kernel writes, of {MIN_BYTES} to {MAX_BYTES} bytes"
-                + (f", named like {list(self.l2_stream_names)})" if self.l2_stream_names else ")")
+                f"no kernel writes, of {MIN_BYTES} to {MAX_BYTES} bytes{named})"
             )
         self.stream = stream_plan(self.tasks.tasks, regions, self.l2_stream)
         field = self.options.stream_field
