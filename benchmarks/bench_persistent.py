@@ -475,6 +475,11 @@ VARIANTS = {
     "first_early": ({"first_block_early": True}, {}),
     "first_early_chunk32": ({"first_block_early": True}, {"attention_chunk": 32}),
     "dot_pipeline_chunk32": ({"pipeline_dots": True}, {"attention_chunk": 32}),
+    # the levels given to two sets of programs in turn (thirty-fourth session): a program has
+    # a whole level to load its next task's tiles before its wait; which layout puts both
+    # sets on every SM depends on where the GPU places the programs
+    "sets2_halves": ({"program_sets": 2, "program_set_layout": "halves"}, {}),
+    "sets2_interleaved": ({"program_sets": 2, "program_set_layout": "interleaved"}, {}),
     # blocks taken from counters, one per 8 (4, 32) tasks of a kernel (twenty-third session)
     "claims": ({"claim_blocks": True}, {}),
     "claims4": ({"claim_blocks": 4}, {}),

@@ -1137,6 +1137,37 @@ def test_level_allocation_gives_every_block_a_task_when_programs_suffice():
     assert few.kernel(new_token).num_tasks < pk.graph.ops[new_token].attr("graph").num_blocks
 
 
+@pytest.mark.parametrize("layout", ["halves", "interleaved"])
+def test_program_sets_take_the_levels_in_turn_and_decode_the_same(layout):
+    """``program_sets=2``: the tasks at depth d run on set d % 2 only, each level allocated
+    for half the programs; the queues stay topological and the tokens do not change."""
+    model = tiny_model("qwen3", layers=2)
+    prompt = [5, 17, 42]
+    ref_tokens, _ = hf_greedy(model, prompt, 5)
+    decoder = build_decoder(model, 16, tiles=SMALL_TILES)
+    program = decoder.compile(num_programs=6, program_sets=2, program_set_layout=layout)
+    tg = program.tasks
+    members = [{0, 1, 2}, {3, 4, 5}] if layout == "halves" else [{0, 2, 4}, {1, 3, 5}]
+    for task in tg.tasks:
+        if task.program >= 0:
+            assert task.program in members[task.depth % 2], task
+    whole = decoder.kernel.task_graph(num_programs=3)
+    assert [k.num_tasks for k in tg.kernels] == [k.num_tasks for k in whole.kernels]
+    tg.check()
+    assert program.generate(prompt, 5) == ref_tokens
+
+
+@pytest.mark.parametrize(
+    ("sets", "layout", "match"),
+    [(0, "halves", "program_sets"), (7, "halves", "program_sets"), (True, "halves", "program_sets"),
+     (2, "rows", "set_layout")],
+)
+def test_program_sets_reject_bad_values(sets, layout, match):
+    pk = build_decoder(tiny_model("llama"), 16, tiles=SMALL_TILES).kernel
+    with pytest.raises(mugraph.UnsupportedError, match=match):
+        pk.task_graph(num_programs=6, program_sets=sets, set_layout=layout)
+
+
 @pytest.mark.parametrize(
     ("continuations", "lookahead"), [(True, False), (False, False), (False, True)]
 )

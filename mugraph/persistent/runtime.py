@@ -16,6 +16,10 @@ the kernel walks (task descriptors, queues, event counters, the meta buffer) and
   their blocks one at a time from a counter of the step instead of each running a fixed
   range, so that no level waits for its slowest program's share. (Off by default: on the
   H100 it made both decoders' steps slower, twenty-third session.)
+  ``program_sets=2`` gives the levels of the step to two sets of programs in turn
+  (``build_task_graph``'s ``program_sets``; ``program_set_layout`` says which programs form a
+  set), so that a program loads its next task's tiles a whole level before its wait. (Off by
+  default: slower on the H100, thirty-fourth session.)
 - **topological mode** (CPU under ``TRITON_INTERPRET=1``, or on request): one program runs every
   task in the global topological order; each wait only checks that its event has fired.
 
@@ -289,6 +293,8 @@ class PersistentProgram:
         separate_bodies: bool = True,
         trace: bool = False,
         task_allocation: str = "level",
+        program_sets: int = 1,
+        program_set_layout: str = "halves",
         claim_blocks: bool | int = False,
         l2_stream: int = 0,
         l2_stream_after: bool = False,
@@ -416,6 +422,7 @@ class PersistentProgram:
         if max_registers is not None and on_cuda and not interpret:
             self.launch_options["maxnreg"] = max_registers
         self.task_allocation = task_allocation
+        self.program_sets = (program_sets, program_set_layout)
         gpu = on_cuda and not interpret
         self.options = PersistentOptions(
             interpret=interpret,
@@ -674,6 +681,8 @@ class PersistentProgram:
         self.tasks: TaskGraph = self.kernel.task_graph(
             num_programs,
             allocation=self.task_allocation,
+            program_sets=self.program_sets[0],
+            set_layout=self.program_sets[1],
             continuation_bytes=CONTINUATION_BYTES if self.options.continuations else 0,
         )
         self._allocate_task_arrays()

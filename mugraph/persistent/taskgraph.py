@@ -450,6 +450,8 @@ def build_task_graph(
     continuation_bytes: int = 0,
     task_overhead_s: float = 2e-6,
     bandwidth_per_program: float = 2.5e10,
+    program_sets: int = 1,
+    set_layout: str = "halves",
 ) -> TaskGraph:
     """The task graph of a persistent kernel (or of any kernel graph of custom kernels).
 
@@ -457,15 +459,29 @@ def build_task_graph(
     kernel's blocks are spread evenly over its tasks. ``reduce`` drops dependencies implied by
     others before making events. A task moving at most ``continuation_bytes`` that is its
     event's only consumer becomes a continuation (0: none).
+
+    ``program_sets`` (S > 1) splits the programs into S sets that take the levels in turn: the
+    tasks at depth d run on set d % S only (the allocation counts num_programs / S programs a
+    level). A program then has a whole level between its tasks, in which it loads its next
+    task's tiles ahead of its wait, instead of the end of the previous level.
+    ``set_layout``: "halves" (program p in set p * S // num_programs) or "interleaved"
+    (p % S); which one puts every set on every SM depends on how the GPU places programs
+    (``benchmarks/probe_sm_placement.py``: on the H100, "halves" nearly). Not the runtime's
+    default: on the H100 (thirty-fourth session) S = 2 made both decoders' steps 1.27-1.66x
+    slower, a task of a big level holding two or three blocks of which only the first loads
+    before the wait (and a level's small kernel, the KV-cache append, getting one task).
     """
     if not isinstance(num_programs, int) or num_programs < 1:
         raise GraphStructureError(
             f"build_task_graph: num_programs must be >= 1, got {num_programs!r}"
         )
+    sets = _program_sets(num_programs, program_sets, set_layout)
     src = _source(source)
     graph = src.graph
     ops = _kernel_ops(graph)
-    counts = allocate_tasks(graph, ops, num_programs, allocation, tasks_per_kernel)
+    counts = allocate_tasks(
+        graph, ops, num_programs // program_sets, allocation, tasks_per_kernel
+    )
     kernels: dict[int, KernelTasks] = {}
     first = 0
     for k in ops:
@@ -522,8 +538,7 @@ def build_task_graph(
         events = _with_continuations(events, moved, continuation_bytes)
     follow = {e.continuation for e in events if e.continuation >= 0}
     programs = _schedule(
-        order, raw, owners, kernels, num_programs, task_overhead_s, bandwidth_per_program,
-        follow,
+        order, raw, owners, kernels, sets, task_overhead_s, bandwidth_per_program, follow, depth
     )
     tasks = [
         Task(
@@ -638,14 +653,34 @@ def _with_continuations(events: list[Event], moved: dict[int, int], limit: int) 
     return out
 
 
+SET_LAYOUTS = ("halves", "interleaved")
+
+
+def _program_sets(num_programs: int, sets: int, layout: str) -> list[list[int]]:
+    """The programs of each set (see ``build_task_graph``'s ``program_sets``)."""
+    if isinstance(sets, bool) or not isinstance(sets, int) or not 1 <= sets <= num_programs:
+        raise UnsupportedError(
+            f"build_task_graph: program_sets must be an int in [1, num_programs = "
+            f"{num_programs}], got {sets!r}"
+        )
+    if layout not in SET_LAYOUTS:
+        raise UnsupportedError(
+            f"build_task_graph: set_layout must be one of {SET_LAYOUTS}, got {layout!r}"
+        )
+    if layout == "halves":
+        return [[p for p in range(num_programs) if p * sets // num_programs == s]
+                for s in range(sets)]
+    return [list(range(s, num_programs, sets)) for s in range(sets)]
+
+
 def _schedule(
-    order, raw, owners, kernels, num_programs, overhead, bandwidth, follow=frozenset()
+    order, raw, owners, kernels, sets, overhead, bandwidth, follow=frozenset(), depth=None
 ) -> list[int]:
-    """List scheduling: each task (in order) goes to the program free earliest. A
-    continuation (in ``follow``) takes no program: it starts when its producers are done
-    (its program is -1)."""
-    free = [(0.0, p) for p in range(num_programs)]
-    heapq.heapify(free)
+    """List scheduling: each task (in order) goes to the program of its set (the set of its
+    depth, in turn; one set of every program by default) free earliest. A continuation (in
+    ``follow``) takes no program: it starts when its producers are done (its program is
+    -1)."""
+    free = [[(0.0, p) for p in members] for members in sets]
     finish = [0.0] * len(raw)
     program = [0] * len(raw)
     for t in order:
@@ -655,11 +690,12 @@ def _schedule(
         if t in follow:
             finish[t], program[t] = ready + cost, -1
             continue
-        at, p = heapq.heappop(free)
+        heap = free[depth[t] % len(sets) if depth is not None else 0]
+        at, p = heapq.heappop(heap)
         start = max(at, ready)
         finish[t] = start + cost
         program[t] = p
-        heapq.heappush(free, (finish[t], p))
+        heapq.heappush(heap, (finish[t], p))
     return program
 
 
