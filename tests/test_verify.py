@@ -648,6 +648,60 @@ def test_division_by_zero_redraws_the_round():
     assert not mugraph.verify(a, swapped, seed=3, max_redraws=20, primes=SMALL).passed
 
 
+@pytest.mark.parametrize(
+    ("name", "primes"),
+    [("gated_mlp", verify_module.SMALL_PRIMES), ("rmsnorm_linear", verify_module.SMALL_PRIMES),
+     ("attention_flashdecoding", verify_module.LARGE_PRIMES)],
+)
+def test_verify_takes_the_small_primes_only_where_the_plan_is_the_same(name, primes):
+    """The small pair (one float64 GEMM a product) where it plans the rounds the large pair
+    plans, with a bound as good for delta; never where no bound exists (attention's heuristic
+    rounds)."""
+    work = WORKLOADS[name]
+    candidate, program = work.optimized(work.small), work.naive(work.small)
+    result = _verify(candidate, program, max_rounds=64)
+    assert result.passed and result.primes == primes, str(result)
+    pair = difference(analyse(candidate), analyse(program))
+    large = plan_rounds(pair, 1e-9, 64, p=verify_module.P, q=verify_module.Q)
+    assert (result.rounds, result.guarantee) == (large[0], large[2])
+    session = verify_module.ProgramRounds(program, seed=0)
+    assert session.primes == primes and session.verify(candidate).primes == primes
+
+
+def test_choose_primes_keeps_the_large_field_where_the_small_one_loses_the_theorem():
+    """Theorem 3 needs d*k^4 < q: k = 30 terms at degree 4 fits q ~ 2^30, not q ~ 2^20;
+    Schwartz-Zippel's rounds at a high degree grow in the small field."""
+    choose = verify_module.choose_primes
+    theorem = verify_module.Analysis(max_exp_depth=1, degree=4, terms=4, uninterpreted=())
+    assert choose(theorem, 1e-9) == verify_module.SMALL_PRIMES
+    lost = dataclasses.replace(theorem, terms=30)
+    assert plan_rounds(lost, 1e-9, 64)[1] is not None
+    assert choose(lost, 1e-9) == verify_module.LARGE_PRIMES
+    deep = verify_module.Analysis(max_exp_depth=0, degree=1 << 12, terms=1, uninterpreted=())
+    assert choose(deep, 1e-9) == verify_module.LARGE_PRIMES
+    low = dataclasses.replace(deep, degree=3)
+    assert choose(low, 1e-9) == verify_module.SMALL_PRIMES
+
+
+def test_small_primes_voided_by_zero_divisors_fall_back_to_the_large_ones(monkeypatch):
+    """A division whose divisor is zero in every draw over the small field decides nothing:
+    verify and ProgramRounds run the pair again over the large primes."""
+    tiny = (23, 11)
+    monkeypatch.setattr(verify_module, "SMALL_PRIMES", tiny)
+    monkeypatch.setattr(verify_module, "choose_primes", lambda *args: tiny)
+    a = _graph([(8, 8), (8, 8)], lambda g, x, y: g.div(x, y))
+    b = _graph([(8, 8), (8, 8)],
+               lambda g, x, y: g.div(g.mul_scalar(x, 3.0), g.mul_scalar(y, 3.0)))
+    result = mugraph.verify(a, b, seed=3, max_rounds=4)
+    assert result.passed and result.primes == verify_module.LARGE_PRIMES, str(result)
+    session = verify_module.ProgramRounds(b, seed=3)
+    assert session.primes == tiny
+    again = session.verify(a, max_rounds=4)
+    assert again.passed and again.primes == verify_module.LARGE_PRIMES, str(again)
+    assert not mugraph.verify(a, _graph([(8, 8), (8, 8)], lambda g, x, y: g.div(y, x)),
+                              seed=3, max_rounds=4).passed
+
+
 def test_one_round_answers_redraw_in_a_small_field(monkeypatch):
     original = FieldContext.from_rng  # also through a patched context, as the brief has it
     monkeypatch.setattr(verify_module.FieldContext, "from_rng",

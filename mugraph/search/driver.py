@@ -857,8 +857,8 @@ class _Planner:
 _PAIR: dict[str, Any] = {}
 
 
-def _init_pair(candidate, program, delta) -> None:
-    _PAIR.update(candidate=candidate, program=program, delta=delta)
+def _init_pair(candidate, program, delta, primes) -> None:
+    _PAIR.update(candidate=candidate, program=program, delta=delta, primes=primes)
 
 
 def _verify_chunk(task: tuple[int, int]):
@@ -866,31 +866,46 @@ def _verify_chunk(task: tuple[int, int]):
 
     rounds, seed = task
     return verify(
-        _PAIR["candidate"], _PAIR["program"], _PAIR["delta"], max_rounds=rounds, seed=seed
+        _PAIR["candidate"], _PAIR["program"], _PAIR["delta"], max_rounds=rounds, seed=seed,
+        primes=_PAIR["primes"],
     )
 
 
 def verify_in_parallel(candidate, program, delta: float = 1e-9, *, max_rounds: int = 64,
-                       workers: int | None = None):
+                       workers: int | None = None, primes: tuple[int, int] | None = None):
     """:func:`mugraph.verify` with its rounds spread over ``workers`` forked processes, each
-    drawing its own random points (independent seeds): the same plan (rounds, bound) as one
-    process running them all, in a fraction of the time. A failure in any process fails."""
-    from mugraph.search.verify import analyse, difference, plan_rounds, verify
+    drawing its own random points (independent seeds): the same plan (rounds, bound, primes
+    chosen for all the rounds) as one process running them all, in a fraction of the time. A
+    failure in any process fails."""
+    from mugraph.search.verify import (
+        LARGE_PRIMES,
+        analyse,
+        choose_primes,
+        difference,
+        plan_rounds,
+        verify,
+        voided_in_small_field,
+    )
 
     pair = difference(analyse(candidate), analyse(program))
-    rounds, bound, guarantee = plan_rounds(pair, delta, max_rounds)
+    chosen = primes or choose_primes(pair, delta)
+    rounds, bound, guarantee = plan_rounds(pair, delta, max_rounds, p=chosen[0], q=chosen[1])
     count = min(workers or os.cpu_count() or 1, rounds)
     if count <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        return verify(candidate, program, delta, max_rounds=max_rounds)
+        return verify(candidate, program, delta, max_rounds=max_rounds, primes=primes)
     chunks = [rounds // count + (1 if i < rounds % count else 0) for i in range(count)]
     seeds = [int(s.generate_state(1)[0]) for s in np.random.SeedSequence().spawn(count)]
     started = time.perf_counter()
     ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(count, initializer=_init_pair, initargs=(candidate, program, delta)) as pool:
+    init = (candidate, program, delta, chosen)
+    with ctx.Pool(count, initializer=_init_pair, initargs=init) as pool:
         try:
             parts = pool.map(_verify_chunk, list(zip(chunks, seeds, strict=True)), chunksize=1)
         finally:
             pool.terminate()
+    if primes is None and any(voided_in_small_field(r) for r in parts):
+        return verify_in_parallel(candidate, program, delta, max_rounds=max_rounds,
+                                  workers=workers, primes=LARGE_PRIMES)
     merged = parts[0]
     merged.rounds = sum(r.rounds for r in parts)
     merged.redraws = sum(r.redraws for r in parts)

@@ -42,6 +42,12 @@ failing: the round is redrawn, not counted as a pass or a failure; after ``max_r
 draws in a row divide by zero the result is a failure that names the graph at fault (a graph
 that divides by an expression that is zero everywhere has no value to compare).
 
+Which primes: p ≈ 2^31 (``field_arith.P``, ``Q``) or the small pair p ≈ 2^21, whose products
+take one float64 GEMM instead of two (``field_arith.P_SMALL``). :func:`choose_primes` takes the
+small pair only where it needs as many rounds as the large one to reach δ: low-degree
+polynomials, Theorems 3-4 with ``d·k⁴ < 2^20``. Heuristic rounds keep the large field. A run over the small pair that only met zero divisors (1024 times
+likelier there) is run again over the large one.
+
 Speed: every input whose Z_q component cannot reach an exponent, a divisor or an
 uninterpreted function gets a zero Z_q component, which the products skip
 (:func:`q_inputs`); the inputs' memory is reused from round to round and from one call to
@@ -79,6 +85,8 @@ from mugraph.ir.graph import BlockGraph, Op
 from mugraph.ir.ops import AccumKind, Group, OpKind
 from mugraph.semantics.field import FieldInterpretation
 from mugraph.semantics.field_arith import (
+    P_SMALL,
+    Q_SMALL,
     FieldContext,
     FieldDivisionByZero,
     KeptProducts,
@@ -618,10 +626,30 @@ def plan_rounds(
     )
 
 
+LARGE_PRIMES = (P, Q)
+SMALL_PRIMES = (P_SMALL, Q_SMALL)
+
+
+def choose_primes(pair: Analysis, delta: float) -> tuple[int, int]:
+    """The small primes (a single float64 GEMM per product, see
+    :mod:`mugraph.semantics.field_arith`) where they give ``pair`` the plan the large ones
+    give for ``delta`` — as many rounds, with a bound within ``delta`` — else the large ones
+    (always where no bound exists: the heuristic rounds keep the larger field). Plans are
+    compared uncapped, so the choice does not depend on a caller's ``max_rounds``."""
+    rounds, bound, _ = plan_rounds(pair, delta, _UNCAPPED, p=P, q=Q)
+    small_rounds, small_bound, _ = plan_rounds(pair, delta, _UNCAPPED, p=P_SMALL, q=Q_SMALL)
+    if bound is None or small_bound is None or small_rounds != rounds or small_bound > delta:
+        return LARGE_PRIMES
+    return SMALL_PRIMES
+
+
+_UNCAPPED = 1 << 62
+
+
 def rounds_for(candidate, program, delta: float) -> tuple[int, float | None, str]:
     """The rounds :func:`verify` plans for ``delta`` without a cap (for reports)."""
     pair = difference(analyse(candidate), analyse(program))
-    return plan_rounds(pair, delta, 1 << 62)
+    return plan_rounds(pair, delta, _UNCAPPED)
 
 
 # ---- which inputs need a Z_q component ----------------------------------------------------------
@@ -741,26 +769,43 @@ def verify(
     max_rounds: int = 64,
     seed: int | None = None,
     max_redraws: int = 8,
-    primes: tuple[int, int] = (P, Q),
+    primes: tuple[int, int] | None = None,
 ) -> VerificationResult:
     """Test ``candidate`` against ``program`` over finite fields (see the module docstring).
 
-    ``primes``: (p, q) with q | p - 1 and p < 2^31 (small ones are for tests: the bound is
-    computed for the primes used)."""
+    ``primes``: (p, q) with q | p - 1 and p < 2^31 (the bound is computed for the primes
+    used); None: :func:`choose_primes` (the small pair where it plans the same rounds, and the
+    large pair again, on fresh rounds, if the small one met a zero divisor in every draw)."""
     _check_delta(delta)
     candidate.check()
     program.check()
     _check_same_interface(candidate, program)
     pair = difference(analyse(candidate), analyse(program))
+    chosen = primes or choose_primes(pair, delta)
+    q_needed = q_inputs(candidate) | q_inputs(program)
     with input_buffers() as buffers:
-        rounds = _FreshRounds(program, q_inputs(candidate) | q_inputs(program), seed, primes,
-                              buffers)
-        return _run_rounds(candidate, pair, rounds, delta, max_rounds, max_redraws)
+        rounds = _FreshRounds(program, q_needed, seed, chosen, buffers)
+        result = _run_rounds(candidate, pair, rounds, delta, max_rounds, max_redraws)
+        if primes is None and voided_in_small_field(result):
+            rounds = _FreshRounds(program, q_needed, seed, LARGE_PRIMES, buffers)
+            result = _run_rounds(candidate, pair, rounds, delta, max_rounds, max_redraws)
+        return result
+
+
+def voided_in_small_field(result: VerificationResult) -> bool:
+    """A run over the small primes that ended in zero divisors alone (they are 1024 times
+    likelier there): it decides nothing, the large primes are tried."""
+    return result.primes == SMALL_PRIMES and result.failure is not None and (
+        result.failure.startswith(_VOIDED)
+    )
 
 
 def _check_delta(delta: float) -> None:
     if not 0 < delta < 1:
         raise MugraphError(f"verify: delta must be in (0, 1), got {delta}")
+
+
+_VOIDED = "division by zero"
 
 
 def _run_rounds(candidate, pair: Analysis, rounds, delta, max_rounds, max_redraws):
@@ -787,7 +832,7 @@ def _run_rounds(candidate, pair: Analysis, rounds, delta, max_rounds, max_redraw
             in_a_row += 1
             if in_a_row > max_redraws:
                 result.passed, result.bound = False, None
-                result.failure = f"division by zero in {in_a_row} draws in a row ({failure})"
+                result.failure = f"{_VOIDED} in {in_a_row} draws in a row ({failure})"
                 break
             continue
         in_a_row = 0
@@ -1037,15 +1082,17 @@ class ProgramRounds:
         program,
         *,
         seed: int | None = None,
-        primes: tuple[int, int] = (P, Q),
+        primes: tuple[int, int] | None = None,
         max_bytes: int = 1 << 30,
         shared: Any = None,
     ) -> None:
         program.check()
         self.program = program
         self.shared = shared
-        self.primes = primes
         self.analysis = analyse(program)
+        # None: the primes :func:`choose_primes` gives the program against itself at the
+        # default delta; a candidate they do not suit gets fresh rounds (as verify draws)
+        self.primes = primes or choose_primes(difference(self.analysis, self.analysis), 1e-9)
         self.q_needed = q_inputs(program)
         self.max_bytes = max_bytes
         self._seeds = np.random.SeedSequence(seed)
@@ -1063,11 +1110,19 @@ class ProgramRounds:
         candidate.check()
         _check_same_interface(candidate, self.program)
         pair = difference(analyse(candidate), self.analysis)
-        if not q_inputs(candidate) <= self.q_needed:
+        primes = self.primes
+        if primes == SMALL_PRIMES and choose_primes(pair, delta) != SMALL_PRIMES:
+            primes = LARGE_PRIMES  # the small field would weaken this candidate's plan
+        if primes != self.primes or not q_inputs(candidate) <= self.q_needed:
             rounds = _FreshRounds(self.program, q_inputs(candidate) | self.q_needed,
-                                  self._seeds.spawn(1)[0], self.primes)
+                                  self._seeds.spawn(1)[0], primes)
             return _run_rounds(candidate, pair, rounds, delta, max_rounds, max_redraws)
-        return _run_rounds(candidate, pair, self, delta, max_rounds, max_redraws)
+        result = _run_rounds(candidate, pair, self, delta, max_rounds, max_redraws)
+        if voided_in_small_field(result):
+            rounds = _FreshRounds(self.program, q_inputs(candidate) | self.q_needed,
+                                  self._seeds.spawn(1)[0], LARGE_PRIMES)
+            result = _run_rounds(candidate, pair, rounds, delta, max_rounds, max_redraws)
+        return result
 
     def compare(self, candidate, attempt: int) -> str | None:
         state = self._round(attempt)

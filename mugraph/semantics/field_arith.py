@@ -58,6 +58,13 @@ P < 2^31 (Theorem 3 needs q | p - 1, and q <= (p-1)/2 always).  Why 2^31:
 * With Q ≈ 2^30, Theorem 3 (``d·k^4 < q``) covers k <= 181 exponential terms at degree 1 and
   k <= 90 at degree 16: see :func:`theorem3_max_terms`.
 
+The small pair ``P_SMALL = 2^21 - 9``, ``Q_SMALL = (P_SMALL - 1) / 2`` takes that single GEMM
+(k·p^2 < 2^53 for reductions up to 2048, one exact chunk each), at 0.7-0.95x the time of a
+round over P, Q on six suite cases (thirty-fourth session). The verifier uses it only where it
+needs as many rounds as over P, Q to reach the caller's δ (``choose_primes`` in
+:mod:`mugraph.search.verify`): Schwartz-Zippel at low degree, Theorems 3-4 with few
+exponential terms.
+
 Matrix multiplication (:func:`matmul_mod`)
 ------------------------------------------
 The operand with fewer elements (``S``) is split into L balanced base-2^s digits with
@@ -217,6 +224,8 @@ from mugraph.semantics.partition import fold_cols, fold_rows, matmul_layout, unf
 __all__ = [
     "P",
     "Q",
+    "P_SMALL",
+    "Q_SMALL",
     "FieldArray",
     "FieldContext",
     "FieldConstantError",
@@ -244,6 +253,9 @@ __all__ = [
 
 P: int = 2_147_483_579  # largest safe prime below 2^31 (2^31 - 69)
 Q: int = (P - 1) // 2  # 1_073_741_789 (2^30 - 35), prime, divides P - 1
+# the small pair (see "The primes"): largest safe prime below 2^21 (2^21 - 9), its (P - 1) / 2
+P_SMALL: int = 2_097_143
+Q_SMALL: int = (P_SMALL - 1) // 2  # 1_048_571 (2^20 - 5), prime
 
 _MAX_MODULUS = 1 << 31  # (m-1)^2 < 2^62 keeps elementwise products exact in int64
 _BATCH_INV_MIN = 1 << 14  # batch (Montgomery) inversion above this many elements
