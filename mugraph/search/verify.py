@@ -45,8 +45,9 @@ that divides by an expression that is zero everywhere has no value to compare).
 Which primes: p ≈ 2^31 (``field_arith.P``, ``Q``) or the small pair p ≈ 2^21, whose products
 take one float64 GEMM instead of two (``field_arith.P_SMALL``). :func:`choose_primes` takes the
 small pair only where it needs as many rounds as the large one to reach δ: low-degree
-polynomials, Theorems 3-4 with ``d·k⁴ < 2^20``. Heuristic rounds keep the large field. A run over the small pair that only met zero divisors (1024 times
-likelier there) is run again over the large one.
+polynomials, Theorems 3-4 with ``d·k⁴ < 2^20``. Heuristic rounds keep the large field. A run
+over the small pair that only met zero divisors (1024 times likelier there) is run again over
+the large one.
 
 Speed: every input whose Z_q component cannot reach an exponent, a divisor or an
 uninterpreted function gets a zero Z_q component, which the products skip
