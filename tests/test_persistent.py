@@ -41,7 +41,11 @@ from mugraph.persistent import layers as L  # noqa: E402
 from mugraph.persistent.codegen import block_invariant_ops  # noqa: E402
 from mugraph.persistent.parallel import Peer  # noqa: E402
 from mugraph.persistent.render import render_text, to_svg  # noqa: E402
-from mugraph.persistent.taskgraph import block_coords, task_ancestors  # noqa: E402
+from mugraph.persistent.taskgraph import (  # noqa: E402
+    allocate_tasks,
+    block_coords,
+    task_ancestors,
+)
 from mugraph.persistent.tensors import Attached, MetaSlot, Row  # noqa: E402
 
 transformers = pytest.importorskip("transformers")
@@ -1135,6 +1139,34 @@ def test_level_allocation_gives_every_block_a_task_when_programs_suffice():
     few = pk.task_graph(num_programs=3)  # fewer: tasks in proportion to the bytes moved
     new_token = next(k for k, part in kinds.items() if part == "new_token")
     assert few.kernel(new_token).num_tasks < pk.graph.ops[new_token].attr("graph").num_blocks
+
+
+def test_level_allocation_counts_each_blocks_fixed_cost():
+    """Where a level has more blocks than programs, the KV-cache append (4 small blocks) and
+    the attention partials (16 blocks) share the programs by bytes plus a fixed cost a block:
+    the append gets more than one task, so its blocks do not all run one after another (by
+    bytes alone it gets one); every block still has a task, and the decode is unchanged."""
+    torch.manual_seed(0)
+    config = transformers.Qwen3Config(
+        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=4, num_key_value_heads=4, head_dim=8, max_position_embeddings=128,
+        tie_word_embeddings=True,
+    )
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    decoder = build_decoder(model, 64, tiles=SMALL_TILES)
+    pk = decoder.kernel
+    kind = {role.part: k for k, role in pk.roles.items()}
+    new_token, partials = kind["new_token"], kind["partials"]
+    assert pk.graph.ops[new_token].attr("graph").num_blocks == 4
+    assert pk.graph.ops[partials].attr("graph").num_blocks == 16
+    ops = [k for k, op in enumerate(pk.graph.ops) if op.kind is mugraph.OpKind.CUSTOMIZED]
+    by_bytes = allocate_tasks(pk.graph, ops, 12, "level")
+    assert by_bytes[new_token] == 1
+    tg = pk.task_graph(num_programs=12)
+    assert tg.kernel(new_token).num_tasks == 2 and tg.kernel(partials).num_tasks == 10
+    prompt = [5, 17, 42]
+    ref_tokens, _ = hf_greedy(model, prompt, 4)
+    assert decoder.compile(num_programs=12).generate(prompt, 4) == ref_tokens
 
 
 @pytest.mark.parametrize("layout", ["halves", "interleaved"])
