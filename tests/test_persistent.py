@@ -1145,7 +1145,7 @@ def test_level_allocation_counts_each_blocks_fixed_cost():
     """Where a level has more blocks than programs, the KV-cache append (4 small blocks) and
     the attention partials (16 blocks) share the programs by bytes plus a fixed cost a block:
     the append gets more than one task, so its blocks do not all run one after another (by
-    bytes alone it gets one); every block still has a task, and the decode is unchanged."""
+    bytes alone it gets one), and the decode is unchanged."""
     torch.manual_seed(0)
     config = transformers.Qwen3Config(
         vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
