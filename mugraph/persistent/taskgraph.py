@@ -681,7 +681,7 @@ def _program_sets(num_programs: int, sets: int, layout: str) -> list[list[int]]:
 
 
 def _schedule(
-    order, raw, owners, kernels, sets, overhead, bandwidth, follow=frozenset(), depth=None
+    order, raw, owners, kernels, sets, overhead, bandwidth, follow, depth
 ) -> list[int]:
     """List scheduling: each task (in order) goes to the program of its set (the set of its
     depth, in turn; one set of every program by default) free earliest. A continuation (in
@@ -697,7 +697,7 @@ def _schedule(
         if t in follow:
             finish[t], program[t] = ready + cost, -1
             continue
-        heap = free[depth[t] % len(sets) if depth is not None else 0]
+        heap = free[depth[t] % len(sets)]
         at, p = heapq.heappop(heap)
         start = max(at, ready)
         finish[t] = start + cost

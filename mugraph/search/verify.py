@@ -629,6 +629,7 @@ def plan_rounds(
 
 LARGE_PRIMES = (P, Q)
 SMALL_PRIMES = (P_SMALL, Q_SMALL)
+_UNCAPPED = 1 << 62  # max_rounds of a plan made without a cap
 
 
 def choose_primes(pair: Analysis, delta: float) -> tuple[int, int]:
@@ -642,9 +643,6 @@ def choose_primes(pair: Analysis, delta: float) -> tuple[int, int]:
     if bound is None or small_bound is None or small_rounds != rounds or small_bound > delta:
         return LARGE_PRIMES
     return SMALL_PRIMES
-
-
-_UNCAPPED = 1 << 62
 
 
 def rounds_for(candidate, program, delta: float) -> tuple[int, float | None, str]:
@@ -785,12 +783,19 @@ def verify(
     chosen = primes or choose_primes(pair, delta)
     q_needed = q_inputs(candidate) | q_inputs(program)
     with input_buffers() as buffers:
-        rounds = _FreshRounds(program, q_needed, seed, chosen, buffers)
-        result = _run_rounds(candidate, pair, rounds, delta, max_rounds, max_redraws)
-        if primes is None and voided_in_small_field(result):
-            rounds = _FreshRounds(program, q_needed, seed, LARGE_PRIMES, buffers)
-            result = _run_rounds(candidate, pair, rounds, delta, max_rounds, max_redraws)
-        return result
+        fresh = _FreshRounds(program, q_needed, seed, chosen, buffers)
+        return _run_fresh(candidate, pair, fresh, delta, max_rounds, max_redraws,
+                          fallback=primes is None)
+
+
+def _run_fresh(candidate, pair, fresh, delta, max_rounds, max_redraws, *, fallback: bool):
+    """:func:`_run_rounds` on ``fresh`` rounds, and (``fallback``) again on rounds of the same
+    seed over the large primes when the small ones were voided by zero divisors."""
+    result = _run_rounds(candidate, pair, fresh, delta, max_rounds, max_redraws)
+    if fallback and voided_in_small_field(result):
+        fresh = fresh.over(LARGE_PRIMES)
+        result = _run_rounds(candidate, pair, fresh, delta, max_rounds, max_redraws)
+    return result
 
 
 def voided_in_small_field(result: VerificationResult) -> bool:
@@ -1021,8 +1026,13 @@ class _FreshRounds:
 
     def __init__(self, program, q_needed, seed, primes, buffers: InputBuffers | None = None):
         self.program, self.q_needed, self.primes = program, q_needed, primes
+        self.seed = seed
         self.rng = np.random.default_rng(seed)
         self.buffers = InputBuffers() if buffers is None else buffers
+
+    def over(self, primes: tuple[int, int]) -> _FreshRounds:
+        """The same rounds' stream from its start, over other primes."""
+        return _FreshRounds(self.program, self.q_needed, self.seed, primes, self.buffers)
 
     def compare(self, candidate, attempt: int) -> str | None:
         return _one_round(candidate, self.program, self.rng, self.q_needed,
@@ -1114,16 +1124,14 @@ class ProgramRounds:
         primes = self.primes
         if primes == SMALL_PRIMES and choose_primes(pair, delta) != SMALL_PRIMES:
             primes = LARGE_PRIMES  # the small field would weaken this candidate's plan
-        if primes != self.primes or not q_inputs(candidate) <= self.q_needed:
-            rounds = _FreshRounds(self.program, q_inputs(candidate) | self.q_needed,
-                                  self._seeds.spawn(1)[0], primes)
-            return _run_rounds(candidate, pair, rounds, delta, max_rounds, max_redraws)
-        result = _run_rounds(candidate, pair, self, delta, max_rounds, max_redraws)
-        if voided_in_small_field(result):
-            rounds = _FreshRounds(self.program, q_inputs(candidate) | self.q_needed,
-                                  self._seeds.spawn(1)[0], LARGE_PRIMES)
-            result = _run_rounds(candidate, pair, rounds, delta, max_rounds, max_redraws)
-        return result
+        q_needed = q_inputs(candidate) | self.q_needed
+        if primes == self.primes and q_needed == self.q_needed:
+            result = _run_rounds(candidate, pair, self, delta, max_rounds, max_redraws)
+            if not voided_in_small_field(result):
+                return result
+            primes = LARGE_PRIMES
+        fresh = _FreshRounds(self.program, q_needed, self._seeds.spawn(1)[0], primes)
+        return _run_fresh(candidate, pair, fresh, delta, max_rounds, max_redraws, fallback=True)
 
     def compare(self, candidate, attempt: int) -> str | None:
         state = self._round(attempt)
