@@ -1,6 +1,7 @@
 """Per-token decode latency: mugraph's persistent kernel against PyTorch, and the floor.
 
-One call measures, for a Qwen3-0.6B-shaped and a Llama-3.2-1B-shaped model (bfloat16, random
+One call measures, for a Qwen3-0.6B-shaped and a Llama-3.2-1B-shaped model (or `--models
+qwen2.5-0.5b`: Qwen2, biases on q / k / v; bfloat16, random
 weights, batch 1, KV cache of 1024 positions), the time of one decode step with:
 
 - eager: a plain PyTorch decode step over the transformers module's weights, with a static KV
@@ -81,6 +82,19 @@ MODELS = {
             "original_max_position_embeddings": 8192,
         },
     ),
+    "qwen2.5-0.5b": dict(  # Qwen2: biases on q / k / v, 14 heads over 2 KV heads, hidden 896
+        kind="qwen2",
+        vocab_size=151936,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        rms_norm_eps=1e-6,
+        rope_theta=1000000.0,
+        tie_word_embeddings=True,
+        max_position_embeddings=32768,
+    ),
     "tiny-qwen3": dict(
         kind="qwen3",
         vocab_size=256,
@@ -106,7 +120,8 @@ def make_model(name: str, layers: int | None, device, dtype):
     kind = spec.pop("kind")
     if layers:
         spec["num_hidden_layers"] = layers
-    config_cls = transformers.Qwen3Config if kind == "qwen3" else transformers.LlamaConfig
+    config_cls = {"qwen3": transformers.Qwen3Config, "qwen2": transformers.Qwen2Config,
+                  "llama": transformers.LlamaConfig}[kind]
     config = config_cls(**spec)
     with torch.device(device):
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
@@ -164,9 +179,9 @@ class TorchDecode:
         for i, layer in enumerate(self.layers):
             attn, mlp = layer.self_attn, layer.mlp
             h = self.rms(x, layer.input_layernorm.weight)
-            q = F.linear(h, attn.q_proj.weight).view(s.heads, s.head_dim)
-            k = F.linear(h, attn.k_proj.weight).view(s.kv_heads, s.head_dim)
-            v = F.linear(h, attn.v_proj.weight).view(s.kv_heads, s.head_dim)
+            q = F.linear(h, attn.q_proj.weight, attn.q_proj.bias).view(s.heads, s.head_dim)
+            k = F.linear(h, attn.k_proj.weight, attn.k_proj.bias).view(s.kv_heads, s.head_dim)
+            v = F.linear(h, attn.v_proj.weight, attn.v_proj.bias).view(s.kv_heads, s.head_dim)
             if s.qk_norm:
                 q, k = self.rms(q, attn.q_norm.weight), self.rms(k, attn.k_norm.weight)
             q, k = self.rope(q, cos, sin), self.rope(k, cos, sin)
@@ -523,6 +538,18 @@ def relative_errors(rows, ref):
     return [float((a - b).norm() / b.norm()) for a, b in zip(rows, ref, strict=True)]
 
 
+def gaps_where_argmax_differs(rows, exact) -> list[float]:
+    """Where a row's argmax is not the float32 logits' (teacher forcing): how far the float32
+    logit of that token lies below the float32 maximum, in standard deviations of the float32
+    row (a near tie when small)."""
+    out = []
+    for a, b in zip(rows, exact, strict=True):
+        chosen = int(a.argmax())
+        if chosen != int(b.argmax()):
+            out.append(round(float((b.max() - b[chosen]) / b.std()), 4))
+    return out
+
+
 def run_persistent(model, prompt, ref_tokens, ref_logits, max_seq, sync, record, args) -> None:
     import torch
 
@@ -538,6 +565,8 @@ def run_persistent(model, prompt, ref_tokens, ref_logits, max_seq, sync, record,
             hf_bf16_vs_fp32_err=round(statistics.median(hf_err), 5),
             hf_bf16_argmax_vs_fp32=f"{hf_agree}/{len(hf_err)}",
             hf_bf16_first_mismatch_fp32_tokens=first_mismatch(ref_tokens, exact.tokens),
+            hf_bf16_fp32_gaps_where_argmax_differs=gaps_where_argmax_differs(
+                ref_logits, exact.logits),
         )
     names = args.variants if cuda else ["default"]
     for i, name in enumerate(names):
@@ -644,6 +673,8 @@ def run_variant(
                 {
                     key("logits_rel_err_vs_fp32"): round(statistics.median(e32), 5),
                     key("argmax_agree_fp32"): f"{a32}/{len(e32)}",
+                    key("fp32_gaps_where_argmax_differs"): gaps_where_argmax_differs(
+                        ours, exact.logits),
                 }
             )
         record(**row)

@@ -55,8 +55,9 @@ SMALL_TILES = TilePolicy(
 )
 
 
-def tiny_model(kind: str, layers: int = 1, seed: int = 0, vocab: int = 96):
-    """A tiny Llama or Qwen3 with random weights large enough that greedy choices are clear."""
+def tiny_model(kind: str, layers: int = 1, seed: int = 0, vocab: int = 96, **config_args):
+    """A tiny Llama, Mistral, Qwen2 (q / k / v biases) or Qwen3 with random weights large
+    enough that greedy choices are clear; ``config_args`` go to the config."""
     torch.manual_seed(seed)
     common = dict(
         vocab_size=vocab,
@@ -68,20 +69,23 @@ def tiny_model(kind: str, layers: int = 1, seed: int = 0, vocab: int = 96):
         max_position_embeddings=128,
         tie_word_embeddings=True,
     )
+    common.update(config_args)
     if kind == "qwen3":
         config = transformers.Qwen3Config(num_key_value_heads=2, **common)
+    elif kind == "qwen2":
+        common.pop("head_dim")  # Qwen2's is hidden_size / heads
+        config = transformers.Qwen2Config(num_key_value_heads=2, **common)
+    elif kind == "mistral":
+        config = transformers.MistralConfig(num_key_value_heads=2, **common)
     else:
-        config = transformers.LlamaConfig(
-            num_key_value_heads=1,
-            rope_scaling={
-                "rope_type": "llama3",
-                "factor": 8.0,
-                "low_freq_factor": 1.0,
-                "high_freq_factor": 4.0,
-                "original_max_position_embeddings": 16,
-            },
-            **common,
-        )
+        common.setdefault("rope_scaling", {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 16,
+        })
+        config = transformers.LlamaConfig(num_key_value_heads=1, **common)
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     with torch.no_grad():
         for p in model.parameters():
@@ -120,6 +124,75 @@ def test_qwen3_greedy_decode_matches_transformers_over_32_steps():
     ours = program.buffer(decoder.logits)[0]
     ref = ref_logits[0]
     assert float((ours - ref).norm() / ref.norm()) < 1e-4
+
+
+@pytest.mark.parametrize(
+    ("kind", "config_args"),
+    [
+        ("qwen2", {}),
+        ("mistral", {"sliding_window": 16}),
+        ("llama", {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0},
+                   "max_position_embeddings": 16}),
+    ],
+)
+def test_more_model_families_decode_like_transformers(kind, config_args):
+    """Qwen2 (biases on q / k / v, no QK norm), Mistral (a sliding window as long as the
+    cache attends to every position) and a dynamic RoPE that never rescales within the cache:
+    greedy tokens and logits as transformers'."""
+    model = tiny_model(kind, layers=2, seed=3, **config_args)
+    if kind == "qwen2":
+        assert model.model.layers[0].self_attn.q_proj.bias is not None
+    prompt = [7, 30, 2]
+    ref_tokens, ref_logits = hf_greedy(model, prompt, 8)
+    decoder = build_decoder(model, 16, tiles=SMALL_TILES)
+    program = decoder.compile()
+    assert program.generate(prompt, 8) == ref_tokens
+    program.reset()
+    for token in prompt:
+        program.step(token)
+    ours, ref = program.buffer(decoder.logits)[0], ref_logits[0]
+    assert float((ours - ref).norm() / ref.norm()) < 1e-4
+
+
+@pytest.mark.parametrize(
+    ("kind", "config_args", "module", "match"),
+    [
+        ("llama", {"hidden_act": "gelu"}, None, "activation is 'gelu'"),
+        ("mistral", {"sliding_window": 8}, None, "sliding window of 8 positions"),
+        ("qwen2", {"use_sliding_window": True, "sliding_window": 8, "max_window_layers": 0},
+         None, "sliding window of 8 positions"),
+        ("llama", {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0},
+                   "max_position_embeddings": 8}, None, "'dynamic' RoPE changes"),
+        ("llama", {}, ("self_attn", "o_proj"), "self_attn.o_proj has a bias"),
+        ("llama", {}, ("mlp", "down_proj"), "mlp.down_proj has a bias"),
+        ("gpt2", {}, None, "model type 'gpt2' is not supported"),
+    ],
+)
+def test_build_decoder_refuses_what_it_would_compute_wrongly(kind, config_args, module, match):
+    """An activation other than SiLU, a sliding window shorter than the cache, a RoPE that
+    rescales with the length within the cache, biases outside q / k / v and other model types
+    are refused with a mugraph error, never left out."""
+    if kind == "gpt2":
+        model = transformers.AutoModelForCausalLM.from_config(
+            transformers.GPT2Config(n_layer=1, n_embd=32, n_head=4, vocab_size=96))
+    else:
+        model = tiny_model(kind, **config_args)
+    if module is not None:
+        linear = getattr(getattr(model.model.layers[0], module[0]), module[1])
+        linear.bias = torch.nn.Parameter(torch.zeros(linear.out_features))
+    with pytest.raises(mugraph.UnsupportedError, match=match):
+        build_decoder(model, 16, tiles=SMALL_TILES)
+
+
+def test_rmsnorm_linear_layer_adds_its_bias_and_checks_its_shape():
+    pk, w, norm, emb = _kernel_with_weights()
+    x = pk.embed_layer(emb, name="embed")
+    with pytest.raises(ShapeError, match=r"the bias must be \(1, 16\).*got \[1, 8\]"):
+        pk.rmsnorm_linear_layer(x, norm, w, bias=pk.attach_input(torch.randn(8), "b8"),
+                                name="short_bias")
+    bias = pk.attach_input(torch.randn(16), "bias")  # a 1-D tensor is a (1, n) row
+    out = pk.rmsnorm_linear_layer(x, norm, w, bias=bias, name="proj")
+    assert out.dims == (1, 16)
 
 
 def test_llama_decode_logits_match_transformers_step_by_step():
@@ -1239,9 +1312,9 @@ def _input_values(pk: PersistentKernel, pos: int, token: int) -> dict[str, np.nd
     return values
 
 
-@pytest.mark.parametrize("world", [2, 4])
-def test_tensor_parallel_task_graphs(world):
-    model = tiny_model_with_kv(4)  # so that KV heads split over 4 ranks
+@pytest.mark.parametrize(("world", "kind"), [(2, "qwen3"), (4, "qwen3"), (2, "qwen2")])
+def test_tensor_parallel_task_graphs(world, kind):
+    model = tiny_model_with_kv(4, kind)  # so that KV heads split over 4 ranks
     ranks = [
         build_decoder(model, 8, tiles=SMALL_TILES, world_size=world, rank=r).kernel
         for r in range(world)
@@ -1282,19 +1355,23 @@ def test_tensor_parallel_task_graphs(world):
         ranks[0].compile()
 
 
-def tiny_model_with_kv(kv: int):
+def tiny_model_with_kv(kv: int, kind: str = "qwen3"):
+    """A one-layer Qwen3 (or Qwen2: biases on q / k / v) with ``kv`` KV heads."""
     torch.manual_seed(3)
-    config = transformers.Qwen3Config(
+    common = dict(
         vocab_size=64,
         hidden_size=32,
         intermediate_size=64,
         num_hidden_layers=1,
         num_attention_heads=4,
         num_key_value_heads=kv,
-        head_dim=8,
         max_position_embeddings=64,
         tie_word_embeddings=True,
     )
+    if kind == "qwen2":
+        config = transformers.Qwen2Config(**common)
+    else:
+        config = transformers.Qwen3Config(head_dim=8, **common)
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     with torch.no_grad():
         for p in model.parameters():

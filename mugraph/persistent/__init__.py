@@ -7,7 +7,8 @@
 - :class:`PersistentProgram` generates one persistent Triton kernel whose task bodies come from
   mugraph's code generator, and runs it: two programs per SM on a GPU (as many as are
   resident), a topological order under the CPU interpreter (:mod:`mugraph.persistent.runtime`).
-- :func:`build_decoder` builds the kernel from a transformers Llama / Qwen3 model.
+- :func:`build_decoder` builds the kernel from a transformers Llama / Mistral / Qwen2 /
+  Qwen3 model.
 """
 
 from mugraph.persistent.hf import Decoder, ModelShape, build_decoder

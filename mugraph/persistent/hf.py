@@ -1,4 +1,4 @@
-"""Build a persistent decoder from a ``transformers`` Llama / Qwen3 model object.
+"""Build a persistent decoder from a ``transformers`` Llama / Mistral / Qwen2 / Qwen3 model object.
 
 ``build_decoder(model, max_seq_len)`` reads the weights from the module (no copies, except the
 shards of a tensor-parallel rank), allocates the KV caches and the RoPE tables (from the model's
@@ -17,7 +17,8 @@ from mugraph.errors import UnsupportedError
 from mugraph.persistent.kernel import PersistentKernel, PTensor, RopeTables, TilePolicy
 from mugraph.persistent.parallel import shard
 
-SUPPORTED_MODELS = ("llama", "qwen3")
+SUPPORTED_MODELS = ("llama", "mistral", "qwen2", "qwen3")
+SILU_NAMES = ("silu", "swish")  # transformers' names of x * sigmoid(x), the MLP's gate
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,12 @@ class ModelShape:
                 f"build_decoder: model type {kind!r} is not supported (supported: "
                 f"{', '.join(SUPPORTED_MODELS)})"
             )
+        act = getattr(config, "hidden_act", "silu")
+        if act not in SILU_NAMES:
+            raise UnsupportedError(
+                f"build_decoder: the MLP's activation is {act!r}; the kernel gates with SiLU "
+                f"({' / '.join(SILU_NAMES)})"
+            )
         heads = config.num_attention_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
         return ModelShape(
@@ -57,6 +64,60 @@ class ModelShape:
             float(config.rms_norm_eps),
             kind == "qwen3",
         )
+
+
+def _check_full_attention(config: Any, max_seq_len: int) -> None:
+    """Every layer attends to every cached position: no sliding window narrower than the
+    cache (Mistral's ``sliding_window``, Qwen's ``use_sliding_window`` / ``layer_types``)."""
+    window = getattr(config, "sliding_window", None)
+    types = set(getattr(config, "layer_types", None) or ())
+    if getattr(config, "use_sliding_window", None) is False or types == {"full_attention"}:
+        return  # a window that no layer uses
+    if window is not None and window < max_seq_len:
+        raise UnsupportedError(
+            f"build_decoder: attention with a sliding window of {window} positions is not "
+            f"supported; a cache of max_seq_len={max_seq_len} would attend past it (use "
+            f"max_seq_len <= {window})"
+        )
+
+
+# RoPE types whose frequencies transformers recomputes from the sequence's length once it
+# passes the pretraining length (the config key holding it): one table cannot follow them there
+_LENGTH_DEPENDENT_ROPE = {"dynamic": None, "longrope": "original_max_position_embeddings"}
+
+
+def _check_fixed_rope(config: Any, max_seq_len: int) -> None:
+    """The rotary tables (one row per position, computed once) are what transformers uses at
+    every length up to ``max_seq_len``: a RoPE that rescales with the sequence's length
+    ("dynamic", "longrope") is refused beyond the length where it starts to."""
+    params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
+    kind = (params or {}).get("rope_type", "default")
+    if kind not in _LENGTH_DEPENDENT_ROPE:
+        return
+    key = _LENGTH_DEPENDENT_ROPE[kind]
+    limit = params.get(key) if key else config.max_position_embeddings
+    if limit is None or max_seq_len > limit:
+        raise UnsupportedError(
+            f"build_decoder: {kind!r} RoPE changes its frequencies with the sequence's length "
+            f"past {limit} positions; a cache of max_seq_len={max_seq_len} would need them "
+            f"(use max_seq_len <= {limit})"
+        )
+
+
+_UNSUPPORTED_BIASES = (("self_attn", "o_proj"), ("mlp", "gate_proj"), ("mlp", "up_proj"),
+                       ("mlp", "down_proj"))
+
+
+def _check_biases(layers: Any) -> None:
+    """Biases are taken on the q / k / v projections only (Qwen2's); anywhere else they are
+    refused rather than left out."""
+    for i, layer in enumerate(layers):
+        for block, part in _UNSUPPORTED_BIASES:
+            if getattr(getattr(layer, block), part).bias is not None:
+                raise UnsupportedError(
+                    f"build_decoder: layer {i}'s {block}.{part} has a bias (biases are "
+                    f"supported on q_proj, k_proj and v_proj only)"
+                )
 
 
 def rope_tables(model: Any, max_seq_len: int) -> tuple[Any, Any]:
@@ -111,8 +172,9 @@ def build_decoder(
     world_size: int = 1,
     rank: int = 0,
 ) -> Decoder:
-    """The decode step of ``model`` (a transformers LlamaForCausalLM / Qwen3ForCausalLM) as a
-    persistent kernel with KV caches of ``max_seq_len`` positions."""
+    """The decode step of ``model`` (a transformers LlamaForCausalLM, MistralForCausalLM,
+    Qwen2ForCausalLM or Qwen3ForCausalLM) as a persistent kernel with KV caches of
+    ``max_seq_len`` positions."""
     import torch
 
     shape = ModelShape.of(model.config)
@@ -122,10 +184,9 @@ def build_decoder(
             f"{world_size} ranks"
         )
     inner = model.model
-    for i, layer in enumerate(inner.layers):
-        attn = layer.self_attn
-        if any(getattr(attn, p).bias is not None for p in ("q_proj", "k_proj", "v_proj", "o_proj")):
-            raise UnsupportedError(f"build_decoder: layer {i} has attention biases (not supported)")
+    _check_full_attention(model.config, max_seq_len)
+    _check_fixed_rope(model.config, max_seq_len)
+    _check_biases(inner.layers)
     param = next(model.parameters())
     pk = PersistentKernel(max_seq_len=max_seq_len, tiles=tiles, world_size=world_size, rank=rank)
     weight = _Weights(pk, rank, world_size)
@@ -141,8 +202,12 @@ def build_decoder(
         ln1 = weight(layer.input_layernorm.weight, f"{p}.input_norm")
         proj = {}
         for part in ("q", "k", "v"):
-            w = weight(getattr(attn, f"{part}_proj").weight, f"{p}.{part}_proj", split=0)
-            proj[part] = pk.rmsnorm_linear_layer(x, ln1, w, eps=shape.eps, name=f"{p}.{part}_proj")
+            linear = getattr(attn, f"{part}_proj")
+            w = weight(linear.weight, f"{p}.{part}_proj", split=0)
+            b = None if linear.bias is None else weight(
+                linear.bias, f"{p}.{part}_proj.bias", split=0)
+            proj[part] = pk.rmsnorm_linear_layer(
+                x, ln1, w, eps=shape.eps, bias=b, name=f"{p}.{part}_proj")
         k_cache = torch.zeros(max_seq_len, width, dtype=param.dtype, device=param.device)
         v_cache = torch.zeros_like(k_cache)
         decoder_k.append(k_cache)

@@ -582,15 +582,18 @@ class PersistentKernel:
         output: PTensor | None = None,
         *,
         eps: float = 1e-6,
+        bias: PTensor | None = None,
         name: str | None = None,
     ) -> PTensor:
-        """``rmsnorm(input) * weight_norm @ weight_linear.T`` (weight in (N, K) layout)."""
+        """``rmsnorm(input) * weight_norm @ weight_linear.T + bias`` (weight in (N, K) layout;
+        ``bias``: an optional (1, N) row, Qwen2's q / k / v projections)."""
         record = self._layer("rmsnorm_linear", name)
 
         def build():
             x, summed = self._read_row(record.name, "input", input)
             wn = self._read(record.name, "weight_norm", weight_norm)
             w = self._read(record.name, "weight_linear", weight_linear)
+            b = None if bias is None else self._read(record.name, "bias", bias)
             tiles = self.tiles.gemv(
                 w.dims[0], w.dims[-1], w.dtype.itemsize, role="rmsnorm_linear"
             )
@@ -603,12 +606,13 @@ class PersistentKernel:
                 and x.dims[1] % blocks == 0
             ):  # the first projection of the row also writes it whole, for o_proj's residual
                 out, row = L.rmsnorm_linear(
-                    self.graph, x, wn, self._eps(eps), w, tiles, summed, materialize=True
+                    self.graph, x, wn, self._eps(eps), w, tiles, summed, materialize=True, bias=b
                 )
                 self._write(record.name, row, None, f"{p.name}.whole")
                 p.pending = replace(p.pending, materialized=row)
             else:
-                out = L.rmsnorm_linear(self.graph, x, wn, self._eps(eps), w, tiles, summed)
+                out = L.rmsnorm_linear(self.graph, x, wn, self._eps(eps), w, tiles, summed,
+                                       bias=b)
             self._role(record, out, "proj")
             return self._write(record.name, out, output, f"{record.name}.out")
 

@@ -179,9 +179,11 @@ def rmsnorm_linear(
     tiles: GemvTiles,
     summed: Sequence[DTensor] = (),
     materialize: bool = False,
+    bias: DTensor | None = None,
 ) -> DTensor | tuple[DTensor, DTensor]:
-    """``rmsnorm(x) * norm @ W.T``: each block normalises the whole row and takes ``tile_n``
-    rows of W. ``summed``: rows added to ``x`` first (outputs summed over blocks, whose
+    """``rmsnorm(x) * norm @ W.T (+ bias)``: each block normalises the whole row and takes
+    ``tile_n`` rows of W (and the same ``tile_n`` values of ``bias``, a (1, N) row).
+    ``summed``: rows added to ``x`` first (outputs summed over blocks, whose
     residual is ``x``: :func:`rmsnorm_gate_up_down`, :func:`attention_combine_projection`).
     ``materialize``: also write that sum, each block its slice of the row (the number of
     blocks must divide the row); returns ``(out, row)``."""
@@ -190,6 +192,12 @@ def rmsnorm_linear(
     _check_norm(layer, norm, k, eps)
     _check_summed(layer, summed, x)
     n = _check_weight(layer, "weight_linear", w, k)
+    if bias is not None:
+        _require(
+            tuple(bias.dims) == (1, n),
+            layer,
+            f"the bias must be (1, {n}) (one value per output), got {list(bias.dims)}",
+        )
     grid = tiles.grid(layer, n)
     if materialize:
         _divides(layer, "the row it writes", k, grid[0])
@@ -200,8 +208,11 @@ def rmsnorm_linear(
     tw = tb.new_input(w, ALONG_X_DIM0, -1)
     tx = _add_rows(tb, tx, summed, REPLICATE)
     xn = tb.mul(rms_normalize(tb, tx, te), tn)
-    tb.new_output(row_dot(tb, tw, xn), ALONG_X_DIM1)
-    inputs = [x, norm, eps, w, *summed]
+    out_tile = row_dot(tb, tw, xn)
+    if bias is not None:
+        out_tile = tb.add(out_tile, tb.new_input(bias, ALONG_X_DIM1, -1))
+    tb.new_output(out_tile, ALONG_X_DIM1)
+    inputs = [x, norm, eps, w, *summed, *([bias] if bias is not None else [])]
     if materialize:
         part = _add_rows(tb, tb.new_input(x, ALONG_X_DIM1, -1), summed, ALONG_X_DIM1)
         tb.new_output(part, ALONG_X_DIM1)

@@ -16,12 +16,20 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 transformers = pytest.importorskip("transformers")
 
 
-def _model(dtype, layers=2):
+def _model(dtype, layers=2, kind="qwen3"):
+    """A small Qwen3, or (``kind="qwen2"``) a Qwen2 shaped like Qwen2.5's: biases on q / k / v,
+    a hidden size that is no power of two (224) and 7 heads over one KV head."""
     torch.manual_seed(0)
-    config = transformers.Qwen3Config(vocab_size=512, hidden_size=256, intermediate_size=512,
-                                      num_hidden_layers=layers, num_attention_heads=8,
-                                      num_key_value_heads=4, head_dim=32,
-                                      max_position_embeddings=256, tie_word_embeddings=True)
+    if kind == "qwen2":
+        config = transformers.Qwen2Config(vocab_size=512, hidden_size=224, intermediate_size=608,
+                                          num_hidden_layers=layers, num_attention_heads=7,
+                                          num_key_value_heads=1, max_position_embeddings=256,
+                                          tie_word_embeddings=True)
+    else:
+        config = transformers.Qwen3Config(vocab_size=512, hidden_size=256, intermediate_size=512,
+                                          num_hidden_layers=layers, num_attention_heads=8,
+                                          num_key_value_heads=4, head_dim=32,
+                                          max_position_embeddings=256, tie_word_embeddings=True)
     with torch.device("cuda"):
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
     with torch.no_grad():
@@ -47,6 +55,11 @@ def test_persistent_mode_matches_transformers(dtype, options):
     _check_against_transformers(dtype, options, {})
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_qwen2_shaped_model_matches_transformers(dtype):
+    _check_against_transformers(dtype, {}, {}, kind="qwen2")
+
+
 @pytest.mark.parametrize(
     ("dtype", "tiles"),
     [
@@ -63,10 +76,10 @@ def test_outputs_summed_over_blocks_match_transformers(dtype, tiles):
     _check_against_transformers(dtype, {}, tiles)
 
 
-def _check_against_transformers(dtype, options: dict, tiles: dict) -> None:
+def _check_against_transformers(dtype, options: dict, tiles: dict, kind: str = "qwen3") -> None:
     from mugraph.persistent import TilePolicy, build_decoder
 
-    model = _model(dtype)
+    model = _model(dtype, kind=kind)
     prompt = [11, 42, 7, 300]
     with torch.no_grad():
         out = model.generate(torch.tensor([prompt], device="cuda"), max_new_tokens=16,
