@@ -693,7 +693,7 @@ def test_a_search_stopped_by_a_signal_resumes_to_the_same_result(sig, reference,
     if sig is signal.SIGKILL:
         assert code == -signal.SIGKILL and line is None, context
     elif line is not None:  # SIGINT: the search stops, keeps what it found and says so
-        assert line[1] == "True", context
+        assert line[1] == "True", f"{context}: {' '.join(line[:5])}"
     code, line = _search(checkpoint)
     assert code == 0 and line is not None, context
     _, interrupted, resumed, done, units, found = line
