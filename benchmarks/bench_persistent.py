@@ -517,6 +517,9 @@ VARIANTS = {
     "sets2_halves": ({"program_sets": 2, "program_set_layout": "halves"}, {}),
     "sets2_interleaved": ({"program_sets": 2, "program_set_layout": "interleaved"}, {}),
     # blocks taken from counters, one per 8 (4, 32) tasks of a kernel (twenty-third session)
+    # the attention's combination in one block per KV head (its group's query heads), as
+    # before the thirty-fifth session; since, one block per query head
+    "combine_kv_head": ({}, {"combine_per_query_head": False}),
     "claims": ({"claim_blocks": True}, {}),
     "claims4": ({"claim_blocks": 4}, {}),
     "claims32": ({"claim_blocks": 32}, {}),

@@ -130,15 +130,18 @@ def test_qwen3_greedy_decode_matches_transformers_over_32_steps():
     ("kind", "config_args"),
     [
         ("qwen2", {}),
+        # a window that no layer takes (layer_types: every layer full from max_window_layers)
+        ("qwen2", {"use_sliding_window": True, "sliding_window": 8, "max_window_layers": 2}),
         ("mistral", {"sliding_window": 16}),
         ("llama", {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0},
                    "max_position_embeddings": 16}),
     ],
 )
 def test_more_model_families_decode_like_transformers(kind, config_args):
-    """Qwen2 (biases on q / k / v, no QK norm), Mistral (a sliding window as long as the
-    cache attends to every position) and a dynamic RoPE that never rescales within the cache:
-    greedy tokens and logits as transformers'."""
+    """Qwen2 (biases on q / k / v, no QK norm; also with a sliding window that no layer
+    takes), Mistral (a sliding window as long as the cache attends to every position) and a
+    dynamic RoPE that never rescales within the cache: greedy tokens and logits as
+    transformers'."""
     model = tiny_model(kind, layers=2, seed=3, **config_args)
     if kind == "qwen2":
         assert model.model.layers[0].self_attn.q_proj.bias is not None
@@ -1065,6 +1068,26 @@ def test_block_dependencies_are_exactly_the_tile_overlaps(m, row_tile, col_tile)
     assert block_dependencies(g) == _brute_force(g)
 
 
+@pytest.mark.parametrize("per_query_head", [True, False])
+def test_combination_blocks_wait_for_their_kv_heads_partials_only(per_query_head):
+    """One combination block per query head (or per KV head): each depends on the partial
+    sums of its KV head's chunks and on that head's new-token term, nothing else."""
+    tiles = replace(SMALL_TILES, combine_per_query_head=per_query_head)
+    pk = build_decoder(tiny_model("qwen3"), 32, tiles=tiles).kernel  # 4 heads over 2 KV heads
+    part = {role.part: op for op, role in pk.roles.items() if role.layer == "layer0.attn"}
+    g = pk.graph
+    combine = g.ops[part["combine"]].attr("graph")
+    assert combine.grid_dim == ((4 if per_query_head else 2), 1, 1)
+    partials = g.ops[part["partials"]].attr("graph")
+    deps = block_dependencies(g)
+    for b in range(combine.num_blocks):
+        kv_head = b // 2 if per_query_head else b
+        expected = {(part["partials"], c) for c in range(partials.num_blocks)
+                    if block_coords(partials.grid_dim, c)[0] == kv_head}
+        expected.add((part["new_token"], kv_head))
+        assert deps[(part["combine"], b)] == expected
+
+
 def test_projection_tile_waits_for_the_norm_of_its_rows_only():
     g = _norm_then_projection(4, 16, 32, 1, 8)
     deps = block_dependencies(g)
@@ -1186,8 +1209,10 @@ def test_check_rejects_a_queued_continuation_and_two_from_one_task():
     tg.queues[0].sort(key=tg.order.index)
     with pytest.raises(GraphStructureError, match="continuations"):
         tg.check()
-    # a producer that would be the last of two such events could hand over only one
-    tg = decoder.kernel.task_graph(num_programs=3)
+    # a producer that would be the last of two such events could hand over only one (with a
+    # combination per KV head, each the only consumer of its head's partials)
+    by_kv_head = replace(SMALL_TILES, combine_per_query_head=False)
+    tg = build_decoder(tiny_model("qwen3"), 8, tiles=by_kv_head).kernel.task_graph(num_programs=3)
     shared = next(
         (a, b)
         for a in tg.events

@@ -68,12 +68,16 @@ class ModelShape:
 
 def _check_full_attention(config: Any, max_seq_len: int) -> None:
     """Every layer attends to every cached position: no sliding window narrower than the
-    cache (Mistral's ``sliding_window``, Qwen's ``use_sliding_window`` / ``layer_types``)."""
+    cache. Which layers use ``sliding_window`` is what transformers reads: ``layer_types``
+    where the config has them (Qwen's, from ``use_sliding_window``), else every layer
+    unless ``use_sliding_window`` is False (Mistral has neither)."""
     window = getattr(config, "sliding_window", None)
     types = set(getattr(config, "layer_types", None) or ())
-    if getattr(config, "use_sliding_window", None) is False or types == {"full_attention"}:
-        return  # a window that no layer uses
-    if window is not None and window < max_seq_len:
+    if types:
+        windowed = types != {"full_attention"}
+    else:
+        windowed = getattr(config, "use_sliding_window", None) is not False
+    if windowed and window is not None and window < max_seq_len:
         raise UnsupportedError(
             f"build_decoder: attention with a sliding window of {window} positions is not "
             f"supported; a cache of max_seq_len={max_seq_len} would attend past it (use "

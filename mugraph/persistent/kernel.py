@@ -101,6 +101,13 @@ class TilePolicy:
     fused_mlp_weights: how many weights' rows of a fused MLP block ``weight_tile_bytes``
         counts (2: the gate's and the up's, as for the unfused gate / up kernel, the block's
         rows of the transposed down weight coming on top; 3: all three).
+    combine_per_query_head: the attention's combination of its partial sums takes one block
+        per query head (since the thirty-fifth session); False: one per KV head, its group's
+        query heads together (Qwen2.5-0.5B: 2 blocks of 7 heads). On the H100
+        (``bench_persistent.py --variants default combine_kv_head``,
+        benchmarks/persistent_gpu_s35/call4) the step took 618.9 µs against 623.1
+        (Qwen2.5-0.5B) and 715.7 against 718.3 (Qwen3-0.6B): no slower, and the difference is
+        within what one variant moves between calls;
     by_role: ``(role, weight_tile_bytes, min_blocks)`` entries that replace the two budgets
         for the projections of one role (:data:`GEMV_ROLES`): a projection alone in its
         level (o_proj) can aim for as many blocks as there are programs while q / k / v share
@@ -123,6 +130,7 @@ class TilePolicy:
     fuse_mlp_down: bool = False
     fuse_o_proj_heads: bool = False
     fused_mlp_weights: int = 2
+    combine_per_query_head: bool = True
     by_role: tuple[tuple[str, int, int], ...] = ()
 
     def __post_init__(self) -> None:
@@ -881,7 +889,8 @@ class PersistentKernel:
                         pending=PendingAttention(record, parts, shape),
                     )
                 )
-            out = L.attention_combine(self.graph, *parts, shape)
+            out = L.attention_combine(self.graph, *parts, shape,
+                                      self.tiles.combine_per_query_head)
             self._role(record, out, "combine")
             return self._write(record.name, out, output, f"{record.name}.out")
 
@@ -902,7 +911,8 @@ class PersistentKernel:
             p.dtensor, p.writer = out, pending.record.name
             self._by_ref[(out.ref.op, out.ref.index)] = p
             return
-        out = L.attention_combine(self.graph, *pending.parts, pending.shape)
+        out = L.attention_combine(self.graph, *pending.parts, pending.shape,
+                                  self.tiles.combine_per_query_head)
         self._role(pending.record, out, "combine")
         p.dtensor, p.writer = out, pending.record.name
         self._by_ref[(out.ref.op, out.ref.index)] = p

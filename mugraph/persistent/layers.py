@@ -535,12 +535,16 @@ def attention_combine(
     o_new: DTensor,
     l_new: DTensor,
     shape: AttentionShape,
+    per_query_head: bool = True,
 ) -> DTensor:
-    """``(sum of numerators) / (sum of denominators)`` per head: a (1, heads * head_dim) row."""
-    d, h, gq = shape.head_dim, shape.num_kv_heads, shape.group
-    tb = new_threadblock_graph((h, 1, 1), BLOCK_DIM, shape.num_chunks)
+    """``(sum of numerators) / (sum of denominators)`` per head: a (1, heads * head_dim) row,
+    one block per query head (``per_query_head``) or per KV head (its group's heads)."""
+    d, gq = shape.head_dim, shape.group
+    rows = 1 if per_query_head else gq  # query heads a block combines
+    tb = new_threadblock_graph((shape.num_kv_heads * gq // rows, 1, 1), BLOCK_DIM,
+                               shape.num_chunks)
     combined = _combined(tb, (o_part, l_part, o_new, l_new), ALONG_X_DIM0)
-    tb.new_output(tb.reshape(combined, (1, gq * d)), ALONG_X_DIM1)
+    tb.new_output(tb.reshape(combined, (1, rows * d)), ALONG_X_DIM1)
     (out,) = g.customized([o_part, l_part, o_new, l_new], tb)
     return out
 
