@@ -317,6 +317,30 @@ def test_runtime_rejects_bad_steps():
         program.step(1)
 
 
+def test_generate_stops_after_an_eos_token():
+    """With ``eos_token_id`` the decode stops after the first stop token (returned, not fed
+    back): the tokens are the reference's up to it, and the program stands where a step
+    feeding it would continue, which then decodes as transformers does."""
+    model = tiny_model("qwen3", layers=1)
+    prompt = [5, 17, 42]
+    ref_tokens, _ = hf_greedy(model, prompt, 8)
+    eos = ref_tokens[3]
+    cut = ref_tokens.index(eos) + 1
+    program = build_decoder(model, 16, tiles=SMALL_TILES).compile()
+    assert program.generate(prompt, 8, eos_token_id=eos) == ref_tokens[:cut]
+    assert program.pos == len(prompt) + cut - 1
+    rest = program.generate([eos], 8 - cut)  # feeding the stop token goes on as before
+    assert rest == ref_tokens[cut:]
+    never = next(t for t in range(96) if t not in ref_tokens)
+    program.reset()
+    assert program.generate(prompt, 8, eos_token_id=[never, eos]) == ref_tokens[:cut]
+    program.reset()
+    assert program.generate(prompt, 3, eos_token_id=never) == ref_tokens[:3]
+    for bad in (-1, 96, True, 2.0, [3, "x"]):
+        with pytest.raises(GraphInputError, match="eos_token_id"):
+            program.generate(prompt, 2, eos_token_id=bad)
+
+
 def _gpu_bodies(decoder, **options) -> dict[str, str]:
     from mugraph.persistent.codegen import PersistentOptions, generate_body
     from mugraph.persistent.runtime import kernel_specs

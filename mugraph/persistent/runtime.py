@@ -28,14 +28,17 @@ only consumer) is in no queue: the task whose trigger completes its event runs i
 
 A step decodes one token: the embedding of the current token (the meta buffer's TOKEN, set by
 ``step(token)`` or left by the previous step's argmax), every layer, the logits, the argmax. The
-KV caches stay on the device; ``generate`` runs greedy decoding without synchronising.
+KV caches stay on the device; ``generate`` runs greedy decoding without synchronising (with
+``eos_token_id``, once a step, to stop after it).
 """
 
 from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
+from numbers import Integral
 from typing import Any
 
 from mugraph.codegen.loader import interpreter_active, load_kernel
@@ -753,8 +756,15 @@ class PersistentProgram:
                 return int(t.binding.table.shape[0])
         return 2**31 - 1
 
-    def generate(self, prompt: list[int], max_new_tokens: int) -> list[int]:
-        """Greedy decoding: feed ``prompt``, then ``max_new_tokens`` tokens chosen by argmax."""
+    def generate(
+        self, prompt: list[int], max_new_tokens: int, eos_token_id: int | Sequence[int] = ()
+    ) -> list[int]:
+        """Greedy decoding: feed ``prompt``, then ``max_new_tokens`` tokens chosen by argmax.
+
+        ``eos_token_id`` (one id or several): stop after the first of them, which is returned
+        but not fed back (as transformers' ``generate`` does); the program then stands at the
+        position after the last token fed. Each step's token is read back before the next
+        launch (one host synchronisation a step); without it the steps run back to back."""
         if not prompt or max_new_tokens < 1:
             raise GraphInputError("generate: needs a non-empty prompt and max_new_tokens >= 1")
         if self.pos + len(prompt) + max_new_tokens - 1 > self.kernel.max_seq_len:
@@ -762,14 +772,33 @@ class PersistentProgram:
                 f"generate: {len(prompt)} + {max_new_tokens} tokens from position {self.pos} do "
                 f"not fit the cache of {self.kernel.max_seq_len}"
             )
+        stop = self._stop_tokens(eos_token_id)
         start = self.steps
         for token in prompt:
             self.step(int(token))
+        first = start + len(prompt) - 1
+        if stop:
+            out = [int(self.history[first])]
+            while len(out) < max_new_tokens and out[-1] not in stop:
+                self.step()
+                out.append(int(self.history[self.steps - 1]))
+            self.check_errors()
+            return out
         for _ in range(max_new_tokens - 1):
             self.step()
         self.check_errors()
-        first = start + len(prompt) - 1
         return [int(x) for x in self.history[first : first + max_new_tokens].tolist()]
+
+    def _stop_tokens(self, eos_token_id: int | Sequence[int]) -> frozenset[int]:
+        """The token ids ``generate`` stops after, each checked against the vocabulary."""
+        ids = list(eos_token_id) if isinstance(eos_token_id, Iterable) else [eos_token_id]
+        vocab = self._vocab()
+        for t in ids:
+            if isinstance(t, bool) or not isinstance(t, Integral) or not 0 <= t < vocab:
+                raise GraphInputError(
+                    f"generate: eos_token_id {t!r} is not a token in [0, {vocab})"
+                )
+        return frozenset(int(t) for t in ids)
 
     def check_errors(self) -> None:
         """Raise if a wait of the last launches gave up (synchronises)."""
