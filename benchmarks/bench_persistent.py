@@ -517,6 +517,10 @@ VARIANTS = {
     "sets2_halves": ({"program_sets": 2, "program_set_layout": "halves"}, {}),
     "sets2_interleaved": ({"program_sets": 2, "program_set_layout": "interleaved"}, {}),
     # blocks taken from counters, one per 8 (4, 32) tasks of a kernel (twenty-third session)
+    # q / k / v blocks of at most 16 KB, as few as that allows (at least 16 a projection):
+    # Qwen2.5-0.5B's q in 112 blocks of 14 KB and k, v in 16 each, where the default's 64
+    # blocks a projection make q's 25 KB and k's 3.5 KB (thirty-fifth session; not run yet)
+    "qkv16k": ({}, {"by_role": (("rmsnorm_linear", 16 * 1024, 16),)}),
     # the attention's combination in one block per KV head (its group's query heads), as
     # before the thirty-fifth session; since, one block per query head
     "combine_kv_head": ({}, {"combine_per_query_head": False}),
