@@ -1748,3 +1748,80 @@ def test_role_budgets_tile_o_proj_and_gate_up_alone():
 def test_role_budgets_refuse_unknown_roles_and_bad_budgets(by_role, match):
     with pytest.raises(mugraph.MugraphError, match=match):
         TilePolicy(by_role=by_role)
+
+
+# ---- tagged data (PersistentProgram(tagged_data=True)) ------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_tagged_data_decodes_the_same_bits_with_events_only_for_the_argmax(dtype):
+    """Every tensor the step writes is stored as words tagged with the step's epoch (32-bit
+    words for 16-bit values, 64-bit for float32); readers poll the data. The same greedy
+    tokens and logits as with events; only the argmax's last stage still waits for an event
+    (it reads the first stage's indices), and only the tasks it waits for trigger one."""
+    from mugraph.persistent.runtime import waits_for_events
+
+    model = tiny_model("qwen3", layers=2, seed=3).to(dtype)
+    prompt = [7, 30, 2]
+    decoder = build_decoder(model, 16, tiles=SMALL_TILES)
+    plain, tagged = decoder.compile(), decoder.compile(tagged_data=True)
+    assert plain.generate(prompt, 8) == tagged.generate(prompt, 8)
+    for program in (plain, tagged):
+        program.reset()
+        for token in prompt:
+            program.step(token)
+    want, got = plain.buffer(decoder.logits), tagged.buffer(decoder.logits)
+    assert got.dtype == want.dtype and torch.equal(got, want)
+    word = torch.int32 if dtype == torch.bfloat16 else torch.int64
+    assert all(buf.dtype == word for buf in tagged.buffers.values())
+    assert "mg_fresh" in tagged.source and "mg_fresh" not in plain.source
+    waiting = [s.label for s in tagged.specs if waits_for_events(s, True)]
+    assert len(waiting) == 1 and "argmax.final" in waiting[0]
+    desc = tagged.desc.cpu()
+    assert int((desc[:, 3] >= 0).sum()) == 1  # one task waits
+    partials = sum(1 for t in tagged.tasks.tasks if "argmax.partial" in tagged.tasks.label(t.index))
+    assert int(desc[:, 6].sum()) == partials  # and only its producers trigger
+    tagged.check_errors()
+
+
+def test_tagged_words_of_an_earlier_run_are_cleared_by_reset():
+    """After a reset the epochs start again at 1: the words an earlier run left carry the
+    epochs the next steps will have, so a reset zeroes them (else a reader would take the
+    earlier run's values for this step's)."""
+    model, prompt = tiny_model("qwen3", layers=1, seed=3), [7, 30, 2]
+    ref_tokens, _ = hf_greedy(model, prompt, 5)
+    program = build_decoder(model, 16, tiles=SMALL_TILES).compile(tagged_data=True)
+    assert program.generate(prompt, 5) == ref_tokens
+    assert all(int(buf.abs().sum()) != 0 for buf in program.buffers.values())
+    program.reset()
+    assert all(int(buf.abs().sum()) == 0 for buf in program.buffers.values())
+    assert program.generate(prompt, 5) == ref_tokens
+
+
+def test_a_tagged_read_of_data_never_written_reports_the_task():
+    """A reader whose data never carries this step's epoch gives up after its polls and
+    names itself in the meta buffer's error slot, as a wait does: here the embedding copy
+    computes no block, so the first projection's tasks read the step before's words."""
+    from mugraph.persistent.codegen import FIELD_COUNT
+
+    decoder = build_decoder(tiny_model("qwen3", layers=1), 8, tiles=SMALL_TILES)
+    program = decoder.compile(tagged_data=True)
+    copy = next(i for i, t in enumerate(program.tasks.tasks)
+                if "embed" in program.tasks.label(t.index))
+    row = [r for r in range(program.desc.shape[0]) if int(program.desc[r, 7]) == copy]
+    program.desc[row[0], FIELD_COUNT] = 0
+    program.step(3)
+    with pytest.raises(mugraph.persistent.PersistentRuntimeError, match="never came"):
+        program.check_errors()
+
+
+def test_tagged_data_refuses_what_it_does_not_combine_with():
+    decoder = build_decoder(tiny_model("qwen3"), 8, tiles=SMALL_TILES)
+    for options in ({"continuations": True}, {"claim_blocks": True}, {"l2_stream": 1}):
+        with pytest.raises(mugraph.UnsupportedError, match="tagged_data does not combine"):
+            decoder.compile(tagged_data=True, **options)
+    with pytest.raises(mugraph.UnsupportedError, match="tagged_data"):
+        decoder.compile(tagged_data="yes")
+    fused = build_decoder(tiny_model("qwen3", layers=1), 8, tiles=FUSED_TILES)
+    with pytest.raises(mugraph.UnsupportedError, match="summed over blocks"):
+        fused.compile(tagged_data=True)

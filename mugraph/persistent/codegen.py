@@ -96,6 +96,73 @@ PREFETCH_PRIORITIES = frozenset({"evict_normal", "evict_last"})  # of prefetch.g
 PIPELINE_BYTES = 48 * 1024
 VECTOR_BYTES = 16  # the widest load: the alignment the hints assert
 INDENT = "    "
+TAG_FRESH = "mg_fresh"  # a tile of tagged words, read until every word carries the epoch
+TAG_WORD = "mg_tagged"  # the word a tagged store writes
+# a tagged word per value type: (word type, bits of value, bits of epoch): a 16-bit value
+# and the epoch's low 16 bits in 32, a 32-bit value and the epoch in 64. Every step writes
+# every word of the tensors it tags, so a stale word is always the step before's: its epoch
+# differs from this step's in the low bits.
+TAG_LAYOUTS = {
+    "tl.bfloat16": ("tl.int32", 16),
+    "tl.float16": ("tl.int32", 16),
+    "tl.float32": ("tl.int64", 32),
+}
+
+
+def tag_layout(dtype: str) -> tuple[str, int]:
+    """(word type, bits of value) of a tagged tensor of Triton type ``dtype``."""
+    if dtype not in TAG_LAYOUTS:
+        raise UnsupportedError(f"tagged_data: no tagged word for values of {dtype}")
+    return TAG_LAYOUTS[dtype]
+
+
+def _fresh_name(dtype: str, masked: bool) -> str:
+    return f"{TAG_FRESH}{tag_layout(dtype)[1]}{'_masked' if masked else ''}"
+
+
+def _fresh_source(dtype: str, masked: bool) -> str:
+    """A @triton.jit helper that loads a tile of tagged words (volatile: from L2 every time)
+    until every word (of the ``mask``) carries ``tag``, at most ``limit`` times more; a read
+    that gives up writes the task into the meta buffer's error slot (as a wait does) and
+    returns what it read. Returns the values (lanes the mask drops: 0)."""
+    bits = tag_layout(dtype)[1]
+    low = (1 << bits) - 1
+    mask_arg = "mask, " if masked else ""
+    load = ("tl.load(ptrs, mask=mask, other=0, volatile=True)" if masked
+            else "tl.load(ptrs, volatile=True)")
+    # a 32-bit epoch is the whole (positive) int32 tag; a 16-bit one its low bits
+    differs = (f"((word >> {bits}) != tag)" if bits == 32
+               else f"(((word >> {bits}) & {low}) != (tag & {low}))")
+    stale = f"(mask & {differs})" if masked else differs
+    unsigned = "tl.uint16" if bits == 16 else "tl.uint32"
+    return "\n".join([
+        "@triton.jit",
+        f"def {_fresh_name(dtype, masked)}(ptrs, {mask_arg}tag, limit, meta_ptr, desc, "
+        "dtype: tl.constexpr):",
+        f"    word = {load}",
+        "    spins = tl.full([], 0, tl.int32)",
+        f"    while (tl.max({stale}.to(tl.int32)) > 0) & (spins < limit):",
+        f"        word = {load}",
+        "        spins += 1",
+        f"    if tl.max({stale}.to(tl.int32)) > 0:",
+        f"        tl.atomic_xchg(meta_ptr + {int(MetaSlot.ERROR)}, "
+        f"tl.load(desc + {FIELD_TASK}).to(tl.int32) + 1)",
+        f"    return (word & {low}).to({unsigned}).to(dtype, bitcast=True)",
+    ])
+
+
+def _tag_word_source(dtype: str) -> tuple[str, str]:
+    """(name, source) of the @triton.jit helper that makes a tagged word of a value."""
+    word, bits = tag_layout(dtype)
+    unsigned = "tl.uint16" if bits == 16 else "tl.uint32"
+    name = f"{TAG_WORD}{bits}"
+    return name, "\n".join([
+        "@triton.jit",
+        f"def {name}(value, tag):",
+        f"    bits = value.to({unsigned}, bitcast=True).to({word})",
+        f"    return bits | ({'tag' if bits == 32 else f'(tag & {(1 << bits) - 1})'}"
+        f".to({word}) << {bits})",
+    ])
 
 
 @dataclass(frozen=True)
@@ -269,6 +336,16 @@ class PersistentOptions:
     stream_after_body: the dispatcher issues a task's stream ranges after its body (its
         triggers) rather than before it (its wait). On the H100 no faster (Qwen3-0.6B, down
         projections streamed: 778.4 against 769.0 µs).
+    tagged: every value of a tensor written in the step (the runtime's scratch, not the
+        caches) is stored as one word with the step's ``epoch`` (NCCL's LL protocol): a
+        16-bit value in the low half of 32 bits, the epoch's low 16 bits above it; a float32
+        value in the low half of 64 (:data:`TAG_LAYOUTS`); a reader loads its tile
+        (volatile) until every word carries this epoch (:data:`TAG_FRESH`). A task that reads
+        only such tensors and static ones does not wait for an event, and an event that no
+        waiting task needs is not triggered (the runtime drops it from the trigger table):
+        no release fence after the stores, no acquire poll and no second round trip for the
+        data after it. What still goes through events: the argmax stages' companion indices.
+        Off by default; not with ``continuations``, claims or streams.
     claim_field: with claims (>= 0), the descriptor field that names a task's block counter
         (-1: the task runs its own range of blocks), followed by the first block the counter
         hands out: the tasks of a kernel that all wait for the same event and trigger the
@@ -305,6 +382,7 @@ class PersistentOptions:
     claim_field: int = -1
     stream_field: int = -1
     stream_after_body: bool = False
+    tagged: bool = False
 
     @property
     def claims(self) -> bool:
@@ -332,6 +410,7 @@ class ArgSpec:
     row_stride: int = 0
     align: int = 1  # a power of two (at most VECTOR_BYTES) dividing every address it takes
     parity: int = 0  # a summed tensor's rows: base + (step % 2) * parity (0: one row)
+    tagged: bool = False  # words of a value and the step's epoch (PersistentOptions.tagged)
 
     @property
     def name(self) -> str:
@@ -524,6 +603,8 @@ class TaskEmitter(KernelEmitter):
         self._head = options.first_block_early and not self._ahead
         self.head: dict[int, str] = {}  # block op position -> its first block's load
         self.claims = options.claims  # the next block is ``nxt`` (claimed), not blk + 1
+        self.args = {(a.role, a.index): a for a in spec.args}
+        self.max_spins = 1 if options.interpret else options.max_spins
         self.task_sums: list[TaskSum] = []  # accumulating outputs, summed over a task's blocks
 
     def emit(self, sec: Phase, line: str) -> None:
@@ -551,7 +632,34 @@ class TaskEmitter(KernelEmitter):
             self._hoisted_names.add(out.name)
         return out
 
+    def stored_value(self, j: int, name: str) -> str:
+        arg = self.args.get(("out", j))
+        if arg is None or not arg.tagged:
+            return super().stored_value(j, name)
+        fn, source = _tag_word_source(arg.dtype)
+        self.helpers[fn] = source
+        return f"{fn}({name}.to({arg.dtype}), epoch)"
+
+    def _fresh_load(self, op: Op, pad, shift, region) -> str:
+        """A tagged input's tile, read until it is this step's (``PersistentOptions.tagged``),
+        in the input's type."""
+        arg = self.args[("in", op.attr("index"))]
+        pointers, mask = self.load_address(op, pad, shift, region)
+        fn = _fresh_name(arg.dtype, mask is not None)
+        self.helpers[fn] = _fresh_source(arg.dtype, mask is not None)
+        masked = f"{mask}, " if mask is not None else ""
+        return f"{fn}({pointers}, {masked}epoch, {self.max_spins}, meta_ptr, desc, {arg.dtype})"
+
     def load_input(self, op: Op, pad, shift=None, region=None, second: bool = False) -> str:
+        arg = self.args.get(("in", op.attr("index")))
+        if arg is not None and arg.tagged:
+            text = self._fresh_load(op, pad, shift, region)
+            position = self._position(op)
+            plain = shift is None and region is None and not second
+            if position in self._first and plain:
+                self.first.setdefault(position, [f"tile{position} = {text}"])
+                return f"tile{position}"
+            return text
         text = super().load_input(op, pad, shift, region, second)
         if self.hint and op.attr("index") not in self.spec.static_inputs:
             # .cg reads L2 only, which an L1 eviction policy contradicts: ptxas (Triton 3.6,
@@ -620,7 +728,7 @@ def _pointer_lines(spec: KernelSpec, only=None, align: bool = False,
     for pos, arg in enumerate(spec.args):
         if only is not None and arg not in only:
             continue
-        ptr = f"tl.pointer_type({arg.dtype})"
+        ptr = f"tl.pointer_type({tag_layout(arg.dtype)[0] if arg.tagged else arg.dtype})"
         field = DESC_HEADER + pos
         value = read[field] if read and field in read else f"tl.load(desc + {field})"
         lines.append(f"{arg.name}_ptr = {value}.to({ptr})")
@@ -731,13 +839,23 @@ def _trigger_table_lines() -> list[str]:
     ]
 
 
-def _trigger_lines(continuations: bool, early: bool = False) -> list[str]:
+def _trigger_lines(continuations: bool, early: bool = False, tagged: bool = False) -> list[str]:
     """One release atomic per event the task triggers. With ``continuations``, where the event
     has one, the atomic also acquires and its old value tells whether this trigger completed
     the event: then the body returns the continuation for the dispatcher to run (else -1).
-    ``early``: the table lines (:func:`_trigger_table_lines`) were emitted before the wait."""
+    ``early``: the table lines (:func:`_trigger_table_lines`) were emitted before the wait.
+    ``tagged``: the barrier before the atomics only where the task triggers an event (with
+    tagged data most tasks trigger none)."""
     entry = f"trig_ptr + {TRIGGER_FIELDS} * trig"
     release = '    tl.atomic_add(evt_ptr + tl.load({}), 1, sem="release", scope="gpu")'
+    if tagged and early and not continuations:
+        return [
+            "if trig_first < trig_end:",
+            "    tl.debug_barrier()",
+            '    tl.atomic_add(evt_ptr + trig_evt, 1, sem="release", scope="gpu")',
+            "for trig in range(trig_first + 1, trig_end):",
+            release.format(entry),
+        ]
     head = ["tl.debug_barrier()"]
     if not continuations and early:
         return head + [
@@ -980,7 +1098,7 @@ def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> Bo
     body += [s.add_line() for s in em.task_sums] + _zero_next_rows(spec)
     if options.trace:
         body.append(_stamp_line(3))
-    body += _trigger_lines(options.continuations, early_triggers)
+    body += _trigger_lines(options.continuations, early_triggers, options.tagged)
     if options.trace:
         body.append(_stamp_line(2))
     if options.continuations:
