@@ -337,6 +337,11 @@ class KernelEmitter:
             terms[fdim].append(f"{self.it()} * {steps.iteration[fdim]}")
         return terms
 
+    def store_mask(self, mask: str | None, name: str) -> str | None:
+        """The mask of an output's store of register tile ``name``, from the mask of its
+        tile's valid lanes."""
+        return mask
+
     def stored_value(self, j: int, name: str) -> str:
         """The value output ``j``'s store writes: register tile ``name`` in the output's type."""
         return f"{name}.to(out{j}_ptr.dtype.element_ty)"
@@ -957,7 +962,8 @@ def _emit_store(em: KernelEmitter, spec: Spec, j: int) -> None:
         em.emit(sec, em.accumulate_text(op, f"out{j}_ptr + {offs}", f"{val.name}.to(tl.float32)",
                                         mask, val.pad))
         return
-    em.emit(sec, _store_text(f"out{j}_ptr + {offs}", em.stored_value(j, val.name), mask))
+    em.emit(sec, _store_text(f"out{j}_ptr + {offs}", em.stored_value(j, val.name),
+                             em.store_mask(mask, val.name)))
     if SpecFlag.CARRIED in spec.flags:
         _store_scales(em, op, j, ref, sec, out_dims, val)
 

@@ -120,21 +120,32 @@ def _fresh_name(dtype: str, masked: bool) -> str:
     return f"{TAG_FRESH}{tag_layout(dtype)[1]}{'_masked' if masked else ''}"
 
 
+def _tag_differs(word: str, bits: int, tag: str = "tag") -> str:
+    """Where the tagged words ``word`` carry another epoch than ``tag`` (a 32-bit epoch is the
+    whole, positive, int32 tag; a 16-bit one its low bits)."""
+    low = (1 << bits) - 1
+    if bits == 32:
+        return f"(({word} >> 32) != {tag})"
+    return f"((({word} >> {bits}) & {low}) != ({tag} & {low}))"
+
+
+def _tag_value(word: str, bits: int, dtype: str) -> str:
+    """The values of the tagged words ``word``."""
+    unsigned = "tl.uint16" if bits == 16 else "tl.uint32"
+    return f"({word} & {(1 << bits) - 1}).to({unsigned}).to({dtype}, bitcast=True)"
+
+
 def _fresh_source(dtype: str, masked: bool) -> str:
     """A @triton.jit helper that loads a tile of tagged words (volatile: from L2 every time)
     until every word (of the ``mask``) carries ``tag``, at most ``limit`` times more; a read
     that gives up writes the task into the meta buffer's error slot (as a wait does) and
     returns what it read. Returns the values (lanes the mask drops: 0)."""
     bits = tag_layout(dtype)[1]
-    low = (1 << bits) - 1
     mask_arg = "mask, " if masked else ""
     load = ("tl.load(ptrs, mask=mask, other=0, volatile=True)" if masked
             else "tl.load(ptrs, volatile=True)")
-    # a 32-bit epoch is the whole (positive) int32 tag; a 16-bit one its low bits
-    differs = (f"((word >> {bits}) != tag)" if bits == 32
-               else f"(((word >> {bits}) & {low}) != (tag & {low}))")
+    differs = _tag_differs("word", bits)
     stale = f"(mask & {differs})" if masked else differs
-    unsigned = "tl.uint16" if bits == 16 else "tl.uint32"
     return "\n".join([
         "@triton.jit",
         f"def {_fresh_name(dtype, masked)}(ptrs, {mask_arg}tag, limit, meta_ptr, desc, "
@@ -147,7 +158,7 @@ def _fresh_source(dtype: str, masked: bool) -> str:
         f"    if tl.max({stale}.to(tl.int32)) > 0:",
         f"        tl.atomic_xchg(meta_ptr + {int(MetaSlot.ERROR)}, "
         f"tl.load(desc + {FIELD_TASK}).to(tl.int32) + 1)",
-        f"    return (word & {low}).to({unsigned}).to(dtype, bitcast=True)",
+        f"    return {_tag_value('word', bits, 'dtype')}",
     ])
 
 
@@ -605,6 +616,14 @@ class TaskEmitter(KernelEmitter):
         self.claims = options.claims  # the next block is ``nxt`` (claimed), not blk + 1
         self.args = {(a.role, a.index): a for a in spec.args}
         self.max_spins = 1 if options.interpret else options.max_spins
+        self.tagged = options.tagged
+        # (tagged) the block's first tagged tile, read until it is this step's before the
+        # block computes; the block's other tagged tiles are read once, the block's
+        # computation retried while one was stale (``retry``), its stores only where none was
+        self.block_poll: list[str] = []
+        self.retry = False
+        self._sections: list[Phase] = []  # the section of the value being emitted
+        self._words = 0
         self.task_sums: list[TaskSum] = []  # accumulating outputs, summed over a task's blocks
 
     def emit(self, sec: Phase, line: str) -> None:
@@ -613,10 +632,12 @@ class TaskEmitter(KernelEmitter):
     def get(self, ref: TensorRef, wanted: Phase):
         hoist = ref.op in self.hoisted
         self._route.append(hoist)
+        self._sections.append(self.section_for(ref, wanted))
         try:
             val = super().get(ref, wanted)
         finally:
             self._route.pop()
+            self._sections.pop()
         if hoist:
             self._hoisted_names.add(val.name)
         return val
@@ -640,6 +661,14 @@ class TaskEmitter(KernelEmitter):
         self.helpers[fn] = source
         return f"{fn}({name}.to({arg.dtype}), epoch)"
 
+    def store_mask(self, mask: str | None, name: str) -> str | None:
+        """(tagged) A block stores only from a pass that read no stale tile (the scalar
+        condition as a tile: the interpreter refuses a tensor mask and'ed with a scalar)."""
+        if not self.tagged:
+            return mask
+        fresh = f"((tl.zeros({name}.shape, tl.int32) + tag_stale) == 0)"
+        return f"({mask}) & {fresh}" if mask else fresh
+
     def _fresh_load(self, op: Op, pad, shift, region) -> str:
         """A tagged input's tile, read until it is this step's (``PersistentOptions.tagged``),
         in the input's type."""
@@ -650,16 +679,51 @@ class TaskEmitter(KernelEmitter):
         masked = f"{mask}, " if mask is not None else ""
         return f"{fn}({pointers}, {masked}epoch, {self.max_spins}, meta_ptr, desc, {arg.dtype})"
 
+    def _read_once(self, op: Op, pad, shift, region, name: str) -> list[str]:
+        """(tagged) Lines that read a tagged tile once into ``name`` (``.cv``: from L2), and
+        add whether a word of it is stale into the block's ``tag_stale``."""
+        arg = self.args[("in", op.attr("index"))]
+        bits = tag_layout(arg.dtype)[1]
+        pointers, mask = self.load_address(op, pad, shift, region)
+        word = f"{name}_w"
+        masking = f", mask={mask}, other=0" if mask is not None else ""
+        stale = _tag_differs(word, bits, "epoch")
+        stale = f"(({mask}) & {stale})" if mask is not None else stale
+        self.retry = True
+        return [
+            f'{word} = tl.load({pointers}{masking}, cache_modifier=".cv")',
+            f"tag_stale = tl.maximum(tag_stale, tl.max({stale}.to(tl.int32)))",
+            f"{name} = {_tag_value(word, bits, arg.dtype)}",
+        ]
+
+    def _tagged_load(self, op: Op, pad, shift, region, second: bool) -> str:
+        """A tagged input's tile: read until fresh where the task computes it once (hoisted)
+        or where it is the block's first; else read once, the block retrying (``retry``)."""
+        if self._route[-1]:
+            return self._fresh_load(op, pad, shift, region)
+        position = self._position(op)
+        plain = shift is None and region is None and not second
+        if position in self._first and plain:
+            if position not in self.first:
+                if self.block_poll:
+                    lines = self._read_once(op, pad, shift, region, f"tile{position}")
+                else:
+                    text = self._fresh_load(op, pad, shift, region)
+                    self.block_poll = [f"tile{position} = {text}"]
+                    lines = []
+                self.first[position] = lines
+            return f"tile{position}"
+        name = f"tw{self._words}"
+        self._words += 1
+        lines = self._read_once(op, pad, shift, region, name)
+        for line in lines:
+            self.emit(self._sections[-1], line)
+        return name
+
     def load_input(self, op: Op, pad, shift=None, region=None, second: bool = False) -> str:
         arg = self.args.get(("in", op.attr("index")))
         if arg is not None and arg.tagged:
-            text = self._fresh_load(op, pad, shift, region)
-            position = self._position(op)
-            plain = shift is None and region is None and not second
-            if position in self._first and plain:
-                self.first.setdefault(position, [f"tile{position} = {text}"])
-                return f"tile{position}"
-            return text
+            return self._tagged_load(op, pad, shift, region, second)
         text = super().load_input(op, pad, shift, region, second)
         if self.hint and op.attr("index") not in self.spec.static_inputs:
             # .cg reads L2 only, which an L1 eviction policy contradicts: ptxas (Triton 3.6,
@@ -1008,6 +1072,22 @@ def _claim_lines(field: int) -> list[str]:
     ]
 
 
+def _retry_lines(lines: list[str], limit: int) -> list[str]:
+    """(tagged) A block's computation run again while a tile it read was stale (its stores
+    are masked by ``tag_stale == 0``), at most ``limit`` times; a block that never read
+    fresh tiles writes its task into the meta buffer's error slot, as a wait does."""
+    return [
+        "tag_pass = tl.full([], 0, tl.int32)",
+        "tag_stale = tl.full([], 1, tl.int32)",
+        f"while (tag_stale > 0) & (tag_pass < {limit}):",
+        *[INDENT + line for line in lines],
+        INDENT + "tag_pass += 1",
+        "if tag_stale > 0:",
+        f"    tl.atomic_xchg(meta_ptr + {int(MetaSlot.ERROR)}, "
+        f"tl.load(desc + {FIELD_TASK}).to(tl.int32) + 1)",
+    ]
+
+
 def _pipeline_deeper(grid: tuple[int, int, int], ahead: list[PipelinedLoad]) -> list[str]:
     """With ``pipeline_depth`` > 1, the loads before the wait of the pipelined tiles of the
     task's blocks after its first, up to ``depth`` (each predicated on the task having it)."""
@@ -1085,10 +1165,17 @@ def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> Bo
     if ahead:  # the static tiles of the block ``depth`` ahead stream while this one computes
         far = nxt if options.claims else f"(blk + {em.depth})"
         block += _pid_lines(grid, far) + [f"{p.carried[-1]} = {p.next}" for p in ahead]
-    block += _pid_lines(grid, "blk") + [line for lines in em.first.values() for line in lines]
+    block += _pid_lines(grid, "blk")
+    firsts = [line for lines in em.first.values() for line in lines]
+    if options.tagged:
+        block += em.block_poll
+        firsts = ["tag_stale = tl.full([], 0, tl.int32)"] + firsts
     if pf_name:
         block += [f"if {later} < end:", f"    {pf_name}(desc, {later}, pos, meta_ptr)"]
-    block += _section(em, em.lines, tail)
+    if em.retry:
+        block += _retry_lines(firsts + _section(em, em.lines, tail), em.max_spins)
+    else:
+        block += firsts + _section(em, em.lines, tail)
     body += [s.init_line() for s in em.task_sums]
     if options.claims:
         body += ["while blk < end:"] + [INDENT + line for line in block + ["blk = nxt",
