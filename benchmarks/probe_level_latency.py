@@ -145,6 +145,27 @@ def expected_last_row(first: torch.Tensor, levels: int, programs: int) -> torch.
     return torch.where(row >= 2**31, row - 2**32, row)
 
 
+def timed_launch(kernel, programs: int, args) -> float:
+    """Microseconds of one launch of ``kernel`` on ``programs`` programs (CUDA events; 0 in
+    the interpreter, which only runs it)."""
+    if DEVICE != "cuda":
+        kernel[(programs,)](*args)
+        return 0.0
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    kernel[(programs,)](*args)
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3
+
+
+def tagged_values(words: torch.Tensor) -> torch.Tensor:
+    """The int32 values (as int64) in the low halves of a row of tagged 64-bit words."""
+    low = words.cpu() & 0xFFFFFFFF
+    return torch.where(low >= 2**31, low - 2**32, low)
+
+
 def run(mode: str, levels: int, programs: int, repeats: int) -> tuple[float, bool | None]:
     """Microseconds per level (median of ``repeats`` launches) and whether the last row was
     right every time (None where the levels read nothing: ``barrier``)."""
@@ -168,20 +189,9 @@ def run(mode: str, levels: int, programs: int, repeats: int) -> tuple[float, boo
             evt[0, :, 0] = programs  # the first row is there
             kernel, args = counter_chain, (rows, evt, levels, programs, width, shards, read,
                                            poll)
-        if DEVICE == "cuda":
-            torch.cuda.synchronize()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            kernel[(programs,)](*args)
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end) * 1e3 / levels)
-        else:
-            kernel[(programs,)](*args)
-            times.append(0.0)
+        times.append(timed_launch(kernel, programs, args) / levels)
         if mode == "flags":
-            low = (words[levels].cpu() & 0xFFFFFFFF)
-            got = torch.where(low >= 2**31, low - 2**32, low)
+            got = tagged_values(words[levels])
         else:
             got = rows[levels].cpu().to(torch.int64)
         right &= bool(torch.equal(got, want))

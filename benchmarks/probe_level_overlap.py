@@ -37,14 +37,16 @@ kernels run with one program (their arithmetic only; no times).
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import torch
 import triton
 import triton.language as tl
 
-SLICE = 4  # values each program writes a level
-LINE: tl.constexpr = tl.constexpr(32)  # int32 between two counters: one 128-byte line each
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from probe_level_latency import DEVICE, LINE, SLICE, tagged_values, timed_launch  # noqa: E402
+
 MODES = ("stream", "counter", "counter_ahead", "flags", "flags_ahead", "hint_ahead")
 
 
@@ -172,20 +174,9 @@ def run(mode: str, levels: int, programs: int, weights: torch.Tensor, wsum: torc
             kernel = counter_chain
             args = (rows, evt, weights, levels, programs, width, tile, wrap, ahead,
                     mode != "stream")
-        if DEVICE == "cuda":
-            torch.cuda.synchronize()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            kernel[(programs,)](*args)
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end) * 1e3 / levels)
-        else:
-            kernel[(programs,)](*args)
-            times.append(0.0)
+        times.append(timed_launch(kernel, programs, args) / levels)
         if kernel is flag_chain:
-            low = words[levels].cpu() & 0xFFFFFFFF
-            got = torch.where(low >= 2**31, low - 2**32, low)
+            got = tagged_values(words[levels])
         else:
             got = rows[levels].cpu().to(torch.int64)
         right &= bool(torch.equal(got, want))
