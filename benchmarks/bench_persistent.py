@@ -524,9 +524,6 @@ VARIANTS = {
     # the attention's combination in one block per KV head (its group's query heads), as
     # before the thirty-fifth session; since, one block per query head
     "combine_kv_head": ({}, {"combine_per_query_head": False}),
-    # every tensor the step writes as words tagged with the step (PersistentOptions.tagged):
-    # readers poll the data, no events but the argmax's, no release fences
-    "tagged": ({"tagged_data": True}, {}),
     "claims": ({"claim_blocks": True}, {}),
     "claims4": ({"claim_blocks": 4}, {}),
     "claims32": ({"claim_blocks": 32}, {}),
@@ -681,10 +678,11 @@ def run_variant(
         )
         # teacher forcing: the reference's tokens in, our logits against its logits
         feed = prompt + ref_tokens[:-1]
-        ours = teacher_forced(program, decoder.logits, feed, len(prompt) - 1)
+        logits_buf = program.buffer(decoder.logits)
+        ours = teacher_forced(program, logits_buf, feed, len(prompt) - 1)
         # a second pass must give the same bits (nothing of the default is summed in a
         # run-dependent order; a race between tasks shows here: twenty-eighth session)
-        again = teacher_forced(program, decoder.logits, feed, len(prompt) - 1)
+        again = teacher_forced(program, logits_buf, feed, len(prompt) - 1)
         record(**{key("repeat_bit_equal"): all(
             torch.equal(a, b) for a, b in zip(ours, again, strict=True))})
         errors = relative_errors(ours, ref_logits)
@@ -737,16 +735,14 @@ def time_replayed(program, decoder, calls: int) -> float:
     return seconds
 
 
-def teacher_forced(program, logits, feed: list[int], first: int) -> list:
-    """From position 0, the kernel's logits (float32) after each step from ``first`` on
-    (``logits``: the kernel's tensor, read after every step: with ``tagged_data`` the
-    program's buffer of it is a copy of its values)."""
+def teacher_forced(program, logits_buf, feed: list[int], first: int) -> list:
+    """From position 0, the kernel's logits (float32) after each step from ``first`` on."""
     program.reset()
     out = []
     for i, tok in enumerate(feed):
         program.step(tok)
         if i >= first:
-            out.append(program.buffer(logits)[0].float().clone())
+            out.append(logits_buf[0].float().clone())
     program.check_errors()
     return out
 

@@ -53,7 +53,6 @@ VARIANTS = {  # PersistentOptions beyond the GPU mode's defaults (aligned and pi
     "queue_entries": {"desc_by_position": False},
     "claims": {"claim_field": 0},  # (the field is the one after the addresses: set below)
     "l2_stream": {"stream_field": 0},  # (likewise)
-    "tagged": {"tagged": True},
 }
 SIGNATURE = {  # the dispatcher's arguments (codegen.DISPATCH_SIG)
     "desc_ptr": "*i64",
@@ -156,9 +155,9 @@ def main(argv=None) -> int:
     for model_name in args.models:
         model = make_model(model_name, args.layers, "cpu", torch.bfloat16)
         decoder = build_decoder(model, 1024, tiles=tiles)
+        specs = kernel_specs(decoder.kernel)
         for variant in args.variants:
             options = PersistentOptions(interpret=False, **VARIANTS[variant])
-            specs = kernel_specs(decoder.kernel, options.tagged)
             if options.claims:  # the runtime's place for a task's block counter
                 options = dataclasses.replace(options, claim_field=descriptor_width(specs))
             if options.streams:  # the runtime's place for a task's stream ranges

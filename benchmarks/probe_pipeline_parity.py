@@ -83,7 +83,8 @@ def main(argv=None) -> int:
     with torch.no_grad():
         for name, regex, depth in variants:
             program = compile_with_depth(decoder, regex, depth)
-            runs = [teacher_forced(program, decoder.logits, feed, 0) for _ in range(2)]
+            logits_buf = program.buffer(decoder.logits)
+            runs = [teacher_forced(program, logits_buf, feed, 0) for _ in range(2)]
             if base is None:
                 base = runs[0]
             for r, run in enumerate(runs):

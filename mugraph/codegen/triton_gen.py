@@ -337,27 +337,6 @@ class KernelEmitter:
             terms[fdim].append(f"{self.it()} * {steps.iteration[fdim]}")
         return terms
 
-    def store_mask(self, mask: str | None, name: str) -> str | None:
-        """The mask of an output's store of register tile ``name``, from the mask of its
-        tile's valid lanes."""
-        return mask
-
-    def stored_value(self, j: int, name: str) -> str:
-        """The value output ``j``'s store writes: register tile ``name`` in the output's type."""
-        return f"{name}.to(out{j}_ptr.dtype.element_ty)"
-
-    def load_address(self, op: Op, pad, shift=None, region=None) -> tuple[str, str | None]:
-        """The pointers of input ``op``'s tile in a tile of shape ``pad`` and the mask of the
-        lanes read (None: all), as :meth:`load_input` reads them."""
-        i = op.attr("index")
-        tile = op.outputs[0].dims
-        source = self.kernel.input_tile(i)
-        base = self.placement(source.steps, op.attr("forloop_dim"))
-        strides = [f"in{i}_s{d}" for d in range(len(tile))]
-        offs = tiles.offsets(pad, strides, base, shift, self.options.index64)
-        mask = region if region is not None else tiles.valid_mask(tile[self.lead:], pad)
-        return f"in{i}_ptr + {offs}", mask
-
     def load_input(self, op: Op, pad, shift=None, region=None, second: bool = False) -> str:
         """A ``tl.load`` of input ``op``'s tile into a tile of shape ``pad``.
 
@@ -365,9 +344,14 @@ class KernelEmitter:
         by default, the valid lanes of the tile) are read, the rest are zero. ``second``: the
         other operators' load of a tile that also feeds a ``tl.dot`` (``split_mixed_loads``).
         """
-        pointers, mask = self.load_address(op, pad, shift, region)
-        source = self.kernel.input_tile(op.attr("index"))
-        args = [pointers]
+        i = op.attr("index")
+        tile = op.outputs[0].dims
+        source = self.kernel.input_tile(i)
+        base = self.placement(source.steps, op.attr("forloop_dim"))
+        strides = [f"in{i}_s{d}" for d in range(len(tile))]
+        offs = tiles.offsets(pad, strides, base, shift, self.options.index64)
+        mask = region if region is not None else tiles.valid_mask(tile[self.lead:], pad)
+        args = [f"in{i}_ptr + {offs}"]
         if mask is not None:
             args += [f"mask={mask}", "other=0.0"]
         if second:
@@ -962,8 +946,8 @@ def _emit_store(em: KernelEmitter, spec: Spec, j: int) -> None:
         em.emit(sec, em.accumulate_text(op, f"out{j}_ptr + {offs}", f"{val.name}.to(tl.float32)",
                                         mask, val.pad))
         return
-    em.emit(sec, _store_text(f"out{j}_ptr + {offs}", em.stored_value(j, val.name),
-                             em.store_mask(mask, val.name)))
+    value = f"{val.name}.to(out{j}_ptr.dtype.element_ty)"
+    em.emit(sec, _store_text(f"out{j}_ptr + {offs}", value, mask))
     if SpecFlag.CARRIED in spec.flags:
         _store_scales(em, op, j, ref, sec, out_dims, val)
 

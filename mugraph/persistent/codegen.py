@@ -96,84 +96,6 @@ PREFETCH_PRIORITIES = frozenset({"evict_normal", "evict_last"})  # of prefetch.g
 PIPELINE_BYTES = 48 * 1024
 VECTOR_BYTES = 16  # the widest load: the alignment the hints assert
 INDENT = "    "
-TAG_FRESH = "mg_fresh"  # a tile of tagged words, read until every word carries the epoch
-TAG_WORD = "mg_tagged"  # the word a tagged store writes
-# a tagged word per value type: (word type, bits of value, bits of epoch): a 16-bit value
-# and the epoch's low 16 bits in 32, a 32-bit value and the epoch in 64. Every step writes
-# every word of the tensors it tags, so a stale word is always the step before's: its epoch
-# differs from this step's in the low bits.
-TAG_LAYOUTS = {
-    "tl.bfloat16": ("tl.int32", 16),
-    "tl.float16": ("tl.int32", 16),
-    "tl.float32": ("tl.int64", 32),
-}
-
-
-def tag_layout(dtype: str) -> tuple[str, int]:
-    """(word type, bits of value) of a tagged tensor of Triton type ``dtype``."""
-    if dtype not in TAG_LAYOUTS:
-        raise UnsupportedError(f"tagged_data: no tagged word for values of {dtype}")
-    return TAG_LAYOUTS[dtype]
-
-
-def _fresh_name(dtype: str, masked: bool) -> str:
-    return f"{TAG_FRESH}{tag_layout(dtype)[1]}{'_masked' if masked else ''}"
-
-
-def _tag_differs(word: str, bits: int, tag: str = "tag") -> str:
-    """Where the tagged words ``word`` carry another epoch than ``tag`` (a 32-bit epoch is the
-    whole, positive, int32 tag; a 16-bit one its low bits)."""
-    low = (1 << bits) - 1
-    if bits == 32:
-        return f"(({word} >> 32) != {tag})"
-    return f"((({word} >> {bits}) & {low}) != ({tag} & {low}))"
-
-
-def _tag_value(word: str, bits: int, dtype: str) -> str:
-    """The values of the tagged words ``word``."""
-    unsigned = "tl.uint16" if bits == 16 else "tl.uint32"
-    return f"({word} & {(1 << bits) - 1}).to({unsigned}).to({dtype}, bitcast=True)"
-
-
-def _fresh_source(dtype: str, masked: bool) -> str:
-    """A @triton.jit helper that loads a tile of tagged words (volatile: from L2 every time)
-    until every word (of the ``mask``) carries ``tag``, at most ``limit`` times more; a read
-    that gives up writes the task into the meta buffer's error slot (as a wait does) and
-    returns what it read. Returns the values (lanes the mask drops: 0)."""
-    bits = tag_layout(dtype)[1]
-    mask_arg = "mask, " if masked else ""
-    load = ("tl.load(ptrs, mask=mask, other=0, volatile=True)" if masked
-            else "tl.load(ptrs, volatile=True)")
-    differs = _tag_differs("word", bits)
-    stale = f"(mask & {differs})" if masked else differs
-    return "\n".join([
-        "@triton.jit",
-        f"def {_fresh_name(dtype, masked)}(ptrs, {mask_arg}tag, limit, meta_ptr, desc, "
-        "dtype: tl.constexpr):",
-        f"    word = {load}",
-        "    spins = tl.full([], 0, tl.int32)",
-        f"    while (tl.max({stale}.to(tl.int32)) > 0) & (spins < limit):",
-        f"        word = {load}",
-        "        spins += 1",
-        f"    if tl.max({stale}.to(tl.int32)) > 0:",
-        f"        tl.atomic_xchg(meta_ptr + {int(MetaSlot.ERROR)}, "
-        f"tl.load(desc + {FIELD_TASK}).to(tl.int32) + 1)",
-        f"    return {_tag_value('word', bits, 'dtype')}",
-    ])
-
-
-def _tag_word_source(dtype: str) -> tuple[str, str]:
-    """(name, source) of the @triton.jit helper that makes a tagged word of a value."""
-    word, bits = tag_layout(dtype)
-    unsigned = "tl.uint16" if bits == 16 else "tl.uint32"
-    name = f"{TAG_WORD}{bits}"
-    return name, "\n".join([
-        "@triton.jit",
-        f"def {name}(value, tag):",
-        f"    bits = value.to({unsigned}, bitcast=True).to({word})",
-        f"    return bits | ({'tag' if bits == 32 else f'(tag & {(1 << bits) - 1})'}"
-        f".to({word}) << {bits})",
-    ])
 
 
 @dataclass(frozen=True)
@@ -347,16 +269,6 @@ class PersistentOptions:
     stream_after_body: the dispatcher issues a task's stream ranges after its body (its
         triggers) rather than before it (its wait). On the H100 no faster (Qwen3-0.6B, down
         projections streamed: 778.4 against 769.0 µs).
-    tagged: every value of a tensor written in the step (the runtime's scratch, not the
-        caches) is stored as one word with the step's ``epoch`` (NCCL's LL protocol): a
-        16-bit value in the low half of 32 bits, the epoch's low 16 bits above it; a float32
-        value in the low half of 64 (:data:`TAG_LAYOUTS`); a reader loads its tile
-        (volatile) until every word carries this epoch (:data:`TAG_FRESH`). A task that reads
-        only such tensors and static ones does not wait for an event, and an event that no
-        waiting task needs is not triggered (the runtime drops it from the trigger table):
-        no release fence after the stores, no acquire poll and no second round trip for the
-        data after it. What still goes through events: the argmax stages' companion indices.
-        Off by default; not with ``continuations``, claims or streams.
     claim_field: with claims (>= 0), the descriptor field that names a task's block counter
         (-1: the task runs its own range of blocks), followed by the first block the counter
         hands out: the tasks of a kernel that all wait for the same event and trigger the
@@ -393,7 +305,6 @@ class PersistentOptions:
     claim_field: int = -1
     stream_field: int = -1
     stream_after_body: bool = False
-    tagged: bool = False
 
     @property
     def claims(self) -> bool:
@@ -421,7 +332,6 @@ class ArgSpec:
     row_stride: int = 0
     align: int = 1  # a power of two (at most VECTOR_BYTES) dividing every address it takes
     parity: int = 0  # a summed tensor's rows: base + (step % 2) * parity (0: one row)
-    tagged: bool = False  # words of a value and the step's epoch (PersistentOptions.tagged)
 
     @property
     def name(self) -> str:
@@ -614,16 +524,6 @@ class TaskEmitter(KernelEmitter):
         self._head = options.first_block_early and not self._ahead
         self.head: dict[int, str] = {}  # block op position -> its first block's load
         self.claims = options.claims  # the next block is ``nxt`` (claimed), not blk + 1
-        self.args = {(a.role, a.index): a for a in spec.args}
-        self.max_spins = 1 if options.interpret else options.max_spins
-        self.tagged = options.tagged
-        # (tagged) the block's first tagged tile, read until it is this step's before the
-        # block computes; the block's other tagged tiles are read once, the block's
-        # computation retried while one was stale (``retry``), its stores only where none was
-        self.block_poll: list[str] = []
-        self.retry = False
-        self._sections: list[Phase] = []  # the section of the value being emitted
-        self._words = 0
         self.task_sums: list[TaskSum] = []  # accumulating outputs, summed over a task's blocks
 
     def emit(self, sec: Phase, line: str) -> None:
@@ -632,12 +532,10 @@ class TaskEmitter(KernelEmitter):
     def get(self, ref: TensorRef, wanted: Phase):
         hoist = ref.op in self.hoisted
         self._route.append(hoist)
-        self._sections.append(self.section_for(ref, wanted))
         try:
             val = super().get(ref, wanted)
         finally:
             self._route.pop()
-            self._sections.pop()
         if hoist:
             self._hoisted_names.add(val.name)
         return val
@@ -653,77 +551,7 @@ class TaskEmitter(KernelEmitter):
             self._hoisted_names.add(out.name)
         return out
 
-    def stored_value(self, j: int, name: str) -> str:
-        arg = self.args.get(("out", j))
-        if arg is None or not arg.tagged:
-            return super().stored_value(j, name)
-        fn, source = _tag_word_source(arg.dtype)
-        self.helpers[fn] = source
-        return f"{fn}({name}.to({arg.dtype}), epoch)"
-
-    def store_mask(self, mask: str | None, name: str) -> str | None:
-        """(tagged) A block stores only from a pass that read no stale tile (the scalar
-        condition as a tile: the interpreter refuses a tensor mask and'ed with a scalar)."""
-        if not self.tagged:
-            return mask
-        fresh = f"((tl.zeros({name}.shape, tl.int32) + tag_stale) == 0)"
-        return f"({mask}) & {fresh}" if mask else fresh
-
-    def _fresh_load(self, op: Op, pad, shift, region) -> str:
-        """A tagged input's tile, read until it is this step's (``PersistentOptions.tagged``),
-        in the input's type."""
-        arg = self.args[("in", op.attr("index"))]
-        pointers, mask = self.load_address(op, pad, shift, region)
-        fn = _fresh_name(arg.dtype, mask is not None)
-        self.helpers[fn] = _fresh_source(arg.dtype, mask is not None)
-        masked = f"{mask}, " if mask is not None else ""
-        return f"{fn}({pointers}, {masked}epoch, {self.max_spins}, meta_ptr, desc, {arg.dtype})"
-
-    def _read_once(self, op: Op, pad, shift, region, name: str) -> list[str]:
-        """(tagged) Lines that read a tagged tile once into ``name`` (``.cv``: from L2), and
-        add whether a word of it is stale into the block's ``tag_stale``."""
-        arg = self.args[("in", op.attr("index"))]
-        bits = tag_layout(arg.dtype)[1]
-        pointers, mask = self.load_address(op, pad, shift, region)
-        word = f"{name}_w"
-        masking = f", mask={mask}, other=0" if mask is not None else ""
-        stale = _tag_differs(word, bits, "epoch")
-        stale = f"(({mask}) & {stale})" if mask is not None else stale
-        self.retry = True
-        return [
-            f'{word} = tl.load({pointers}{masking}, cache_modifier=".cv")',
-            f"tag_stale = tl.maximum(tag_stale, tl.max({stale}.to(tl.int32)))",
-            f"{name} = {_tag_value(word, bits, arg.dtype)}",
-        ]
-
-    def _tagged_load(self, op: Op, pad, shift, region, second: bool) -> str:
-        """A tagged input's tile: read until fresh where the task computes it once (hoisted)
-        or where it is the block's first; else read once, the block retrying (``retry``)."""
-        if self._route[-1]:
-            return self._fresh_load(op, pad, shift, region)
-        position = self._position(op)
-        plain = shift is None and region is None and not second
-        if position in self._first and plain:
-            if position not in self.first:
-                if self.block_poll:
-                    lines = self._read_once(op, pad, shift, region, f"tile{position}")
-                else:
-                    text = self._fresh_load(op, pad, shift, region)
-                    self.block_poll = [f"tile{position} = {text}"]
-                    lines = []
-                self.first[position] = lines
-            return f"tile{position}"
-        name = f"tw{self._words}"
-        self._words += 1
-        lines = self._read_once(op, pad, shift, region, name)
-        for line in lines:
-            self.emit(self._sections[-1], line)
-        return name
-
     def load_input(self, op: Op, pad, shift=None, region=None, second: bool = False) -> str:
-        arg = self.args.get(("in", op.attr("index")))
-        if arg is not None and arg.tagged:
-            return self._tagged_load(op, pad, shift, region, second)
         text = super().load_input(op, pad, shift, region, second)
         if self.hint and op.attr("index") not in self.spec.static_inputs:
             # .cg reads L2 only, which an L1 eviction policy contradicts: ptxas (Triton 3.6,
@@ -792,7 +620,7 @@ def _pointer_lines(spec: KernelSpec, only=None, align: bool = False,
     for pos, arg in enumerate(spec.args):
         if only is not None and arg not in only:
             continue
-        ptr = f"tl.pointer_type({tag_layout(arg.dtype)[0] if arg.tagged else arg.dtype})"
+        ptr = f"tl.pointer_type({arg.dtype})"
         field = DESC_HEADER + pos
         value = read[field] if read and field in read else f"tl.load(desc + {field})"
         lines.append(f"{arg.name}_ptr = {value}.to({ptr})")
@@ -903,23 +731,13 @@ def _trigger_table_lines() -> list[str]:
     ]
 
 
-def _trigger_lines(continuations: bool, early: bool = False, tagged: bool = False) -> list[str]:
+def _trigger_lines(continuations: bool, early: bool = False) -> list[str]:
     """One release atomic per event the task triggers. With ``continuations``, where the event
     has one, the atomic also acquires and its old value tells whether this trigger completed
     the event: then the body returns the continuation for the dispatcher to run (else -1).
-    ``early``: the table lines (:func:`_trigger_table_lines`) were emitted before the wait.
-    ``tagged``: the barrier before the atomics only where the task triggers an event (with
-    tagged data most tasks trigger none)."""
+    ``early``: the table lines (:func:`_trigger_table_lines`) were emitted before the wait."""
     entry = f"trig_ptr + {TRIGGER_FIELDS} * trig"
     release = '    tl.atomic_add(evt_ptr + tl.load({}), 1, sem="release", scope="gpu")'
-    if tagged and early and not continuations:
-        return [
-            "if trig_first < trig_end:",
-            "    tl.debug_barrier()",
-            '    tl.atomic_add(evt_ptr + trig_evt, 1, sem="release", scope="gpu")',
-            "for trig in range(trig_first + 1, trig_end):",
-            release.format(entry),
-        ]
     head = ["tl.debug_barrier()"]
     if not continuations and early:
         return head + [
@@ -1072,22 +890,6 @@ def _claim_lines(field: int) -> list[str]:
     ]
 
 
-def _retry_lines(lines: list[str], limit: int) -> list[str]:
-    """(tagged) A block's computation run again while a tile it read was stale (its stores
-    are masked by ``tag_stale == 0``), at most ``limit`` times; a block that never read
-    fresh tiles writes its task into the meta buffer's error slot, as a wait does."""
-    return [
-        "tag_pass = tl.full([], 0, tl.int32)",
-        "tag_stale = tl.full([], 1, tl.int32)",
-        f"while (tag_stale > 0) & (tag_pass < {limit}):",
-        *[INDENT + line for line in lines],
-        INDENT + "tag_pass += 1",
-        "if tag_stale > 0:",
-        f"    tl.atomic_xchg(meta_ptr + {int(MetaSlot.ERROR)}, "
-        f"tl.load(desc + {FIELD_TASK}).to(tl.int32) + 1)",
-    ]
-
-
 def _pipeline_deeper(grid: tuple[int, int, int], ahead: list[PipelinedLoad]) -> list[str]:
     """With ``pipeline_depth`` > 1, the loads before the wait of the pipelined tiles of the
     task's blocks after its first, up to ``depth`` (each predicated on the task having it)."""
@@ -1165,17 +967,10 @@ def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> Bo
     if ahead:  # the static tiles of the block ``depth`` ahead stream while this one computes
         far = nxt if options.claims else f"(blk + {em.depth})"
         block += _pid_lines(grid, far) + [f"{p.carried[-1]} = {p.next}" for p in ahead]
-    block += _pid_lines(grid, "blk")
-    firsts = [line for lines in em.first.values() for line in lines]
-    if options.tagged:
-        block += em.block_poll
-        firsts = ["tag_stale = tl.full([], 0, tl.int32)"] + firsts
+    block += _pid_lines(grid, "blk") + [line for lines in em.first.values() for line in lines]
     if pf_name:
         block += [f"if {later} < end:", f"    {pf_name}(desc, {later}, pos, meta_ptr)"]
-    if em.retry:
-        block += _retry_lines(firsts + _section(em, em.lines, tail), em.max_spins)
-    else:
-        block += firsts + _section(em, em.lines, tail)
+    block += _section(em, em.lines, tail)
     body += [s.init_line() for s in em.task_sums]
     if options.claims:
         body += ["while blk < end:"] + [INDENT + line for line in block + ["blk = nxt",
@@ -1185,7 +980,7 @@ def generate_body(spec: KernelSpec, name: str, options: PersistentOptions) -> Bo
     body += [s.add_line() for s in em.task_sums] + _zero_next_rows(spec)
     if options.trace:
         body.append(_stamp_line(3))
-    body += _trigger_lines(options.continuations, early_triggers, options.tagged)
+    body += _trigger_lines(options.continuations, early_triggers)
     if options.trace:
         body.append(_stamp_line(2))
     if options.continuations:

@@ -92,9 +92,9 @@ class PersistentRuntimeError(MugraphError):
     """A persistent launch reported a failure (a wait that gave up), or cannot be made safe."""
 
 
-def kernel_specs(kernel: PersistentKernel, tagged: bool = False) -> list[KernelSpec]:
-    """The generator's view of every custom kernel of the step, in graph order (``tagged``:
-    the tensors the runtime allocates are tagged words, ``PersistentOptions.tagged``)."""
+def kernel_specs(kernel: PersistentKernel) -> list[KernelSpec]:
+    """The generator's view of every custom kernel of the step, in graph order."""
+    from mugraph.codegen.triton_gen import TL_DTYPE
 
     graph = kernel.graph
     specs = []
@@ -109,10 +109,11 @@ def kernel_specs(kernel: PersistentKernel, tagged: bool = False) -> list[KernelS
             t = graph.tensor_type(ref)
             if graph.ops[ref.op].kind is OpKind.INPUT:
                 static.add(i)
-            args.append(_tensor_arg("in", i, t, graph, ref, kernel.binding(ref), tagged))
+            arg = _arg("in", i, t, kernel.binding(ref), TL_DTYPE)
+            args.append(_summed_arg(arg, t) if summed_output(graph, ref) else arg)
         for j, t in enumerate(op.outputs):
-            ref = TensorRef(k, j)
-            args.append(_tensor_arg("out", j, t, graph, ref, kernel.binding(ref), tagged))
+            arg = _arg("out", j, t, kernel.binding(TensorRef(k, j)), TL_DTYPE)
+            args.append(_summed_arg(arg, t) if summed_output(graph, TensorRef(k, j)) else arg)
         argmax = role.argmax if role else None
         companions = 0 if argmax is None else (1 if argmax == "partial" else 2)
         for c in range(companions):
@@ -190,38 +191,8 @@ def claim_groups(
     return groups
 
 
-def waits_for_events(spec: KernelSpec, tagged: bool) -> bool:
-    """Whether a kernel's tasks wait for their event: always, unless every tensor they read
-    that the step writes is tagged (``PersistentOptions.tagged``: the reads check the data
-    itself). The argmax's last stage reads the first stage's indices (untagged)."""
-    if not tagged or spec.argmax == "final":
-        return True
-    return any(a.role == "in" and a.index not in spec.static_inputs and not a.tagged
-               for a in spec.args)
-
-
 def descriptor_width(specs: list[KernelSpec]) -> int:
     return DESC_HEADER + max(len(s.args) for s in specs)
-
-
-def _tensor_arg(role: str, index: int, t, graph, ref: TensorRef, binding,
-                tagged: bool) -> ArgSpec:
-    """A tensor's argument: summed (two float32 rows), tagged (a scratch tensor, with
-    ``tagged``) or plain."""
-    from mugraph.codegen.triton_gen import TL_DTYPE
-
-    arg = _arg(role, index, t, binding, TL_DTYPE)
-    if summed_output(graph, ref):
-        if tagged:
-            raise UnsupportedError(
-                f"persistent runtime: tagged_data does not combine with tensors summed over "
-                f"blocks ({role}{index} of %{ref.op}: TilePolicy's fuse_mlp_down or "
-                "fuse_o_proj_heads)"
-            )
-        return _summed_arg(arg, t)
-    if tagged and isinstance(binding, Scratch):
-        return replace(arg, tagged=True, align=VECTOR_BYTES)
-    return arg
 
 
 def _arg(role: str, index: int, t, binding, tl_dtype) -> ArgSpec:
@@ -331,7 +302,6 @@ class PersistentProgram:
         l2_stream: int = 0,
         l2_stream_after: bool = False,
         l2_stream_names: tuple[str, ...] | None = None,
-        tagged_data: bool = False,
     ) -> None:
         import torch
 
@@ -424,11 +394,6 @@ class PersistentProgram:
                 "persistent runtime: l2_stream needs the prefetch_ahead dispatcher: "
                 "desc_by_position, and no continuations, lookahead or prefetch_task"
             )
-        if tagged_data and (continuations or claim_blocks or l2_stream):
-            raise UnsupportedError(
-                "persistent runtime: tagged_data does not combine with continuations, "
-                "claim_blocks or l2_stream"
-            )
         if prefetch_ahead is not None and not isinstance(prefetch_ahead, bool):
             raise UnsupportedError(
                 f"persistent runtime: prefetch_ahead must be None (where it combines with the "
@@ -485,9 +450,8 @@ class PersistentProgram:
             hoist=hoist,
             separate_bodies=separate_bodies,
             trace=trace and gpu,
-            tagged=tagged_data,
         )
-        self.specs = kernel_specs(kernel, tagged_data)
+        self.specs = kernel_specs(kernel)
         self.desc_width = descriptor_width(self.specs)
         # tasks per block counter (claim_blocks: True, or that number)
         self.claiming_tasks = CLAIMING_TASKS if claim_blocks is True else int(claim_blocks)
@@ -533,8 +497,6 @@ class PersistentProgram:
                     self.buffers[(k, j)] = torch.zeros(shape, dtype=torch.float32, device=dev)
                     continue
                 dtype = getattr(torch, t.dtype.torch_name)
-                if self.options.tagged:  # a word per value: the value and the step's epoch
-                    dtype = torch.int32 if dtype.itemsize == 2 else torch.int64
                 self.buffers[(k, j)] = torch.zeros(t.dims, dtype=dtype, device=dev)
         self.companions = {
             name: torch.zeros(n, dtype=torch.int32, device=dev)
@@ -626,19 +588,15 @@ class PersistentProgram:
         desc = np.zeros((len(tg.tasks), self.desc_width), dtype=np.int64)
         triggers: list[int] = []  # TRIGGER_FIELDS each: event, its continuation or -1, count
         specs = {s.op: s for s in self.specs}
-        waiting = {k: waits_for_events(spec, self.options.tagged) for k, spec in specs.items()}
-        needed = {t.wait for t in tg.tasks if t.wait >= 0 and waiting[t.kernel]}
         for t in tg.tasks:
             op = graph.ops[t.kernel]
             row = desc[t.index]
             row[0] = self.kinds[t.kernel]
             row[FIELD_FIRST], row[FIELD_COUNT] = t.first_block, t.num_blocks
-            wait = t.wait if waiting[t.kernel] else -1
-            row[3] = wait
-            row[4] = tg.events[wait].count if wait >= 0 else 0
-            fired = [e for e in t.triggers if e in needed]
-            row[5], row[6], row[7] = len(triggers) // TRIGGER_FIELDS, len(fired), t.index
-            for e in fired:
+            row[3] = t.wait
+            row[4] = tg.events[t.wait].count if t.wait >= 0 else 0
+            row[5], row[6], row[7] = len(triggers) // TRIGGER_FIELDS, len(t.triggers), t.index
+            for e in t.triggers:
                 follow = tg.events[e].continuation
                 triggers += [e, row_of[follow] if follow >= 0 else -1, tg.events[e].count]
             addresses = [self._address(r) for r in op.inputs]
@@ -766,8 +724,7 @@ class PersistentProgram:
         self.meta.zero_()
         self.events.zero_()
         for (k, j), buf in self.buffers.items():
-            # tagged words of an earlier run carry the epochs the next steps will have
-            if self.options.tagged or summed_output(self.kernel.graph, TensorRef(k, j)):
+            if summed_output(self.kernel.graph, TensorRef(k, j)):
                 buf.zero_()
         self._claim_slots()
         self.history.zero_()
@@ -850,14 +807,11 @@ class PersistentProgram:
             task = flag - 1
             raise PersistentRuntimeError(
                 f"persistent kernel: task {task} ({self.tasks.label(task)}) waited for an event "
-                "(or, with tagged_data, for this step's data) that never came"
+                "that never fired"
             )
 
     def buffer(self, tensor) -> Any:
-        """The memory of a tensor of the kernel (a PTensor or its name); with ``tagged_data``,
-        a copy of a scratch tensor's values (read it again after each step)."""
-        import torch
-
+        """The memory of a tensor of the kernel (a PTensor or its name)."""
         name = tensor if isinstance(tensor, str) else tensor.name
         t = self.kernel.tensor(name)
         if t.dtensor is None:
@@ -866,13 +820,7 @@ class PersistentProgram:
         if summed_output(self.kernel.graph, ref):  # the row the last step added into
             return self.buffers[(ref.op, ref.index)][(self.steps - 1) % 2]
         if (ref.op, ref.index) in self.buffers:
-            buf = self.buffers[(ref.op, ref.index)]
-            if self.options.tagged:  # the values of the tagged words: a copy, not the memory
-                dtype = getattr(torch, t.dtype.torch_name)
-                if buf.dtype == torch.int32:  # 16-bit values
-                    return (buf & 0xFFFF).to(torch.int16).view(dtype)
-                return (buf & 0xFFFFFFFF).to(torch.int32).view(dtype)
-            return buf
+            return self.buffers[(ref.op, ref.index)]
         if isinstance(t.binding, Attached):
             return t.binding.tensor
         raise GraphInputError(
