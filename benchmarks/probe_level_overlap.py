@@ -32,6 +32,13 @@ DRAM), and writes its 4 values of the next row. Modes:
 
 Each mode's last row is checked against the host's. Under ``TRITON_INTERPRET=1`` (CPU) the
 kernels run with one program (their arithmetic only; no times).
+
+Measured on an H100 (thirty-sixth session, ``--programs 264 --tiles 8192 --levels 300
+--repeats 3``: 8.65 MB of tiles a level), µs per level: stream 3.886, counter 3.721,
+counter_ahead 4.219, flags 4.536, flags_ahead 4.328, hint_ahead 3.850. Under a weight stream
+the events cost nothing a level on top of the stream itself (2.2-2.3 TB/s with one 32 KB tile
+in flight per program); asking for the next tile early made the level slower with a release
+fence after it, and flags that readers poll slower still (every reader reloads its row).
 """
 
 from __future__ import annotations

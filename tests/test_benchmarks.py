@@ -447,3 +447,16 @@ def test_the_level_latency_chains_compute_the_hosts_last_row():
     for mode in pll.runnable(pll.MODES):
         _, right = pll.run(mode, levels=4, programs=1, repeats=1)
         assert right is (None if mode.startswith("barrier") else True)
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="interpreter arithmetic")
+def test_the_level_overlap_chains_compute_the_hosts_last_row():
+    """``probe_level_overlap``: with a tile of weights summed at every level, each mode (no
+    waits, events, events with the next tile asked for early, data-carried flags, flags with
+    a relaxed counter as a hint) computes the host's last row (one program, the arithmetic)."""
+    from benchmarks import probe_level_overlap as plo
+
+    weights, sums = plo.tiles(programs=1, tile=16, wrap=3)
+    for mode in plo.MODES:
+        _, right = plo.run(mode, levels=5, programs=1, weights=weights, wsum=sums, repeats=1)
+        assert right, mode
