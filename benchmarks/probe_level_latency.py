@@ -102,16 +102,26 @@ def flag_chain(words, LEVELS: tl.constexpr, P: tl.constexpr, WIDTH: tl.constexpr
     cols = tl.arange(0, WIDTH)
     mine = tl.arange(0, 4)
     for lvl in range(1, LEVELS + 1):
-        tag = tl.full([], lvl - 1, tl.int64)
-        ptrs = words + (lvl - 1) * n + cols
-        word = tl.load(ptrs, mask=cols < n, other=tag << 32, volatile=True)
-        while tl.min(((word >> 32) == tag).to(tl.int32), axis=0) == 0:
-            word = tl.load(ptrs, mask=cols < n, other=tag << 32, volatile=True)
-        row = (word & 0xFFFFFFFF).to(tl.uint32).to(tl.int32, bitcast=True)
-        total = tl.sum(row, axis=0)
-        value = (total + pid * 4 + mine).to(tl.uint32, bitcast=True).to(tl.int64)
-        tl.store(words + lvl * n + pid * 4 + mine, value | (tl.full([], lvl, tl.int64) << 32),
-                 cache_modifier=".cg")
+        total = tl.sum(tagged_row(words + (lvl - 1) * n + cols, cols < n, lvl - 1), axis=0)
+        store_tagged(words + lvl * n + pid * 4 + mine, total + pid * 4 + mine, lvl)
+
+
+@triton.jit
+def tagged_row(ptrs, valid, level):
+    """A row of 64-bit words (value | level << 32) read (volatile) until every valid word
+    carries ``level``; its int32 values."""
+    tag = tl.full([], level, tl.int64)
+    word = tl.load(ptrs, mask=valid, other=tag << 32, volatile=True)
+    while tl.min(((word >> 32) == tag).to(tl.int32), axis=0) == 0:
+        word = tl.load(ptrs, mask=valid, other=tag << 32, volatile=True)
+    return (word & 0xFFFFFFFF).to(tl.uint32).to(tl.int32, bitcast=True)
+
+
+@triton.jit
+def store_tagged(ptrs, values, level):
+    """int32 ``values`` stored as 64-bit words carrying ``level`` in their high half."""
+    words = values.to(tl.uint32, bitcast=True).to(tl.int64)
+    tl.store(ptrs, words | (tl.full([], level, tl.int64) << 32), cache_modifier=".cg")
 
 
 MODES = ("counter", "barrier", "shards4", "shards8", "shards16", "flags", "counter_ld",

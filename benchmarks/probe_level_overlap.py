@@ -39,6 +39,8 @@ counter_ahead 4.219, flags 4.536, flags_ahead 4.328, hint_ahead 3.850. Under a w
 the events cost nothing a level on top of the stream itself (2.2-2.3 TB/s with one 32 KB tile
 in flight per program); asking for the next tile early made the level slower with a release
 fence after it, and flags that readers poll slower still (every reader reloads its row).
+(Measured with the code of commit 337e2c0, whose events and flags were two kernels; they
+were merged into :func:`level_chain` after, the same code per mode, not measured again.)
 """
 
 from __future__ import annotations
@@ -52,7 +54,15 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from probe_level_latency import DEVICE, LINE, SLICE, tagged_values, timed_launch  # noqa: E402
+from probe_level_latency import (  # noqa: E402
+    DEVICE,
+    LINE,
+    SLICE,
+    store_tagged,
+    tagged_row,
+    tagged_values,
+    timed_launch,
+)
 
 MODES = ("stream", "counter", "counter_ahead", "flags", "flags_ahead", "hint_ahead")
 
@@ -63,10 +73,17 @@ def _tile(w_ptr, lvl, pid, P: tl.constexpr, TILE: tl.constexpr, WRAP: tl.constex
     return tl.load(w_ptr + offs, eviction_policy="evict_first")
 
 
+SIGNALS = {"stream": 0, "counter": 1, "flags": 2, "hint": 3}  # mode prefix: SIGNAL
+
+
 @triton.jit
-def counter_chain(rows, evt, w_ptr, LEVELS: tl.constexpr, P: tl.constexpr, WIDTH: tl.constexpr,
-                  TILE: tl.constexpr, WRAP: tl.constexpr, AHEAD: tl.constexpr,
-                  WAIT: tl.constexpr):
+def level_chain(rows, evt, w_ptr, LEVELS: tl.constexpr, P: tl.constexpr, WIDTH: tl.constexpr,
+                TILE: tl.constexpr, WRAP: tl.constexpr, AHEAD: tl.constexpr,
+                SIGNAL: tl.constexpr):
+    """``SIGNAL`` 0: no waits (``rows`` int32, each program reads its own slice); 1: events
+    (``rows`` int32, release adds, acquire polls); 2: tagged words (``rows`` int64); 3:
+    tagged words and a relaxed counter as a hint. ``AHEAD``: the next level's tile is asked
+    for once this level's row is in, carried in registers."""
     pid = tl.program_id(0)
     n = P * 4
     cols = tl.arange(0, WIDTH)
@@ -77,54 +94,31 @@ def counter_chain(rows, evt, w_ptr, LEVELS: tl.constexpr, P: tl.constexpr, WIDTH
             w = w_next
         else:
             w = _tile(w_ptr, lvl, pid, P, TILE, WRAP)
-        if WAIT:
+        if SIGNAL == 1:
             while tl.atomic_add(evt + (lvl - 1) * LINE, 0, sem="acquire", scope="gpu") < P:
                 pass
+        if SIGNAL == 3:
+            while tl.atomic_add(evt + (lvl - 1) * LINE, 0, sem="relaxed", scope="gpu") < P:
+                pass
+        if SIGNAL == 0:
+            row = tl.load(rows + (lvl - 1) * n + pid * 4 + mine, cache_modifier=".cg")
+        elif SIGNAL == 1:
             row = tl.load(rows + (lvl - 1) * n + cols, mask=cols < n, other=0,
                           cache_modifier=".cg")
         else:
-            row = tl.load(rows + (lvl - 1) * n + pid * 4 + mine, cache_modifier=".cg")
+            row = tagged_row(rows + (lvl - 1) * n + cols, cols < n, lvl - 1)
         rsum = tl.sum(row, axis=0)
         if AHEAD:
             w_next = _tile(w_ptr, lvl + 1, pid, P, TILE, WRAP)
         total = rsum + tl.sum(w, axis=0)
-        tl.store(rows + lvl * n + pid * 4 + mine, total + pid * 4 + mine)
-        if WAIT:
+        if SIGNAL < 2:
+            tl.store(rows + lvl * n + pid * 4 + mine, total + pid * 4 + mine)
+        else:
+            store_tagged(rows + lvl * n + pid * 4 + mine, total + pid * 4 + mine, lvl)
+        if SIGNAL == 1:
             tl.debug_barrier()
             tl.atomic_add(evt + lvl * LINE, 1, sem="release", scope="gpu")
-
-
-@triton.jit
-def flag_chain(words, evt, w_ptr, LEVELS: tl.constexpr, P: tl.constexpr, WIDTH: tl.constexpr,
-               TILE: tl.constexpr, WRAP: tl.constexpr, AHEAD: tl.constexpr,
-               HINT: tl.constexpr):
-    pid = tl.program_id(0)
-    n = P * 4
-    cols = tl.arange(0, WIDTH)
-    mine = tl.arange(0, 4)
-    w_next = _tile(w_ptr, 1, pid, P, TILE, WRAP)
-    for lvl in range(1, LEVELS + 1):
-        if AHEAD:
-            w = w_next
-        else:
-            w = _tile(w_ptr, lvl, pid, P, TILE, WRAP)
-        if HINT:
-            while tl.atomic_add(evt + (lvl - 1) * LINE, 0, sem="relaxed", scope="gpu") < P:
-                pass
-        tag = tl.full([], lvl - 1, tl.int64)
-        ptrs = words + (lvl - 1) * n + cols
-        word = tl.load(ptrs, mask=cols < n, other=tag << 32, volatile=True)
-        while tl.min(((word >> 32) == tag).to(tl.int32), axis=0) == 0:
-            word = tl.load(ptrs, mask=cols < n, other=tag << 32, volatile=True)
-        row = (word & 0xFFFFFFFF).to(tl.uint32).to(tl.int32, bitcast=True)
-        rsum = tl.sum(row, axis=0)
-        if AHEAD:
-            w_next = _tile(w_ptr, lvl + 1, pid, P, TILE, WRAP)
-        total = rsum + tl.sum(w, axis=0)
-        value = (total + pid * 4 + mine).to(tl.uint32, bitcast=True).to(tl.int64)
-        tl.store(words + lvl * n + pid * 4 + mine, value | (tl.full([], lvl, tl.int64) << 32),
-                 cache_modifier=".cg")
-        if HINT:
+        if SIGNAL == 3:
             tl.debug_barrier()
             tl.atomic_add(evt + lvl * LINE, 1, sem="relaxed", scope="gpu")
 
@@ -169,21 +163,15 @@ def run(mode: str, levels: int, programs: int, weights: torch.Tensor, wsum: torc
     for _ in range(repeats + 1):
         evt = torch.zeros((levels + 1, LINE.value), dtype=torch.int32, device=DEVICE)
         evt[0, 0] = programs  # the first row is there
-        if mode.startswith(("flags", "hint")):
-            words = torch.zeros((levels + 1, n), dtype=torch.int64, device=DEVICE)
-            words[0] = first.to(torch.int64).to(DEVICE) & 0xFFFFFFFF
-            kernel = flag_chain
-            args = (words, evt, weights, levels, programs, width, tile, wrap, ahead,
-                    mode.startswith("hint"))
-        else:
-            rows = torch.zeros((levels + 1, n), dtype=torch.int32, device=DEVICE)
-            rows[0] = first.to(DEVICE)
-            kernel = counter_chain
-            args = (rows, evt, weights, levels, programs, width, tile, wrap, ahead,
-                    mode != "stream")
-        times.append(timed_launch(kernel, programs, args) / levels)
-        if kernel is flag_chain:
-            got = tagged_values(words[levels])
+        signal = SIGNALS[mode.removesuffix("_ahead")]
+        tagged = signal >= 2
+        rows = torch.zeros((levels + 1, n), dtype=torch.int64 if tagged else torch.int32,
+                           device=DEVICE)
+        rows[0] = (first.to(torch.int64) & 0xFFFFFFFF if tagged else first).to(DEVICE)
+        args = (rows, evt, weights, levels, programs, width, tile, wrap, ahead, signal)
+        times.append(timed_launch(level_chain, programs, args) / levels)
+        if tagged:
+            got = tagged_values(rows[levels])
         else:
             got = rows[levels].cpu().to(torch.int64)
         right &= bool(torch.equal(got, want))
