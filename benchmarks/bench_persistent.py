@@ -516,6 +516,13 @@ VARIANTS = {
     # sets on every SM depends on where the GPU places the programs
     "sets2_halves": ({"program_sets": 2, "program_set_layout": "halves"}, {}),
     "sets2_interleaved": ({"program_sets": 2, "program_set_layout": "interleaved"}, {}),
+    # the same with a task's first two (three) 32 KB blocks loaded before its wait, so that a
+    # set's tasks of a level hold their level's weights before the level before ends
+    # (thirty-seventh session; sets2 lost in the thirty-fourth with only the first block
+    # loaded ahead); "depth2_64k": the deeper loads without the sets
+    "sets2_depth2": ({"program_sets": 2, "pipeline_depth": 2, "pipeline_bytes": 64 * 1024}, {}),
+    "sets2_depth3": ({"program_sets": 2, "pipeline_depth": 3, "pipeline_bytes": 96 * 1024}, {}),
+    "depth2_64k": ({"pipeline_depth": 2, "pipeline_bytes": 64 * 1024}, {}),
     # blocks taken from counters, one per 8 (4, 32) tasks of a kernel (twenty-third session)
     # q / k / v blocks of at most 16 KB, as few as that allows (at least 16 a projection):
     # Qwen2.5-0.5B's q in 112 blocks of 14 KB and k, v in 16 each, where the default's 64

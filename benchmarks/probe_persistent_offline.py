@@ -42,6 +42,11 @@ VARIANTS = {  # PersistentOptions beyond the GPU mode's defaults (aligned and pi
     "plain_ladder": {"prefetch_ahead": False},
     "depth2": {"pipeline_depth": 2},
     "depth3": {"pipeline_depth": 3},
+    # two / three 32 KB blocks held ahead (the program-set variants of bench_persistent)
+    "depth2_64k": {"pipeline_depth": 2, "pipeline_bytes": 64 * 1024},
+    "depth3_96k": {"pipeline_depth": 3, "pipeline_bytes": 96 * 1024},
+    "depth2_64k_first_early": {"pipeline_depth": 2, "pipeline_bytes": 64 * 1024,
+                               "first_block_early": True},
     "s17_default": {"align_hints": False, "pipeline": False},
     "lookahead": {"lookahead": True},
     "no_early": {"early_static": False},

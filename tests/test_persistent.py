@@ -497,6 +497,24 @@ def test_decode_with_tiles_loaded_three_blocks_ahead_matches_transformers():
         decoder.compile(pipeline_depth=2, claim_blocks=True)
 
 
+def test_program_sets_with_a_tasks_blocks_loaded_ahead_match_transformers():
+    """Two program sets taking the levels in turn, each task's first two blocks loaded before
+    its wait (``pipeline_bytes`` raised so that two blocks fit): the same greedy tokens. A
+    ``pipeline_bytes`` under one block's tiles still loads one block ahead."""
+    model, prompt = tiny_model("qwen3", layers=1), [5, 17, 42]
+    ref_tokens, _ = hf_greedy(model, prompt, 6)
+    decoder = build_decoder(model, 16, tiles=SMALL_TILES)
+    program = decoder.compile(program_sets=2, pipeline_depth=2, pipeline_bytes=64 * 1024)
+    assert program.options.pipeline_bytes == 64 * 1024
+    assert re.search(r"ahead\d+_1 = tl\.load\(", program.source)
+    assert program.generate(prompt, 6) == ref_tokens
+    tight = decoder.compile(pipeline_depth=2, pipeline_bytes=1)
+    assert "ahead" in tight.source and not re.search(r"ahead\d+_1 = ", tight.source)
+    for bad in (0, -4096, True, 4096.0, "64k"):
+        with pytest.raises(mugraph.UnsupportedError, match="pipeline_bytes"):
+            decoder.compile(pipeline_bytes=bad)
+
+
 def test_each_program_owns_one_scratch_region_whatever_body_runs():
     """Tasks of different bodies run at the same time on different programs, so a program's
     scratch must not depend on its body: the dispatcher gives each program the largest body's

@@ -50,6 +50,7 @@ from mugraph.persistent.codegen import (
     DESC_HEADER,
     FIELD_COUNT,
     FIELD_FIRST,
+    PIPELINE_BYTES,
     PREFETCH_PRIORITIES,
     QUEUE_KIND_BITS,
     STREAM_SLOTS,
@@ -279,6 +280,7 @@ class PersistentProgram:
         prefetch_distance: int | None = None,
         pipeline: bool = True,
         pipeline_depth: int = 1,
+        pipeline_bytes: int = PIPELINE_BYTES,
         pipeline_dots: bool = False,
         early_static: bool = True,
         loads_first: bool = True,
@@ -346,6 +348,13 @@ class PersistentProgram:
             raise UnsupportedError(
                 f"persistent runtime: pipeline_depth must be an int in [1, "
                 f"{MAX_PIPELINE_DEPTH}] (blocks loaded ahead), got {pipeline_depth!r}"
+            )
+        if not isinstance(pipeline_bytes, int) or isinstance(pipeline_bytes, bool) or (
+            pipeline_bytes < 1
+        ):
+            raise UnsupportedError(
+                f"persistent runtime: pipeline_bytes must be a positive int (the most bytes "
+                f"of tiles a task body holds ahead), got {pipeline_bytes!r}"
             )
         given = locals()
         for name in _on_off_options():
@@ -434,6 +443,7 @@ class PersistentProgram:
             prefetch_distance=prefetch_distance,
             pipeline=pipeline,
             pipeline_depth=pipeline_depth,
+            pipeline_bytes=pipeline_bytes,
             pipeline_dots=pipeline_dots,
             early_static=early_static,
             loads_first=loads_first,

@@ -49,6 +49,7 @@ def _model(dtype, layers=2, kind="qwen3"):
         (torch.bfloat16, {"lookahead": True, "prefetch_distance": 4, "poll_load": True}),
         (torch.float32, {"claim_blocks": True}),
         (torch.bfloat16, {"claim_blocks": True, "trace": True}),
+        (torch.bfloat16, {"program_sets": 2, "pipeline_depth": 2, "pipeline_bytes": 65536}),
     ],
 )
 def test_persistent_mode_matches_transformers(dtype, options):
