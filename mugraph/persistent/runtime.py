@@ -266,6 +266,18 @@ def _on_off_options() -> tuple[str, ...]:
     return tuple(name for name, p in params.items() if p.annotation == "bool")
 
 
+def _check_int(name: str, value, low: int, high: int | None, meaning: str) -> None:
+    """Refuse an option that is not an int (a bool is not) in [low, high] (high None: no
+    upper bound), with a message naming the option and what it counts."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and low <= value and (
+        high is None or value <= high)
+    if not ok:
+        bound = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise UnsupportedError(
+            f"persistent runtime: {name} must be an int {bound} ({meaning}), got {value!r}"
+        )
+
+
 class PersistentProgram:
     """A compiled persistent kernel bound to its tensors; see the module docstring."""
 
@@ -326,39 +338,14 @@ class PersistentProgram:
         self.mode = mode or ("persistent" if on_cuda and not interpret else "topological")
         if self.mode not in ("persistent", "topological"):
             raise UnsupportedError(f"persistent runtime: unknown mode {self.mode!r}")
-        if not isinstance(programs_per_sm, int) or programs_per_sm < 1:
-            raise UnsupportedError(
-                f"persistent runtime: programs_per_sm must be a positive int, got "
-                f"{programs_per_sm!r}"
-            )
-        if max_registers is not None and (
-            not isinstance(max_registers, int) or not 16 <= max_registers <= 255
-        ):
-            raise UnsupportedError(
-                f"persistent runtime: max_registers must be an int in [16, 255] (registers "
-                f"per thread), got {max_registers!r}"
-            )
-        if prefetch_distance is not None and (
-            not isinstance(prefetch_distance, int) or prefetch_distance < 1
-        ):
-            raise UnsupportedError(
-                f"persistent runtime: prefetch_distance must be a positive int (blocks), got "
-                f"{prefetch_distance!r}"
-            )
-        if not isinstance(pipeline_depth, int) or isinstance(pipeline_depth, bool) or not (
-            1 <= pipeline_depth <= MAX_PIPELINE_DEPTH
-        ):
-            raise UnsupportedError(
-                f"persistent runtime: pipeline_depth must be an int in [1, "
-                f"{MAX_PIPELINE_DEPTH}] (blocks loaded ahead), got {pipeline_depth!r}"
-            )
-        if not isinstance(pipeline_bytes, int) or isinstance(pipeline_bytes, bool) or (
-            pipeline_bytes < 1
-        ):
-            raise UnsupportedError(
-                f"persistent runtime: pipeline_bytes must be a positive int (the most bytes "
-                f"of tiles a task body holds ahead), got {pipeline_bytes!r}"
-            )
+        _check_int("programs_per_sm", programs_per_sm, 1, None, "programs per SM")
+        if max_registers is not None:
+            _check_int("max_registers", max_registers, 16, 255, "registers per thread")
+        if prefetch_distance is not None:
+            _check_int("prefetch_distance", prefetch_distance, 1, None, "blocks")
+        _check_int("pipeline_depth", pipeline_depth, 1, MAX_PIPELINE_DEPTH, "blocks loaded ahead")
+        _check_int("pipeline_bytes", pipeline_bytes, 1, None,
+                   "the most bytes of tiles a task body holds ahead")
         given = locals()
         for name in _on_off_options():
             if not isinstance(value := given[name], bool):
@@ -382,11 +369,8 @@ class PersistentProgram:
                 "persistent runtime: claim_blocks does not combine with continuations or "
                 "lookahead"
             )
-        if not isinstance(l2_stream, int) or isinstance(l2_stream, bool) or l2_stream < 0:
-            raise UnsupportedError(
-                f"persistent runtime: l2_stream must be an int >= 0 (depths ahead that a "
-                f"level's weights are streamed into L2; 0: off), got {l2_stream!r}"
-            )
+        _check_int("l2_stream", l2_stream, 0, None,
+                   "depths ahead that a level's weights are streamed into L2; 0: off")
         if not l2_stream and (l2_stream_after or l2_stream_names is not None):
             raise UnsupportedError(
                 "persistent runtime: l2_stream_after and l2_stream_names shape the weights' "
