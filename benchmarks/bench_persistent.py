@@ -526,6 +526,9 @@ VARIANTS = {
     # and the attention partials' KV tiles before their wait (their set is idle a level)
     "sets2_depth2_first": ({"program_sets": 2, "pipeline_depth": 2, "pipeline_bytes": 64 * 1024,
                             "first_block_early": True}, {}),
+    # and a level of more than 4 blocks a program of a set (the LM head) on every program
+    "sets2_depth2_spread": ({"program_sets": 2, "pipeline_depth": 2, "pipeline_bytes": 64 * 1024,
+                             "program_set_spread": 4}, {}),
     # blocks taken from counters, one per 8 (4, 32) tasks of a kernel (twenty-third session)
     # q / k / v blocks of at most 16 KB, as few as that allows (at least 16 a projection):
     # Qwen2.5-0.5B's q in 112 blocks of 14 KB and k, v in 16 each, where the default's 64

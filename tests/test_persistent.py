@@ -1329,6 +1329,46 @@ def test_program_sets_take_the_levels_in_turn_and_decode_the_same(layout):
     assert program.generate(prompt, 5) == ref_tokens
 
 
+def test_program_sets_spread_a_wide_level_over_every_program():
+    """``spread_blocks``: a kernel level of more than that many blocks per program of a set
+    (with 1 KB weight tiles, gate/up's 16 blocks on sets of 3) is allocated for, and
+    scheduled on, every program; the other levels keep to their set; 0 spreads nothing; the
+    tokens do not change."""
+    from mugraph.persistent.taskgraph import kernel_depths, spread_levels
+
+    model = tiny_model("qwen3", layers=1)
+    tiles = TilePolicy(**(vars(SMALL_TILES) | {"weight_tile_bytes": 1024}))
+    decoder = build_decoder(model, 16, tiles=tiles)
+    pk = decoder.kernel
+    ops = [k for k, op in enumerate(pk.graph.ops) if op.kind is mugraph.OpKind.CUSTOMIZED]
+    blocks = {k: pk.graph.ops[k].attr("graph").num_blocks for k in ops}
+    head = max(ops, key=lambda k: blocks[k])
+    widest = (blocks[head] - 1) // 3  # the head's level has more blocks than that per program
+    assert widest >= 1
+    spread = spread_levels(pk.graph, ops, 3, widest)
+    depth = kernel_depths(pk.graph, ops)
+    assert depth[head] in spread
+    assert all(blocks[k] <= widest * 3 for k in ops if depth[k] not in spread)
+    tg = pk.task_graph(num_programs=6, program_sets=2, spread_blocks=widest)
+    plain = pk.task_graph(num_programs=6, program_sets=2)
+    assert tg.kernel(head).num_tasks == min(6, blocks[head]) > plain.kernel(head).num_tasks
+    assert {t.program for t in tg.tasks if t.kernel == head} == set(range(6))
+    for task in tg.tasks:
+        if task.program >= 0 and depth[task.kernel] not in spread:
+            assert task.program in ({0, 1, 2}, {3, 4, 5})[task.depth % 2], task
+    unspread = pk.task_graph(num_programs=6, program_sets=2, spread_blocks=0)
+    assert [t.program for t in unspread.tasks] == [t.program for t in plain.tasks]
+    prompt = [5, 17, 42]
+    ref_tokens, _ = hf_greedy(model, prompt, 4)
+    program = decoder.compile(num_programs=6, program_sets=2, program_set_spread=widest)
+    assert program.generate(prompt, 4) == ref_tokens
+    for bad in (-1, True, 2.0):
+        with pytest.raises(mugraph.UnsupportedError, match="spread"):
+            decoder.compile(program_sets=2, program_set_spread=bad)
+        with pytest.raises(mugraph.UnsupportedError, match="spread_blocks"):
+            pk.task_graph(num_programs=6, program_sets=2, spread_blocks=bad)
+
+
 @pytest.mark.parametrize(
     ("sets", "layout", "match"),
     [(0, "halves", "program_sets"), (7, "halves", "program_sets"), (True, "halves", "program_sets"),

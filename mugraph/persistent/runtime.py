@@ -23,6 +23,8 @@ the kernel walks (task descriptors, queues, event counters, the meta buffer) and
   loaded only its first before the wait.) ``pipeline_depth`` and ``pipeline_bytes`` set how
   many of a task's blocks load before its wait: ``pipeline_depth=2, pipeline_bytes=65536``
   holds two 32 KB blocks (prepared in the thirty-seventh session, not yet measured).
+  ``program_set_spread=N`` runs a level of more than N blocks per program of a set (the LM
+  head) on every program (``build_task_graph``'s ``spread_blocks``).
 - **topological mode** (CPU under ``TRITON_INTERPRET=1``, or on request): one program runs every
   task in the global topological order; each wait only checks that its event has fired.
 
@@ -315,6 +317,7 @@ class PersistentProgram:
         task_allocation: str = "level",
         program_sets: int = 1,
         program_set_layout: str = "halves",
+        program_set_spread: int = 0,
         claim_blocks: bool | int = False,
         l2_stream: int = 0,
         l2_stream_after: bool = False,
@@ -421,7 +424,8 @@ class PersistentProgram:
         if max_registers is not None and on_cuda and not interpret:
             self.launch_options["maxnreg"] = max_registers
         self.task_allocation = task_allocation
-        self.program_sets = (program_sets, program_set_layout)
+        _check_int("program_set_spread", program_set_spread, 0, None, "blocks per program")
+        self.program_sets = (program_sets, program_set_layout, program_set_spread)
         gpu = on_cuda and not interpret
         self.options = PersistentOptions(
             interpret=interpret,
@@ -683,6 +687,7 @@ class PersistentProgram:
             allocation=self.task_allocation,
             program_sets=self.program_sets[0],
             set_layout=self.program_sets[1],
+            spread_blocks=self.program_sets[2],
             continuation_bytes=CONTINUATION_BYTES if self.options.continuations else 0,
         )
         self._allocate_task_arrays()

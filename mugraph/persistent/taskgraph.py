@@ -33,6 +33,7 @@ from __future__ import annotations
 import heapq
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 
 from mugraph.errors import GraphStructureError, SerializationError, UnsupportedError
@@ -410,6 +411,7 @@ def allocate_tasks(
     allocation: str,
     tasks_per_kernel: int | None = None,
     block_overhead_bytes: int = 0,
+    level_programs: Mapping[int, int] | None = None,
 ) -> dict[int, int]:
     """How many tasks each kernel gets.
 
@@ -422,6 +424,8 @@ def allocate_tasks(
     another: the KV-cache append beside the attention partials (nineteenth session; its 8
     blocks in one task took 16.6 µs of a 17.4 µs level on the H100 when Qwen3-0.6B's
     attention level had 132 programs for 136 blocks, thirty-fourth session).
+    ``level_programs`` maps a kernel depth to the programs its level runs on where that is not
+    ``num_programs`` (under program sets, :func:`spread_levels`).
     """
     blocks = {k: graph.ops[k].attr("graph").num_blocks for k in ops}
     if allocation == "kernel":
@@ -437,12 +441,34 @@ def allocate_tasks(
     for k in ops:
         total[depth[k]] = total.get(depth[k], 0) + weight[k]
         level_blocks[depth[k]] = level_blocks.get(depth[k], 0) + blocks[k]
+    programs = {d: (level_programs or {}).get(d, num_programs) for d in total}
     return {
         k: blocks[k]
-        if level_blocks[depth[k]] <= num_programs
-        else max(1, min(blocks[k], round(num_programs * weight[k] / total[depth[k]])))
+        if level_blocks[depth[k]] <= programs[depth[k]]
+        else max(1, min(blocks[k], round(programs[depth[k]] * weight[k] / total[depth[k]])))
         for k in ops
     }
+
+
+def spread_levels(
+    graph: KernelGraph, ops: list[int], set_programs: int, spread_blocks: int
+) -> frozenset[int]:
+    """The kernel depths whose levels run on every program although the programs form sets:
+    those with more than ``spread_blocks`` blocks per program of one set (0: none).
+
+    A set's program loads its next task's first tiles while the other set runs the level
+    before; a task of many blocks streams the rest of them after its wait anyway, so such a
+    level (the LM head: 72 blocks a task on one of Qwen3-0.6B's two sets) gains more from
+    twice the programs streaming than from the head start.
+    """
+    if spread_blocks <= 0:
+        return frozenset()
+    depth = kernel_depths(graph, ops)
+    level_blocks: dict[int, int] = {}
+    for k in ops:
+        level_blocks[depth[k]] = level_blocks.get(depth[k], 0) + graph.ops[k].attr(
+            "graph").num_blocks
+    return frozenset(d for d, n in level_blocks.items() if n > spread_blocks * set_programs)
 
 
 def build_task_graph(
@@ -457,6 +483,7 @@ def build_task_graph(
     bandwidth_per_program: float = 2.5e10,
     program_sets: int = 1,
     set_layout: str = "halves",
+    spread_blocks: int = 0,
 ) -> TaskGraph:
     """The task graph of a persistent kernel (or of any kernel graph of custom kernels).
 
@@ -471,7 +498,9 @@ def build_task_graph(
     task's tiles ahead of its wait, instead of the end of the previous level.
     ``set_layout``: "halves" (program p in set p * S // num_programs) or "interleaved"
     (p % S); which one puts every set on every SM depends on how the GPU places programs
-    (``benchmarks/probe_sm_placement.py``: on the H100, "halves" nearly). Not the runtime's
+    (``benchmarks/probe_sm_placement.py``: on the H100, "halves" nearly). With
+    ``spread_blocks`` > 0, a kernel level of more than that many blocks per program of a set
+    runs on every program instead (:func:`spread_levels`). Not the runtime's
     default: on the H100 (thirty-fourth session) S = 2 made both decoders' steps 1.27-1.66x
     slower, a task of a big level holding two or three blocks of which only the first loads
     before the wait (and the KV-cache append's 8 blocks in one task, which the allocation
@@ -485,10 +514,22 @@ def build_task_graph(
     src = _source(source)
     graph = src.graph
     ops = _kernel_ops(graph)
+    if isinstance(spread_blocks, bool) or not isinstance(spread_blocks, int) or spread_blocks < 0:
+        raise UnsupportedError(
+            f"build_task_graph: spread_blocks must be an int >= 0, got {spread_blocks!r}"
+        )
+    spread = (
+        spread_levels(graph, ops, num_programs // program_sets, spread_blocks)
+        if program_sets > 1
+        else frozenset()
+    )
     counts = allocate_tasks(
         graph, ops, num_programs // program_sets, allocation, tasks_per_kernel,
         block_overhead_bytes=round(task_overhead_s * bandwidth_per_program),
+        level_programs={d: num_programs for d in spread},
     )
+    kernel_depth = kernel_depths(graph, ops)
+    everywhere = frozenset(k for k in ops if kernel_depth[k] in spread)
     kernels: dict[int, KernelTasks] = {}
     first = 0
     for k in ops:
@@ -545,7 +586,8 @@ def build_task_graph(
         events = _with_continuations(events, moved, continuation_bytes)
     follow = {e.continuation for e in events if e.continuation >= 0}
     programs = _schedule(
-        order, raw, owners, kernels, sets, task_overhead_s, bandwidth_per_program, follow, depth
+        order, raw, owners, kernels, sets, task_overhead_s, bandwidth_per_program, follow, depth,
+        everywhere,
     )
     tasks = [
         Task(
@@ -681,12 +723,12 @@ def _program_sets(num_programs: int, sets: int, layout: str) -> list[list[int]]:
 
 
 def _schedule(
-    order, raw, owners, kernels, sets, overhead, bandwidth, follow, depth
+    order, raw, owners, kernels, sets, overhead, bandwidth, follow, depth, everywhere=frozenset()
 ) -> list[int]:
     """List scheduling: each task (in order) goes to the program of its set (the set of its
-    depth, in turn; one set of every program by default) free earliest. A continuation (in
-    ``follow``) takes no program: it starts when its producers are done (its program is
-    -1)."""
+    depth, in turn; one set of every program by default) free earliest; a task of a kernel in
+    ``everywhere``, to the program of any set free earliest. A continuation (in ``follow``)
+    takes no program: it starts when its producers are done (its program is -1)."""
     free = [[(0.0, p) for p in members] for members in sets]
     finish = [0.0] * len(raw)
     program = [0] * len(raw)
@@ -697,7 +739,10 @@ def _schedule(
         if t in follow:
             finish[t], program[t] = ready + cost, -1
             continue
-        heap = free[depth[t] % len(sets)]
+        if k in everywhere:  # the earliest free program of all is the least of the sets' firsts
+            heap = min((h for h in free if h), key=lambda h: h[0])
+        else:
+            heap = free[depth[t] % len(sets)]
         at, p = heapq.heappop(heap)
         start = max(at, ready)
         finish[t] = start + cost
