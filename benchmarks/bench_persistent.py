@@ -519,7 +519,8 @@ VARIANTS = {
     # the same with a task's first two (three) 32 KB blocks loaded before its wait, so that a
     # set's tasks of a level hold their level's weights before the level before ends
     # (thirty-seventh session; sets2 lost in the thirty-fourth with only the first block
-    # loaded ahead); "depth2_64k": the deeper loads without the sets
+    # loaded ahead); "depth2_64k": the deeper loads without the sets. Measured in the
+    # thirty-eighth session, Qwen3-0.6B: all slower than the default (RESULTS.md)
     "sets2_depth2": ({"program_sets": 2, "pipeline_depth": 2, "pipeline_bytes": 64 * 1024}, {}),
     "sets2_depth3": ({"program_sets": 2, "pipeline_depth": 3, "pipeline_bytes": 96 * 1024}, {}),
     "depth2_64k": ({"pipeline_depth": 2, "pipeline_bytes": 64 * 1024}, {}),

@@ -18,13 +18,13 @@ the kernel walks (task descriptors, queues, event counters, the meta buffer) and
   H100 it made both decoders' steps slower, twenty-third session.)
   ``program_sets=2`` gives the levels of the step to two sets of programs in turn
   (``build_task_graph``'s ``program_sets``; ``program_set_layout`` says which programs form a
-  set), so that a program loads its next task's tiles a whole level before its wait. (Off by
-  default: slower on the H100, thirty-fourth session, when a task of two or three blocks
-  loaded only its first before the wait.) ``pipeline_depth`` and ``pipeline_bytes`` set how
-  many of a task's blocks load before its wait: ``pipeline_depth=2, pipeline_bytes=65536``
-  holds two 32 KB blocks (prepared in the thirty-seventh session, not yet measured).
+  set), so that a program loads its next task's tiles a whole level before its wait.
+  ``pipeline_depth`` and ``pipeline_bytes`` set how many of a task's blocks load before its
+  wait (``pipeline_depth=2, pipeline_bytes=65536`` holds two 32 KB blocks), and
   ``program_set_spread=N`` runs a level of more than N blocks per program of a set (the LM
-  head) on every program (``build_task_graph``'s ``spread_blocks``).
+  head) on every program (``build_task_graph``'s ``spread_blocks``). Off by default: slower
+  on the H100 in every form measured (Qwen3-0.6B, thirty-eighth session: 872-1219 µs a step
+  against 711; a set's programs stream a level's weights no faster than all of them do).
 - **topological mode** (CPU under ``TRITON_INTERPRET=1``, or on request): one program runs every
   task in the global topological order; each wait only checks that its event has fired.
 

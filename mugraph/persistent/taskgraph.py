@@ -504,7 +504,8 @@ def build_task_graph(
     default: on the H100 (thirty-fourth session) S = 2 made both decoders' steps 1.27-1.66x
     slower, a task of a big level holding two or three blocks of which only the first loads
     before the wait (and the KV-cache append's 8 blocks in one task, which the allocation
-    now spreads: :func:`allocate_tasks`).
+    now spreads: :func:`allocate_tasks`); with two blocks loaded before the wait, and the LM
+    head spread, Qwen3-0.6B's step still took 872 µs against 711 (thirty-eighth session).
     """
     if not isinstance(num_programs, int) or num_programs < 1:
         raise GraphStructureError(
