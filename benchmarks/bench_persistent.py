@@ -386,6 +386,7 @@ PPS3 = {"programs_per_sm": 3, "max_registers": 168}  # three programs per SM: 65
 
 OPROJ256 = ("linear_residual", 32 * 1024, 256)  # TilePolicy.by_role entries (see below)
 GATEUP48K = ("gate_up", 48 * 1024, 64)
+GATEUP16K = ("gate_up", 16 * 1024, 64)
 VARIANTS = {
     # name: (compile options, TilePolicy options); "default" is the runtime's defaults: two
     # programs of 4 warps per SM, aligned loads, static tiles loaded a block ahead, no L2
@@ -435,6 +436,11 @@ VARIANTS = {
     "oproj256": ({}, {"by_role": (OPROJ256,)}),
     "gateup48k": ({}, {"by_role": (GATEUP48K,)}),
     "role_tiles": ({}, {"by_role": (OPROJ256, GATEUP48K)}),
+    # Qwen3-0.6B's gate / up in 768 blocks of 16 KB: every program 2-3 blocks (48 KB at most)
+    # where 384 of 32 KB give 120 programs two (64 KB) and 144 one; "_d3": all three loaded
+    # before the wait (48 KB, the default pipeline_bytes) (thirty-eighth session)
+    "gateup16k": ({}, {"by_role": (GATEUP16K,)}),
+    "gateup16k_d3": ({"pipeline_depth": 3}, {"by_role": (GATEUP16K,)}),
     # one program of 8 warps per SM with 64 KB weight tiles (the same bytes in flight per SM
     # as two programs of 32 KB): half the programs meet at every level
     "pps1_64k": ({"num_warps": 8, "programs_per_sm": 1},
