@@ -2,7 +2,7 @@
 
     python benchmarks/probe_persistent_offline.py [--models qwen3-0.6b llama-3.2-1b]
         [--layers 1] [--warps 4] [--variants default unaligned no_pipeline] [--per-body]
-        [--attention-chunk 64] [--maxnreg 168] [--fuse-mlp]
+        [--attention-chunk 64] [--maxnreg 168] [--fuse-mlp] [--by-role gate_up:16:64]
 
 Builds ``bench_persistent``'s model shapes (random bfloat16 weights on the CPU, ``--layers``
 decoder layers: every layer has the same bodies), generates the persistent module in GPU mode
@@ -152,10 +152,15 @@ def main(argv=None) -> int:
                    help="cap the registers per thread (PersistentProgram(max_registers=...))")
     p.add_argument("--attention-chunk", type=int, default=TilePolicy.attention_chunk,
                    help="cached positions per attention block (TilePolicy.attention_chunk)")
+    p.add_argument("--by-role", nargs="*", default=[], metavar="ROLE:KB:BLOCKS",
+                   help="TilePolicy.by_role entries, e.g. gate_up:16:64")
     p.add_argument("--fuse-mlp", action="store_true",
                    help="each MLP one kernel summed over blocks (TilePolicy.fuse_mlp_down)")
     args = p.parse_args(argv)
-    tiles = TilePolicy(attention_chunk=args.attention_chunk, fuse_mlp_down=args.fuse_mlp)
+    by_role = tuple((role, int(kb) * 1024, int(blocks)) for role, kb, blocks in
+                    (entry.split(":") for entry in args.by_role))
+    tiles = TilePolicy(attention_chunk=args.attention_chunk, fuse_mlp_down=args.fuse_mlp,
+                       by_role=by_role)
     rows = []
     for model_name in args.models:
         model = make_model(model_name, args.layers, "cpu", torch.bfloat16)
