@@ -423,9 +423,14 @@ class PersistentProgram:
         self.launch_options: dict[str, int] = {"num_warps": num_warps, "num_stages": 1}
         if max_registers is not None and on_cuda and not interpret:
             self.launch_options["maxnreg"] = max_registers
-        self.task_allocation = task_allocation
         _check_int("program_set_spread", program_set_spread, 0, None, "blocks per program")
-        self.program_sets = (program_sets, program_set_layout, program_set_spread)
+        # how _rebuild splits the step into tasks (build_task_graph's options)
+        self.task_graph_options = {
+            "allocation": task_allocation,
+            "program_sets": program_sets,
+            "set_layout": program_set_layout,
+            "spread_blocks": program_set_spread,
+        }
         gpu = on_cuda and not interpret
         self.options = PersistentOptions(
             interpret=interpret,
@@ -684,10 +689,7 @@ class PersistentProgram:
         self.num_programs = num_programs
         self.tasks: TaskGraph = self.kernel.task_graph(
             num_programs,
-            allocation=self.task_allocation,
-            program_sets=self.program_sets[0],
-            set_layout=self.program_sets[1],
-            spread_blocks=self.program_sets[2],
+            **self.task_graph_options,
             continuation_bytes=CONTINUATION_BYTES if self.options.continuations else 0,
         )
         self._allocate_task_arrays()
