@@ -398,6 +398,7 @@ VARIANTS = {
     "unaligned": ({"align_hints": False}, {}),
     "no_pipeline": (UNPIPELINED, {}),
     "continuations": ({"continuations": True}, {}),
+    "scratch_reshapes": ({"align_reshapes": False}, {}),  # RoPE's reshapes before s39
     "aligned": (UNPIPELINED, S17[1]),
     "aligned_one_per_sm": ({**UNPIPELINED, "num_warps": 8, "programs_per_sm": 1}, S17[1]),
     "aligned_tile32k": (UNPIPELINED, {"weight_tile_bytes": 32 * 1024}),

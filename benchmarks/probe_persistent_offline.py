@@ -53,6 +53,7 @@ VARIANTS = {  # PersistentOptions beyond the GPU mode's defaults (aligned and pi
     "no_loads_first": {"loads_first": False},
     "first_block_early": {"first_block_early": True},
     "separate_first_early": {"separate_bodies": True, "first_block_early": True},
+    "scratch_reshapes": {"align_reshapes": False},  # reshapes as before the 39th session
     "separate_dot_pipeline": {"separate_bodies": True, "pipeline_dots": True},
     "late_triggers": {"early_triggers": False},
     "queue_entries": {"desc_by_position": False},

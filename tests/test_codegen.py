@@ -39,6 +39,7 @@ from mugraph.codegen.triton_gen import (  # noqa: E402
 )
 from mugraph.errors import GraphInputError, UnsupportedError  # noqa: E402
 from mugraph.ir.ops import Group, OpKind  # noqa: E402
+from mugraph.ir.tensor import TensorRef  # noqa: E402
 from mugraph.runtime.compiled import compile_graph  # noqa: E402
 
 CACHE = os.path.join(tempfile.gettempdir(), "mugraph-test-cache")
@@ -343,6 +344,62 @@ def test_reshape_dropping_unit_dims_is_a_reinterpretation():
     ins = [((2, 6, 1, 16), (0, -1, -1), -1), ((2, 16, 16), (0, -1, -1), -1)]
     source = run_check(one_kernel(ins, build, grid=(2, 1, 1)), scale=0.5).source
     assert "scratch_ptr" not in source and "tl.reshape" in source
+
+
+def _rope_like(rows: int = 2, d: int = 128, keys: int = 64):
+    """A query row of ``rows`` heads (tile (1, rows * d)) viewed as (rows, d), its halves
+    rotated by a (2 rows, 2 rows) product and viewed back, then multiplied by a key tile: the
+    attention partials' RoPE, whose reshapes sit beside tl.dot padding."""
+    def build(tb, t):
+        x, pairs, k = t
+        q = tb.reshape(x, (rows, d))
+        halves = tb.reshape(q, (2 * rows, d // 2))
+        rotated = tb.reshape(tb.matmul(pairs, halves), (rows, d))
+        return [(tb.matmul(tb.add(q, rotated), k), (0, -1, -1), -1)]
+
+    ins = [((1, 2 * rows * d), (1, -1, -1), -1), ((2 * rows, 2 * rows), (-1, -1, -1), -1),
+           ((d, 2 * keys), (1, -1, -1), -1)]
+    return one_kernel(ins, build)
+
+
+def test_reshapes_beside_dot_padding_stay_in_registers():
+    # q (2, 128) is padded to 16 rows for its tl.dot with the keys; its halves (4, 64) get 32
+    # (RESHAPE_RULE), and the row (1, 256) becomes (2, 128) padded in registers
+    g = _rope_like()
+    source = run_check(g, scale=0.5).source
+    assert "scratch_ptr" not in source
+    assert "tl.reshape" in source and "tl.where(tl.arange(0, 8)[:, None, None] == 0" in source
+    before = run_check(g, scale=0.5, align_reshapes=False).source
+    assert before.count("tl.debug_barrier()") > 0
+
+
+def test_reshape_alignment_keeps_fewer_scratch_reshapes():
+    from mugraph.codegen.decisions import reshape_is_reinterpretation
+
+    block = _rope_like().ops[3].attr("graph")
+    reshapes = [i for i, op in enumerate(block.ops) if op.kind is OpKind.RESHAPE]
+
+    def through_scratch(align):
+        pads = padded_shapes(block, align_reshapes=align)
+        return sum(not reshape_is_reinterpretation(
+            block.tensor_type(block.ops[i].inputs[0]).dims, pads[block.ops[i].inputs[0]],
+            block.tensor_type(TensorRef(i)).dims, pads[TensorRef(i)]) for i in reshapes)
+
+    assert through_scratch(True) < through_scratch(False)
+    largest = max(np.prod(p) for p in padded_shapes(block).values())
+    assert max(np.prod(p) for p in padded_shapes(block, align_reshapes=True).values()) <= largest
+
+
+def test_tiny_products_are_broadcast_products():
+    # RoPE of one key row: (2, 2) @ (2, 64), 256 multiplications, stays unpadded
+    def build(tb, t):
+        k, pairs = t
+        rotated = tb.reshape(tb.matmul(pairs, tb.reshape(k, (2, 64))), (1, 128))
+        return [(tb.add(k, rotated), (0, -1, -1), -1)]
+
+    ins = [((2, 128), (0, -1, -1), -1), ((2, 2), (-1, -1, -1), -1)]
+    source = run_check(one_kernel(ins, build), scale=0.5).source
+    assert "tl.dot" not in source and "scratch_ptr" not in source
 
 
 def test_unrolled_loop_variant():

@@ -69,6 +69,11 @@ class CodegenOptions:
         Read by the compiled program, not by a kernel's code generation. Off by default: on
         the H100 it was more than 1% slower on 18 of the 28 suite rows and more than 1%
         faster on none (falcon b8 14.9 -> 22.0 us; benchmarks/RESULTS.md, sixth session).
+    align_reshapes: a reshape whose padded tiles do not line up (a value padded to 16 rows
+        for a ``tl.dot`` viewed as twice the rows of half the width, RoPE's halves) gets a
+        larger first-dim padding where that makes it a ``tl.reshape`` of registers, instead
+        of a round trip through the block's scratch in global memory
+        (:func:`mugraph.codegen.padding.padded_shapes`).
     """
 
     max_tile_elements: int = 1 << 17
@@ -83,6 +88,7 @@ class CodegenOptions:
     stream_loads: bool = True
     split_mixed_loads: bool = True
     chain_launches: bool = False
+    align_reshapes: bool = True
 
     def __post_init__(self) -> None:
         if self.gemv_form not in GEMV_FORMS:
@@ -163,10 +169,22 @@ def squeezed_lead(block: BlockGraph) -> int:
 
 
 
+# A product with an inner dim of at most TINY_PRODUCT_K and at most TINY_PRODUCT_MACS
+# multiplications (batch x M x K x N) is a broadcast product summed on CUDA cores even where
+# M, K and N all exceed 1: padded to 16 for tl.dot, its operands would take 16 rows where they
+# have two (RoPE's (2, 2) @ (2, head_dim / 2) of one key row), and a reshape beside it could
+# not stay in registers.
+TINY_PRODUCT_K = 4
+TINY_PRODUCT_MACS = 512
+
+
 def lowers_to_dot(block: BlockGraph, ra: TensorRef, rb: TensorRef) -> bool:
-    """Whether the product of ``ra`` and ``rb`` is a ``tl.dot`` (M, K and N all exceed 1)."""
+    """Whether the product of ``ra`` and ``rb`` is a ``tl.dot``: M, K and N all exceed 1 and
+    the product is not tiny (:data:`TINY_PRODUCT_K`, :data:`TINY_PRODUCT_MACS`)."""
     a, b = block.tensor_type(ra).dims, block.tensor_type(rb).dims
-    return min(a[-2], a[-1], b[-1]) > 1
+    macs = math.prod(a[:-2]) * a[-2] * a[-1] * b[-1]
+    tiny = a[-1] <= TINY_PRODUCT_K and macs <= TINY_PRODUCT_MACS
+    return min(a[-2], a[-1], b[-1]) > 1 and not tiny
 
 
 def is_dot(block: BlockGraph, op: Op) -> bool:
@@ -262,6 +280,19 @@ def reshape_is_reinterpretation(dims_in, pad_in, dims_out, pad_out) -> bool:
     return True
 
 
+
+
+def reshape_pads_rows(dims_in, pad_in, dims_out, pad_out) -> bool:
+    """Whether a reshape that is no reinterpretation can still stay in registers: an
+    unpadded source ``tl.reshape``-d to the output's true dims (powers of two), then its first
+    dim padded with zero rows (a broadcast along a new leading axis, masked to its first
+    index, merged into that dim). A query row (1, 256) viewed as two heads' rows (2, 128)
+    padded to 16 rows for a ``tl.dot``, say."""
+    if tuple(dims_in) != tuple(pad_in) or not dims_out:
+        return False
+    if any(n & (n - 1) for n in dims_out):  # tl.reshape needs power-of-two extents
+        return False
+    return pad_out[0] > dims_out[0] and tuple(pad_out[1:]) == tuple(dims_out[1:])
 
 
 def gemv_accumulators(block: BlockGraph) -> list[int]:

@@ -57,6 +57,7 @@ from mugraph.codegen.decisions import (
     gemv_accumulators,
     lowers_to_dot,
     reshape_is_reinterpretation,
+    reshape_pads_rows,
     squeezed_lead,
     streamed_input,
 )
@@ -410,7 +411,7 @@ class _Lowering:
         self.carry = carry
         self.threads = num_warps * LANES
         self.lead = squeezed_lead(block)
-        self.pads = padded_shapes(block, options.dot_min_dim)
+        self.pads = padded_shapes(block, options.dot_min_dim, options.align_reshapes)
         self.phases = block_phases(block)
         self.reads = {i: operands_read(block, op) for i, op in enumerate(block.ops)}
         self.live = needed_ops(block, self.reads)
@@ -543,6 +544,16 @@ class _Lowering:
         """A block input, or a concat of two (one load from two address ranges)."""
         op = self.block.ops[index]
         return op.kind is OpKind.BLOCK_INPUT or _concat_of_loads(self.block, op)
+
+    def pads_rows(self, index: int) -> bool:
+        """A reshape kept in registers by padding its output's rows there
+        (:func:`~mugraph.codegen.decisions.reshape_pads_rows`)."""
+        op = self.block.ops[index]
+        if op.kind is not OpKind.RESHAPE or self.reinterprets(index):
+            return False
+        src, out = op.inputs[0], TensorRef(index)
+        return reshape_pads_rows(self.tile_dims(src), self.tile_pad(src),
+                                 self.tile_dims(out), self.tile_pad(out))
 
     def reinterprets(self, index: int) -> bool:
         op = self.block.ops[index]
@@ -865,6 +876,7 @@ def _spec(lw: _Lowering, kind: SpecKind, i: int, variant: str = "", detail: str 
 
 
 SCRATCH_ROUTE = (Memory.REGISTER, Memory.GLOBAL, Memory.REGISTER)  # store, barrier, load
+REGISTER_ROUTE = (Memory.REGISTER,)  # computed in registers (a reshape padding its rows)
 
 
 def _load_spec(lw: _Lowering, i: int, op: Op) -> list[Spec]:
@@ -963,6 +975,9 @@ def _reshape_spec(lw: _Lowering, i: int, op: Op) -> list[Spec]:
     dims = dims_text(lw.tile_dims(TensorRef(i)))
     if lw.reinterprets(i):
         return [_spec(lw, SpecKind.VIEW, i, detail=f"reshape to {dims}")]
+    if lw.pads_rows(i):
+        detail = f"reshape to {dims}, rows zero-padded in registers"
+        return [_spec(lw, SpecKind.MOVE, i, detail=detail, route=REGISTER_ROUTE)]
     detail = f"reshape to {dims} through block scratch"
     return [_spec(lw, SpecKind.MOVE, i, detail=detail, route=SCRATCH_ROUTE)]
 

@@ -6,9 +6,18 @@ GPU, so each tile dim of true size ``n > 1`` is held in registers with a padded 
 operator, the inner dims of a matmul, the kept dims of a reduction...) must get the same padded
 size or broadcasting would misalign them: a union-find over (value, dim) slots groups them, and
 each group takes the largest requirement of its members. Size-1 dims stay 1 (they broadcast).
+
+A reshape is a register view (``tl.reshape``) only when the padded tiles on its two sides hold
+their valid elements at the same flat positions (:func:`~mugraph.codegen.decisions.
+reshape_is_reinterpretation`); otherwise it goes through the block's scratch in global memory
+(a store, a barrier, a load). With ``align_reshapes``, a group whose leading padded size is
+too small for that is raised (:data:`RESHAPE_RULE`), within the largest tile the block
+already holds.
 """
 
 from __future__ import annotations
+
+import math
 
 from mugraph.ir.graph import BlockGraph, Op
 from mugraph.ir.ops import AccumKind, Group, OpKind
@@ -118,9 +127,9 @@ class _Analysis:
         self.tie(a, rank - 1, b, rank - 2)
         self.tie(a, rank - 2, out, rank - 2)
         self.tie(b, rank - 1, out, rank - 1)
-        m, k = self.dims(a)[-2:]
-        n = self.dims(b)[-1]
-        if min(m, k, n) > 1:  # tl.dot path: every dim at least dot_min_dim
+        from mugraph.codegen.decisions import lowers_to_dot
+
+        if lowers_to_dot(self.block, a, b):  # tl.dot path: every dim at least dot_min_dim
             self.need(a, rank - 2, self.dot_min_dim)
             self.need(a, rank - 1, self.dot_min_dim)
             self.need(b, rank - 1, self.dot_min_dim)
@@ -129,7 +138,7 @@ class _Analysis:
             for pa, pb in parts:
                 self._matmul(pa, pb, out)
 
-    def run(self) -> dict[TensorRef, tuple[int, ...]]:
+    def run(self, align_reshapes: bool = False) -> dict[TensorRef, tuple[int, ...]]:
         for index, op in enumerate(self.block.ops):
             self.visit(index, op)
         size: dict[Slot, int] = {}
@@ -141,12 +150,92 @@ class _Analysis:
                     root = self.uf.find((ref, d))
                     need = max(next_pow2(n), self.minimum.get((ref, d), 1))
                     size[root] = max(size.get(root, 1), need)
+        if align_reshapes:
+            _ReshapeAlignment(self, refs, size).run()
+        return self.padded(refs, size)
+
+    def padded(self, refs, size: dict[Slot, int]) -> dict[TensorRef, tuple[int, ...]]:
         return {
             ref: tuple(
                 size[self.uf.find((ref, d))] if n > 1 else 1 for d, n in enumerate(self.dims(ref))
             )
             for ref in refs
         }
+
+
+# The law the alignment relies on: tl.reshape keeps the row-major (flat) order of a tile's
+# padded elements. Where every dim of a reshape group but its first is unpadded, a valid
+# element's flat position inside the group is its unpadded one, so the two sides agree
+# exactly when the groups' padded sizes do; padding the first dim of the smaller side further
+# (more masked rows, zeros) makes them equal without moving any valid element.
+RESHAPE_RULE = "pad a reshape group's first dim until both sides hold the same flat size"
+ALIGN_ROUNDS = 8  # raising one group can unalign another; a few rounds reach the fixpoint
+
+
+class _ReshapeAlignment:
+    """Raises the padded size of a reshape group's first dim where that makes the reshape a
+    register view (:data:`RESHAPE_RULE`). A raise is kept when it leaves fewer reshapes
+    through scratch than before (one raise can align a reshape and unalign another) and no
+    tile of the block grows beyond the largest one it already holds."""
+
+    def __init__(self, analysis: _Analysis, refs: list[TensorRef], size: dict[Slot, int]):
+        self.an = analysis
+        self.refs = refs
+        self.size = size
+        self.reshapes = [(TensorRef(i, 0), op.inputs[0]) for i, op in enumerate(analysis.block.ops)
+                         if op.kind is OpKind.RESHAPE]
+        self.limit = max((math.prod(p) for p in analysis.padded(refs, size).values()), default=1)
+
+    def run(self) -> None:
+        for _ in range(ALIGN_ROUNDS):
+            if not any(self.align(out, src) for out, src in self.reshapes):
+                return
+
+    def pad(self, size: dict[Slot, int], ref: TensorRef, d: int) -> int:
+        return size[self.an.uf.find((ref, d))] if self.an.dims(ref)[d] > 1 else 1
+
+    def through_scratch(self, size: dict[Slot, int]) -> int:
+        """How many reshapes the padded sizes ``size`` leave to the scratch."""
+        from mugraph.codegen.decisions import reshape_is_reinterpretation
+
+        def padded(ref):
+            return [self.pad(size, ref, d) for d in range(len(self.an.dims(ref)))]
+
+        return sum(not reshape_is_reinterpretation(self.an.dims(src), padded(src),
+                                                   self.an.dims(out), padded(out))
+                   for out, src in self.reshapes)
+
+    def align(self, out: TensorRef, src: TensorRef) -> bool:
+        """Raise one group of this reshape (True when a raise was kept)."""
+        from mugraph.codegen.decisions import reshape_groups
+
+        for gin, gout in reshape_groups(self.an.dims(src), self.an.dims(out)) or []:
+            flat = []
+            for ref, group in ((src, gin), (out, gout)):
+                dims = self.an.dims(ref)
+                if any(self.pad(self.size, ref, k) != dims[k] for k in list(group)[1:]):
+                    break  # a padded inner dim: no first-dim padding can align it
+                flat.append(math.prod(self.pad(self.size, ref, k) for k in group))
+            else:
+                if flat[0] == flat[1]:
+                    continue
+                low = (src, gin[0]) if flat[0] < flat[1] else (out, gout[0])
+                if self.raise_first(*low, max(flat) // min(flat)):
+                    return True
+        return False
+
+    def raise_first(self, ref: TensorRef, dim: int, factor: int) -> bool:
+        if self.an.dims(ref)[dim] <= 1:
+            return False  # a size-1 dim stays 1 (it broadcasts)
+        root = self.an.uf.find((ref, dim))
+        trial = {**self.size, root: self.size[root] * factor}
+        grown = self.an.padded(self.refs, trial)
+        if any(math.prod(p) > self.limit for p in grown.values()):
+            return False
+        if self.through_scratch(trial) >= self.through_scratch(self.size):
+            return False
+        self.size[root] = trial[root]
+        return True
 
 
 def split_matmul_parts(
@@ -168,6 +257,9 @@ def split_matmul_parts(
     return [(a1, b1), (a2, b2)]
 
 
-def padded_shapes(block: BlockGraph, dot_min_dim: int = 16) -> dict[TensorRef, tuple[int, ...]]:
-    """The padded register shape of every value of ``block`` (powers of two, size-1 kept)."""
-    return _Analysis(block, dot_min_dim).run()
+def padded_shapes(block: BlockGraph, dot_min_dim: int = 16,
+                  align_reshapes: bool = False) -> dict[TensorRef, tuple[int, ...]]:
+    """The padded register shape of every value of ``block`` (powers of two, size-1 kept);
+    with ``align_reshapes``, reshapes kept in registers where a larger first-dim padding
+    allows (:class:`_ReshapeAlignment`)."""
+    return _Analysis(block, dot_min_dim).run(align_reshapes)

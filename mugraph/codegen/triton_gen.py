@@ -75,6 +75,7 @@ from mugraph.codegen.decisions import (  # noqa: F401 - re-exported for existing
 )
 from mugraph.codegen.elementwise import formula, zero_preserving
 from mugraph.codegen.lowered import (
+    REGISTER_ROUTE,
     AccumForm,
     Memory,
     Product,
@@ -702,12 +703,27 @@ def _emit_reshape(em: KernelEmitter, op: Op, ref: TensorRef, sec: Phase) -> Val:
         expr = f"tl.reshape({x.name}, {list(pad)})"
         return em.assign(sec, f"b{ref.op}", expr, dims, pad, native=x.native, zero_pad=x.zero_pad)
     x = em.f32(x, sec)
+    if em.spec_of(ref).route == REGISTER_ROUTE:
+        return _reshape_padding_rows(em, ref, sec, x, dims, pad)
     base = _scratch_base(em, math.prod(dims))
     em.emit(sec, "tl.debug_barrier()")
     em.emit(sec, _store_text(f"{base} + {tiles.contiguous_offsets(x.dims, x.pad)}", x.name,
                              tiles.valid_mask(x.dims, x.pad)))
     em.emit(sec, "tl.debug_barrier()")
     return _scratch_load(em, ref, sec, base, dims, pad)
+
+
+def _reshape_padding_rows(em: KernelEmitter, ref: TensorRef, sec: Phase, x: Val, dims, pad) -> Val:
+    """An unpadded ``x`` reshaped to ``dims``, then zero rows added up to ``pad[0]``: copies
+    of the tile along a new leading axis, all but the first zeroed, merged into the rows
+    (:func:`~mugraph.codegen.decisions.reshape_pads_rows`)."""
+    exact = em.assign(sec, f"b{ref.op}x", f"tl.reshape({x.name}, {list(dims)})", dims, dims)
+    copies = pad[0] // dims[0]
+    rest = ", None" * len(dims)
+    where = (f"tl.where(tl.arange(0, {copies})[:{rest}] == 0, "
+             f"{exact.name}[None{', :' * len(dims)}], 0.0)")
+    return em.assign(sec, f"b{ref.op}", f"tl.reshape({where}, {list(pad)})", dims, pad,
+                     zero_pad=True)
 
 
 # ---- accumulators --------------------------------------------------------------------

@@ -200,7 +200,7 @@ def _block_op_flops(block: BlockGraph, op: Op) -> tuple[float, bool]:
         b = block.tensor_type(op.inputs[1])
         m, k, n = a.dims[-2], a.dims[-1], b.dims[-1]
         batch = math.prod(op.outputs[0].dims[:-2])
-        if min(m, k, n) > 1 and a.dtype is not DType.float32:
+        if is_dot(block, op) and a.dtype is not DType.float32:  # (not a tiny product)
             padded = [max(DOT_MIN, next_pow2(x)) for x in (m, k, n)]
             return 2.0 * batch * math.prod(padded), True
         return 2.0 * batch * m * k * n, False

@@ -255,6 +255,9 @@ class PersistentOptions:
         inlined (228 registers, no spill, against 255 and 32 bytes), Llama-3.2-1B's 997.6
         against 1015.7 (230 against 255 registers and 40 bytes). (The interpreter runs
         bodies as Python calls either way.)
+    align_reshapes: the code generator's option of that name (``CodegenOptions``): the
+        attention bodies' RoPE halves and their way back stay in registers instead of two
+        round trips through the program's scratch in global memory.
     trace: record globaltimer stamps per task (:data:`TRACE_STAMPS` of them: start, after the
         wait, end, and after the task's stores, before its triggers; GPU only).
     stream_field: with ``l2_stream`` (>= 0), the first of the descriptor fields that name the
@@ -301,6 +304,7 @@ class PersistentOptions:
     desc_by_position: bool = True
     prefetch_ahead: bool = True
     separate_bodies: bool = True
+    align_reshapes: bool = True
     trace: bool = False
     claim_field: int = -1
     stream_field: int = -1
@@ -317,7 +321,7 @@ class PersistentOptions:
 
     @property
     def codegen(self) -> CodegenOptions:
-        return CodegenOptions(interpret=self.interpret)
+        return CodegenOptions(interpret=self.interpret, align_reshapes=self.align_reshapes)
 
 
 @dataclass(frozen=True)

@@ -313,6 +313,7 @@ class PersistentProgram:
         cuda_graph: bool = True,
         hoist: bool = True,
         separate_bodies: bool = True,
+        align_reshapes: bool = True,
         trace: bool = False,
         task_allocation: str = "level",
         program_sets: int = 1,
@@ -455,6 +456,7 @@ class PersistentProgram:
             cache_hint=gpu,
             hoist=hoist,
             separate_bodies=separate_bodies,
+            align_reshapes=align_reshapes,
             trace=trace and gpu,
         )
         self.specs = kernel_specs(kernel)
