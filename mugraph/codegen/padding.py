@@ -195,15 +195,17 @@ class _ReshapeAlignment:
         return size[self.an.uf.find((ref, d))] if self.an.dims(ref)[d] > 1 else 1
 
     def through_scratch(self, size: dict[Slot, int]) -> int:
-        """How many reshapes the padded sizes ``size`` leave to the scratch."""
-        from mugraph.codegen.decisions import reshape_is_reinterpretation
+        """How many reshapes the padded sizes ``size`` leave to the scratch: neither a
+        register view nor a reshape that pads its rows in registers."""
+        from mugraph.codegen.decisions import reshape_is_reinterpretation, reshape_pads_rows
 
-        def padded(ref):
-            return [self.pad(size, ref, d) for d in range(len(self.an.dims(ref)))]
+        def in_registers(src: TensorRef, out: TensorRef) -> bool:
+            shapes = [(self.an.dims(r), [self.pad(size, r, d) for d in range(len(self.an.dims(r)))])
+                      for r in (src, out)]
+            return (reshape_is_reinterpretation(*shapes[0], *shapes[1])
+                    or reshape_pads_rows(*shapes[0], *shapes[1]))
 
-        return sum(not reshape_is_reinterpretation(self.an.dims(src), padded(src),
-                                                   self.an.dims(out), padded(out))
-                   for out, src in self.reshapes)
+        return sum(not in_registers(src, out) for out, src in self.reshapes)
 
     def align(self, out: TensorRef, src: TensorRef) -> bool:
         """Raise one group of this reshape (True when a raise was kept)."""
@@ -258,7 +260,7 @@ def split_matmul_parts(
 
 
 def padded_shapes(block: BlockGraph, dot_min_dim: int = 16,
-                  align_reshapes: bool = False) -> dict[TensorRef, tuple[int, ...]]:
+                  align_reshapes: bool = True) -> dict[TensorRef, tuple[int, ...]]:
     """The padded register shape of every value of ``block`` (powers of two, size-1 kept);
     with ``align_reshapes``, reshapes kept in registers where a larger first-dim padding
     allows (:class:`_ReshapeAlignment`)."""
