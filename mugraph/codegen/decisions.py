@@ -11,10 +11,18 @@ them computes a Triton text.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from mugraph.codegen.padding import next_pow2, split_matmul_parts
+from mugraph.codegen.padding import (  # noqa: F401 - shape rules, re-exported here
+    TINY_PRODUCT_K,
+    TINY_PRODUCT_MACS,
+    lowers_to_dot,
+    next_pow2,
+    reshape_groups,
+    reshape_is_reinterpretation,
+    reshape_pads_rows,
+    split_matmul_parts,
+)
 from mugraph.errors import UnsupportedError
 from mugraph.ir.graph import BlockGraph, Op
 from mugraph.ir.ops import AccumKind, OpKind
@@ -131,7 +139,6 @@ def streamed_input(block: BlockGraph, op: Op) -> bool:
     return partitioned and (op.attr("forloop_dim") >= 0 or block.forloop_range == 1)
 
 
-
 def mixed_dot_loads(block: BlockGraph) -> frozenset[int]:
     """Positions of the input operators whose tile is loaded in the for-loop and read both by
     a matmul lowered to ``tl.dot`` and by another operator (see ``split_mixed_loads``)."""
@@ -166,25 +173,6 @@ def squeezed_lead(block: BlockGraph) -> int:
         if op.kind in AXIS_OPS and op.attr("dim") % len(op.outputs[0].dims) == 0:
             return 0
     return 1
-
-
-
-# A product with an inner dim of at most TINY_PRODUCT_K and at most TINY_PRODUCT_MACS
-# multiplications (batch x M x K x N) is a broadcast product summed on CUDA cores even where
-# M, K and N all exceed 1: padded to 16 for tl.dot, its operands would take 16 rows where they
-# have two (RoPE's (2, 2) @ (2, head_dim / 2) of one key row), and a reshape beside it could
-# not stay in registers.
-TINY_PRODUCT_K = 4
-TINY_PRODUCT_MACS = 512
-
-
-def lowers_to_dot(block: BlockGraph, ra: TensorRef, rb: TensorRef) -> bool:
-    """Whether the product of ``ra`` and ``rb`` is a ``tl.dot``: M, K and N all exceed 1 and
-    the product is not tiny (:data:`TINY_PRODUCT_K`, :data:`TINY_PRODUCT_MACS`)."""
-    a, b = block.tensor_type(ra).dims, block.tensor_type(rb).dims
-    macs = math.prod(a[:-2]) * a[-2] * a[-1] * b[-1]
-    tiny = a[-1] <= TINY_PRODUCT_K and macs <= TINY_PRODUCT_MACS
-    return min(a[-2], a[-1], b[-1]) > 1 and not tiny
 
 
 def is_dot(block: BlockGraph, op: Op) -> bool:
@@ -241,58 +229,6 @@ def _narrow_chained_dot(block: BlockGraph, ra: TensorRef, rb: TensorRef) -> bool
     a, b = block.tensor_type(ra).dims, block.tensor_type(rb).dims
     rows = b[-1] if transposed else a[-2]
     return rows >= 64 and next_pow2(a[-1]) <= CHAINED_DOT_NARROW_K
-
-
-
-def reshape_groups(src: tuple[int, ...], dst: tuple[int, ...]) -> list[tuple[range, range]] | None:
-    """Split a reshape into groups of dims with equal products (None if sizes disagree)."""
-    groups = []
-    i = j = 0
-    while i < len(src) or j < len(dst):
-        i0, j0 = i, j
-        ps = pd = 1
-        if i < len(src):
-            ps, i = src[i], i + 1
-        if j < len(dst):
-            pd, j = dst[j], j + 1
-        while ps != pd:
-            if ps < pd and i < len(src):
-                ps, i = ps * src[i], i + 1
-            elif pd < ps and j < len(dst):
-                pd, j = pd * dst[j], j + 1
-            else:
-                return None
-        groups.append((range(i0, i), range(j0, j)))
-    return groups
-
-
-def reshape_is_reinterpretation(dims_in, pad_in, dims_out, pad_out) -> bool:
-    """Whether ``tl.reshape`` of the padded tile puts every valid element where it belongs."""
-    groups = reshape_groups(tuple(dims_in), tuple(dims_out))
-    if groups is None:
-        return False
-    for gin, gout in groups:
-        for group, dims, pad in ((gin, dims_in, pad_in), (gout, dims_out, pad_out)):
-            if any(dims[k] != pad[k] for k in list(group)[1:]):
-                return False
-        if math.prod(pad_in[k] for k in gin) != math.prod(pad_out[k] for k in gout):
-            return False
-    return True
-
-
-
-
-def reshape_pads_rows(dims_in, pad_in, dims_out, pad_out) -> bool:
-    """Whether a reshape that is no reinterpretation can still stay in registers: an
-    unpadded source ``tl.reshape``-d to the output's true dims (powers of two), then its first
-    dim padded with zero rows (a broadcast along a new leading axis, masked to its first
-    index, merged into that dim). A query row (1, 256) viewed as two heads' rows (2, 128)
-    padded to 16 rows for a ``tl.dot``, say."""
-    if tuple(dims_in) != tuple(pad_in) or not dims_out:
-        return False
-    if any(n & (n - 1) for n in dims_out):  # tl.reshape needs power-of-two extents
-        return False
-    return pad_out[0] > dims_out[0] and tuple(pad_out[1:]) == tuple(dims_out[1:])
 
 
 def gemv_accumulators(block: BlockGraph) -> list[int]:

@@ -30,6 +30,75 @@ def next_pow2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
+# A product with an inner dim of at most TINY_PRODUCT_K and at most TINY_PRODUCT_MACS
+# multiplications (batch x M x K x N) is a broadcast product summed on CUDA cores even where
+# M, K and N all exceed 1: padded to 16 for tl.dot, its operands would take 16 rows where they
+# have two (RoPE's (2, 2) @ (2, head_dim / 2) of one key row), and a reshape beside it could
+# not stay in registers.
+TINY_PRODUCT_K = 4
+TINY_PRODUCT_MACS = 512
+
+
+def lowers_to_dot(block: BlockGraph, ra: TensorRef, rb: TensorRef) -> bool:
+    """Whether the product of ``ra`` and ``rb`` is a ``tl.dot``: M, K and N all exceed 1 and
+    the product is not tiny (:data:`TINY_PRODUCT_K`, :data:`TINY_PRODUCT_MACS`)."""
+    a, b = block.tensor_type(ra).dims, block.tensor_type(rb).dims
+    macs = math.prod(a[:-2]) * a[-2] * a[-1] * b[-1]
+    tiny = a[-1] <= TINY_PRODUCT_K and macs <= TINY_PRODUCT_MACS
+    return min(a[-2], a[-1], b[-1]) > 1 and not tiny
+
+
+def reshape_groups(src: tuple[int, ...], dst: tuple[int, ...]) -> list[tuple[range, range]] | None:
+    """Split a reshape into groups of dims with equal products (None if sizes disagree)."""
+    groups = []
+    i = j = 0
+    while i < len(src) or j < len(dst):
+        i0, j0 = i, j
+        ps = pd = 1
+        if i < len(src):
+            ps, i = src[i], i + 1
+        if j < len(dst):
+            pd, j = dst[j], j + 1
+        while ps != pd:
+            if ps < pd and i < len(src):
+                ps, i = ps * src[i], i + 1
+            elif pd < ps and j < len(dst):
+                pd, j = pd * dst[j], j + 1
+            else:
+                return None
+        groups.append((range(i0, i), range(j0, j)))
+    return groups
+
+
+def reshape_is_reinterpretation(dims_in, pad_in, dims_out, pad_out) -> bool:
+    """Whether ``tl.reshape`` of the padded tile puts every valid element where it belongs."""
+    groups = reshape_groups(tuple(dims_in), tuple(dims_out))
+    if groups is None:
+        return False
+    for gin, gout in groups:
+        for group, dims, pad in ((gin, dims_in, pad_in), (gout, dims_out, pad_out)):
+            if any(dims[k] != pad[k] for k in list(group)[1:]):
+                return False
+        if math.prod(pad_in[k] for k in gin) != math.prod(pad_out[k] for k in gout):
+            return False
+    return True
+
+
+
+
+def reshape_pads_rows(dims_in, pad_in, dims_out, pad_out) -> bool:
+    """Whether a reshape that is no reinterpretation can still stay in registers: an
+    unpadded source ``tl.reshape``-d to the output's true dims (powers of two), then its first
+    dim padded with zero rows (a broadcast along a new leading axis, masked to its first
+    index, merged into that dim). A query row (1, 256) viewed as two heads' rows (2, 128)
+    padded to 16 rows for a ``tl.dot``, say."""
+    if tuple(dims_in) != tuple(pad_in) or not dims_out:
+        return False
+    if any(n & (n - 1) for n in dims_out):  # tl.reshape needs power-of-two extents
+        return False
+    return pad_out[0] > dims_out[0] and tuple(pad_out[1:]) == tuple(dims_out[1:])
+
+
 class _UnionFind:
     def __init__(self) -> None:
         self.parent: dict[Slot, Slot] = {}
@@ -109,8 +178,6 @@ class _Analysis:
         """Where a group of merged or split dims holds a single dim above 1 on each side (a
         reshape that only adds or drops size-1 dims there), the two dims get one padded size,
         so the reshape is a register reinterpretation rather than a scratch round trip."""
-        from mugraph.codegen.decisions import reshape_groups
-
         din, dout = self.dims(src), self.dims(out)
         groups = reshape_groups(din, dout)
         for gin, gout in groups or []:
@@ -127,8 +194,6 @@ class _Analysis:
         self.tie(a, rank - 1, b, rank - 2)
         self.tie(a, rank - 2, out, rank - 2)
         self.tie(b, rank - 1, out, rank - 1)
-        from mugraph.codegen.decisions import lowers_to_dot
-
         if lowers_to_dot(self.block, a, b):  # tl.dot path: every dim at least dot_min_dim
             self.need(a, rank - 2, self.dot_min_dim)
             self.need(a, rank - 1, self.dot_min_dim)
@@ -197,20 +262,16 @@ class _ReshapeAlignment:
     def through_scratch(self, size: dict[Slot, int]) -> int:
         """How many reshapes the padded sizes ``size`` leave to the scratch: neither a
         register view nor a reshape that pads its rows in registers."""
-        from mugraph.codegen.decisions import reshape_is_reinterpretation, reshape_pads_rows
+        pads = self.an.padded([r for pair in self.reshapes for r in pair], size)
 
         def in_registers(src: TensorRef, out: TensorRef) -> bool:
-            shapes = [(self.an.dims(r), [self.pad(size, r, d) for d in range(len(self.an.dims(r)))])
-                      for r in (src, out)]
-            return (reshape_is_reinterpretation(*shapes[0], *shapes[1])
-                    or reshape_pads_rows(*shapes[0], *shapes[1]))
+            shapes = (self.an.dims(src), pads[src], self.an.dims(out), pads[out])
+            return reshape_is_reinterpretation(*shapes) or reshape_pads_rows(*shapes)
 
         return sum(not in_registers(src, out) for out, src in self.reshapes)
 
     def align(self, out: TensorRef, src: TensorRef) -> bool:
         """Raise one group of this reshape (True when a raise was kept)."""
-        from mugraph.codegen.decisions import reshape_groups
-
         for gin, gout in reshape_groups(self.an.dims(src), self.an.dims(out)) or []:
             flat = []
             for ref, group in ((src, gin), (out, gout)):
