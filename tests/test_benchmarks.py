@@ -423,9 +423,11 @@ def test_the_verifier_bound_counts_draws_and_exact_products():
     q, k, v = (t.dims for t in program.input_types)  # (b, m, d), (b, d, n), (b, n, d)
     macs = q[0] * q[1] * q[2] * k[2] + q[0] * q[1] * k[2] * v[2]
     assert pvb.program_macs(program) == macs
-    rates = pvb.Rates(draw_ns=1.0, gemm_gflops=1.0, exp_ns=2.0, write_ns=0.0, read_ns=0.0,
-                      threads=1)
-    b = pvb.bound(Case("gqa_b1", "-", None, program), rates, limbs=2)
+    rates = pvb.Rates(draw_ns=1.0, gemm_gflops=1.0, exp_ns=2.0, lookup_ns=0.5, write_ns=0.0,
+                      read_ns=0.0, threads=1)
+    large, small = pvb.designs(rates)
+    case = Case("gqa_b1", "-", None, program)
+    b = pvb.bound(case, rates, large)
     elements = [math.prod(t) for t in (q, k, v)]
     assert b.values == 2 * elements[0] + 2 * elements[1] + elements[2]  # Q, K reach exp
     assert b.draw_ms == pytest.approx(b.values / 1e6)
@@ -433,7 +435,14 @@ def test_the_verifier_bound_counts_draws_and_exact_products():
     scores = q[0] * q[1] * k[2]  # one exponential per score
     assert b.exps == scores and b.exp_ms == pytest.approx(2 * scores / 1e6)
     assert b.total_ms == pytest.approx(b.draw_ms + b.gemm_ms + b.exp_ms)
-    assert "| yes" in pvb.table([b], budget=0.0) and "0 with a bound" in pvb.table([b], 1e9)
+    assert "| yes" in pvb.table(large, [b], budget=0.0)
+    assert "0 with a bound" in pvb.table(large, [b], 1e9)
+    # the small pair's favourable variant: 21 bits a value, one limb, one lookup an exponential
+    f = pvb.bound(case, rates, small)
+    assert f.values == b.values and f.limbs == 1
+    assert f.draw_ms == pytest.approx(b.values * 21 / 32 / 1e6)
+    assert f.gemm_ms == pytest.approx(b.gemm_ms / 2)
+    assert f.exp_ms == pytest.approx(0.5 * scores / 1e6)
 
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="interpreter arithmetic")
