@@ -73,6 +73,7 @@ def load_program(path: str | os.PathLike):
 def _suggested_options(module, file: Path) -> dict[str, Any]:
     """``SEARCH_OPTIONS`` of a program file: SearchConfig fields (and ``preset``), which the
     command line's options override."""
+    from mugraph.errors import MugraphError
     from mugraph.search.config import SearchConfig
 
     options = getattr(module, "SEARCH_OPTIONS", None)
@@ -84,6 +85,10 @@ def _suggested_options(module, file: Path) -> dict[str, Any]:
     unknown = sorted(set(options) - known)
     if unknown:
         raise CliError(f"SEARCH_OPTIONS in {file} names unknown search options {unknown}")
+    try:  # every value one a search can use, refused here before anything runs
+        SearchConfig().with_overrides(**{k: v for k, v in options.items() if k != "preset"})
+    except MugraphError as error:
+        raise CliError(f"SEARCH_OPTIONS in {file}: {error}") from None
     return dict(options)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import math
 import operator
+import re
 import warnings
 
 import pytest
@@ -448,6 +449,47 @@ def test_unknown_options_are_refused():
         backend.BackendOptions.parse({"bogus": 1})
     with pytest.raises(ValueError, match="max_blocks_typo"):
         backend.BackendOptions.parse({"search": {"max_blocks_typo": 3}})
+    with pytest.raises(mugraph.MugraphError, match="options must be a dict"):
+        backend.BackendOptions.parse([("time_limit", 1)])
+
+
+BAD_BACKEND_OPTIONS = [
+    ({"time_limit": -1}, "option 'time_limit' must be a number of seconds >= 0"),
+    ({"time_limit": "30"}, "option 'time_limit' must be a number of seconds >= 0"),
+    ({"time_limit": float("inf")}, "option 'time_limit' must be a number of seconds >= 0"),
+    ({"workers": 0}, "option 'workers' must be a positive integer, got 0"),
+    ({"elementwise": "triton"}, "option 'elementwise' must be 'pytorch' or 'mugraph'"),
+    ({"rest": "jit"}, "option 'rest' must be 'eager' or 'inductor', got 'jit'"),
+    ({"max_partition_ops": 0}, "option 'max_partition_ops' must be a positive integer"),
+    ({"max_partition_inputs": 2.5}, "option 'max_partition_inputs' must be a positive integer"),
+    ({"verbose": "yes"}, "option 'verbose' must be True or False, got 'yes'"),
+    ({"cache": 1}, "option 'cache' must be True or False, got 1"),
+    ({"cache_dir": 7}, "option 'cache_dir' must be None or a folder path, got 7"),
+    ({"search": [1]}, "option 'search' must be a dict of search options"),
+    ({"search": {"preset": "fast"}}, "search preset 'fast' is unknown"),
+    ({"search": {"time_limit": -3}}, "time_limit must be a positive number of seconds, got -3"),
+    ({"search": {"max_blocks": "x"}}, "search option 'max_blocks' must be a positive integer"),
+    ({"search": {"delta": 2}}, "search option 'delta' must be a probability between 0 and 1"),
+]
+
+
+@pytest.mark.parametrize(("options", "message"), BAD_BACKEND_OPTIONS,
+                         ids=[repr(o) for o, _ in BAD_BACKEND_OPTIONS])
+def test_backend_options_the_backend_cannot_use_are_refused(options, message):
+    """Each refused by a mugraph error naming the option and the value (once accepted
+    silently, or a crash later), before anything is compiled."""
+    with pytest.raises(backend.BackendOptionError, match=re.escape(message)):
+        backend.BackendOptions.parse(options)
+    assert issubclass(backend.BackendOptionError, mugraph.MugraphError)
+    assert issubclass(backend.BackendOptionError, ValueError)
+
+
+def test_a_backend_cache_dir_that_is_a_file_is_refused(tmp_path):
+    file = tmp_path / "not_a_folder"
+    file.write_text("x")
+    with pytest.raises(backend.BackendOptionError, match="must be a folder.*not_a_folder"):
+        backend.BackendOptions.parse({"cache_dir": str(file)})
+    backend.BackendOptions.parse({"cache_dir": str(tmp_path), "time_limit": 0})  # a folder: fine
 
 
 def test_optimize_fx_on_a_symbolic_trace():

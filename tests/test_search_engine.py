@@ -314,6 +314,57 @@ def test_workers_must_be_a_positive_integer(value):
         superoptimize(tiny_rmsnorm_linear(), time_limit=5, workers=value)
 
 
+BAD_SEARCH_OPTIONS = [
+    ({"max_blocks": "x"}, "'max_blocks' must be a positive integer, got 'x'"),  # was a TypeError
+    ({"delta": 2.0}, "'delta' must be a probability between 0 and 1, got 2.0"),
+    ({"delta": "a"}, "'delta' must be a probability between 0 and 1, got 'a'"),
+    ({"verify_rounds": 0}, "'verify_rounds' must be a positive integer, got 0"),
+    ({"max_block_ops": -1}, "'max_block_ops' must be a positive integer, got -1"),
+    ({"min_tile": 0}, "'min_tile' must be a positive integer, got 0"),
+    ({"max_candidates": 0}, "'max_candidates' must be a positive integer, got 0"),
+    ({"deepening": "no"}, "'deepening' must be True or False, got 'no'"),
+    ({"max_grid_axes": 4}, "'max_grid_axes' must be 0, 1, 2 or 3, got 4"),
+    ({"max_reread_bytes": -1}, "'max_reread_bytes' must be None or an integer >= 0"),
+    ({"grid_sizes": (4, 0)}, "'grid_sizes' must be None or a tuple of positive integers"),
+    ({"grid_sizes": ("a",)}, "'grid_sizes' must hold integers, got ('a',)"),
+    ({"forloop_ranges": 4}, "'forloop_ranges' must be a sequence, got 4"),
+    ({"block_kinds": {"matmul"}}, "'block_kinds' must be None or a frozenset of"),
+    ({"accum_kinds": {mi.OpKind.MATMUL}}, "'accum_kinds' must be a frozenset of mugraph.ir.ops"),
+]
+
+
+@pytest.mark.parametrize(("options", "message"), BAD_SEARCH_OPTIONS,
+                         ids=[repr(o) for o, _ in BAD_SEARCH_OPTIONS])
+def test_a_search_option_value_no_search_can_use_is_refused(options, message):
+    """Each once ran as a silently empty or broken search, or crashed inside it."""
+    with pytest.raises(SearchOptionError, match=re.escape(message)):
+        superoptimize(tiny_rmsnorm_linear(), time_limit=5, **options)
+    with pytest.raises(SearchOptionError, match=re.escape(message)):
+        tiny_rmsnorm_linear().superoptimize(time_limit=5, **options)
+
+
+def test_every_search_config_field_has_a_rule_and_every_preset_keeps_them():
+    from dataclasses import fields
+
+    from mugraph.search.config import _FIELD_RULES, SearchConfig
+    from mugraph.search.space import PRESETS
+
+    assert {f.name for f in fields(SearchConfig)} == set(_FIELD_RULES)
+    for preset in PRESETS:  # each makes a config its rules accept
+        default_config(tiny_rmsnorm_linear(), preset)
+    config = SearchConfig().with_overrides(grid_sizes=[2, 4.0], block_kinds=[mi.OpKind.MATMUL])
+    assert config.grid_sizes == (2, 4) and config.block_kinds == frozenset({mi.OpKind.MATMUL})
+
+
+def test_a_cache_path_that_is_a_file_is_refused_before_the_search(tmp_path):
+    file = tmp_path / "cache_file"
+    file.write_text("not a folder")
+    started = time.monotonic()
+    with pytest.raises(SearchOptionError, match="cache .*cache_file.* is a file, not a folder"):
+        tiny_rmsnorm_linear().superoptimize(time_limit=60, cache=str(file))
+    assert time.monotonic() - started < 30  # refused at once (it used to warn after the search)
+
+
 def test_unknown_engine_or_start_method_is_an_error():
     with pytest.raises(MugraphError, match="engine must be 'local' or 'ray'"):
         superoptimize(tiny_rmsnorm_linear(), time_limit=5, engine="dask")

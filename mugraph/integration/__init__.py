@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from mugraph.integration.capture import CapturedProgram, Unsupported, build_program
 from mugraph.integration.dynamo import (
+    BackendOptionError,
     BackendOptions,
     MugraphCompiledGraph,
     mugraph_backend,
@@ -32,6 +33,7 @@ from mugraph.integration.report import (
 register_backend()
 
 __all__ = [
+    "BackendOptionError",
     "BackendOptions",
     "CapturedProgram",
     "GraphReport",

@@ -27,7 +27,8 @@ Shapes are static per specialization: a graph Dynamo compiled with dynamic shape
 specialized again for every new concrete signature (and hits the cache for programs seen
 before). Nothing makes the model fail: a graph or a node mugraph cannot handle runs on PyTorch.
 
-Options (all optional):
+Options (all optional; an unknown one, or a value the backend cannot use, is refused with a
+:class:`BackendOptionError` naming it before anything is compiled):
 
 ``time_limit``          search budget per partition, seconds (default 30; 0: no search)
 ``search``              SearchConfig overrides, and ``"preset"`` (a dict)
@@ -64,7 +65,7 @@ from typing import Any
 import torch
 from torch.fx import Graph, GraphModule, Node
 
-from mugraph.errors import MissingDependencyError
+from mugraph.errors import MissingDependencyError, MugraphError, UnsupportedError
 from mugraph.integration import passes
 from mugraph.integration.canonicalize import canonicalize, unfold_norm_weights
 from mugraph.integration.capture import (
@@ -105,28 +106,122 @@ class BackendOptions:
     workers: int = 1
     verbose: bool = False
 
+    def __post_init__(self) -> None:
+        for name, check in _OPTION_CHECKS.items():
+            check(name, getattr(self, name))
+
     @classmethod
     def parse(cls, options: dict | None) -> BackendOptions:
+        if options is not None and not isinstance(options, dict):
+            raise BackendOptionError(
+                f"mugraph backend: options must be a dict, got {type(options).__name__}")
         options = dict(options or {})
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(options) - known)
         if unknown:
-            raise ValueError(
+            raise BackendOptionError(
                 f"mugraph backend: unknown option(s) {unknown}; known: {sorted(known)}"
             )
-        search = dict(options.get("search") or {})
+        search = options.get("search")
+        if search is not None and not isinstance(search, dict):
+            raise BackendOptionError(
+                f"mugraph backend: option 'search' must be a dict of search options, got "
+                f"{search!r}")
+        search = dict(search or {})
         _check_search_options(search)
         options["search"] = search
         return cls(**options)
 
 
+class BackendOptionError(MugraphError, ValueError):
+    """An option of the torch.compile backend that is unknown or has a value it cannot use
+    (names the option and the value)."""
+
+
+def _refuse(name: str, value: Any, wanted: str) -> None:
+    raise BackendOptionError(f"mugraph backend: option {name!r} must be {wanted}, got {value!r}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_flag(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        _refuse(name, value, "True or False")
+
+
+def _check_count(name: str, value: Any) -> None:
+    if not _is_int(value) or value < 1:
+        _refuse(name, value, "a positive integer")
+
+
+def _check_seconds(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not (
+        math.isfinite(value) and value >= 0
+    ):
+        _refuse(name, value, "a number of seconds >= 0 (0: no search)")
+
+
+def _check_cache_dir(name: str, value: Any) -> None:
+    import os
+    from pathlib import Path
+
+    if value is None:
+        return
+    if not isinstance(value, str | os.PathLike):
+        _refuse(name, value, "None or a folder path")
+    path = Path(value).expanduser()
+    if path.exists() and not path.is_dir():
+        _refuse(name, value, "a folder (this path is a file)")
+
+
+def _one_of(*choices: str):
+    def check(name: str, value: Any) -> None:
+        if value not in choices:
+            _refuse(name, value, " or ".join(repr(c) for c in choices))
+
+    return check
+
+
+# every field of BackendOptions, with what its value must be (the search dict: parse)
+_OPTION_CHECKS = {
+    "time_limit": _check_seconds,
+    "cache": _check_flag,
+    "cache_dir": _check_cache_dir,
+    "max_partition_ops": _check_count,
+    "max_partition_inputs": _check_count,
+    "elementwise": _one_of("pytorch", "mugraph"),
+    "shape_classes": _check_flag,
+    "rest": _one_of("eager", "inductor"),
+    "run_unimproved": _check_flag,
+    "check_capture": _check_flag,
+    "workers": _check_count,
+    "verbose": _check_flag,
+}
+
+
 def _check_search_options(search: dict) -> None:
+    """The ``search`` dict: known SearchConfig fields (and ``preset``), each value one the
+    search can use (the checks superoptimize makes)."""
     from mugraph.search.config import SearchConfig
+    from mugraph.search.driver import SearchOptionError
+    from mugraph.search.driver import _check_search_options as check_values
+    from mugraph.search.space import PRESETS
 
     allowed = {f.name for f in fields(SearchConfig)} | {"preset"}
     unknown = sorted(set(search) - allowed)
     if unknown:
-        raise ValueError(f"mugraph backend: unknown search option(s) {unknown}")
+        raise BackendOptionError(f"mugraph backend: unknown search option(s) {unknown}")
+    preset = search.get("preset")
+    if preset is not None and preset not in PRESETS:
+        raise BackendOptionError(
+            f"mugraph backend: search preset {preset!r} is unknown; use one of {sorted(PRESETS)}")
+    try:
+        check_values(search.get("time_limit"), search.get("workers"), search.get("target_cost"))
+        SearchConfig().with_overrides(**{k: v for k, v in search.items() if k != "preset"})
+    except (SearchOptionError, UnsupportedError, TypeError, ValueError) as error:
+        raise BackendOptionError(f"mugraph backend: option 'search': {error}") from None
 
 
 # ---- the backend -----------------------------------------------------------------------------

@@ -250,19 +250,28 @@ def _default_time(program, config) -> float:
 
 
 def _result_cache(cache):
+    """The ResultCache that ``cache`` names (None: no cache); a path that is something other
+    than a folder is refused before any search (a folder that cannot be written only warns,
+    after the search, whose result the caller still gets)."""
     if cache is None or cache is False:
         return None
     from mugraph.cache import ResultCache
 
     if isinstance(cache, ResultCache):
-        return cache
-    if cache is True:
-        return ResultCache()
-    if isinstance(cache, str | os.PathLike):
-        return ResultCache(cache)
-    raise TypeError(
-        f"superoptimize: cache must be None, True, a directory or a ResultCache, got {cache!r}"
-    )
+        store = cache
+    elif cache is True:
+        store = ResultCache()
+    elif isinstance(cache, str | os.PathLike):
+        store = ResultCache(cache)
+    else:
+        raise TypeError(
+            f"superoptimize: cache must be None, True, a directory or a ResultCache, got {cache!r}"
+        )
+    if store.path.exists() and not store.path.is_dir():
+        raise SearchOptionError(
+            f"superoptimize: cache {str(store.path)!r} is a file, not a folder; nothing was "
+            "searched")
+    return store
 
 
 def search_config(program, config=None, time_limit=None, **options) -> SearchConfig:

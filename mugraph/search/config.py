@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field, replace
 
-from mugraph.errors import UnsupportedError
+from mugraph.errors import MugraphError, UnsupportedError
 from mugraph.ir.ops import AccumKind, Group, OpKind
 
 # Block operators every search may use; elementwise functions come from the program itself.
@@ -15,6 +16,62 @@ _STRUCTURAL_BLOCK_KINDS = frozenset(
 
 
 _SIZE_TUPLES = ("grid_sizes", "forloop_ranges", "grid_tiles", "partial_splits", "loop_tiles")
+
+
+class SearchOptionError(MugraphError):
+    """A search option with a value the search cannot use (names the option and the value)."""
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _kinds_of(enum_type):
+    return lambda v: isinstance(v, frozenset) and all(isinstance(k, enum_type) for k in v)
+
+
+# What each field's value must be, as (test, what the error says it must be). A config that
+# breaks one is refused when it is made (SearchConfig(...), with_overrides, a preset), before
+# any search: a value the search cannot use never runs as a silently empty or broken space.
+_POSITIVE_INT = (lambda v: _is_int(v) and v >= 1, "a positive integer")
+_COUNT = (lambda v: _is_int(v) and v >= 0, "an integer >= 0")
+_FLAG = (lambda v: isinstance(v, bool), "True or False")
+_SIZES = (lambda v: v is None or (isinstance(v, tuple) and all(_is_int(x) and x >= 1 for x in v)),
+          "None or a tuple of positive integers")
+_FIELD_RULES: dict[str, tuple] = {
+    **{name: _POSITIVE_INT for name in (
+        "max_custom_kernels", "max_kernel_ops", "max_block_ops", "max_total_block_ops",
+        "max_block_outputs", "max_kernel_inputs", "max_blocks", "min_tile", "max_full_split",
+        "verify_rounds", "max_candidates", "min_blocks", "keep", "keep_per_structure",
+        "max_structures")},
+    **{name: _COUNT for name in ("min_custom_kernels", "min_block_ops", "split_min_extent")},
+    **{name: _FLAG for name in (
+        "deepening", "split_before_boundary", "split_reads_largest", "abstract_pruning",
+        "canonical_form", "label_pruning", "loop_reduced_only", "loop_required")},
+    **{name: _SIZES for name in _SIZE_TUPLES},
+    "max_grid_axes": (lambda v: _is_int(v) and 0 <= v <= 3, "0, 1, 2 or 3"),
+    "max_reread_bytes": (lambda v: v is None or (_is_int(v) and v >= 0),
+                         "None or an integer >= 0"),
+    "time_limit": (lambda v: _is_number(v) and math.isfinite(v) and v >= 0,
+                   "a number of seconds >= 0 (0: no search, where a caller allows it)"),
+    "workers": (lambda v: v is None or (_is_int(v) and v >= 1), "None or a positive integer"),
+    "delta": (lambda v: _is_number(v) and 0 < v < 1, "a probability between 0 and 1"),
+    "block_kinds": (lambda v: v is None or _kinds_of(OpKind)(v),
+                    "None or a frozenset of mugraph.ir.ops.OpKind"),
+    "kernel_kinds": (_kinds_of(OpKind), "a frozenset of mugraph.ir.ops.OpKind"),
+    "accum_kinds": (_kinds_of(AccumKind), "a frozenset of mugraph.ir.ops.AccumKind"),
+    "fmaps": (lambda v: v is None or (isinstance(v, tuple) and all(_is_int(x) for x in v)),
+              "None or a tuple of integers"),
+    **{name: (lambda v: v is None or (isinstance(v, tuple) and all(
+        isinstance(t, tuple) and len(t) == 3 and all(_is_int(x) for x in t) for t in v)),
+        "None or a tuple of (x, y, z) integer tuples") for name in ("griddims", "imaps", "omaps")},
+    "preset": (lambda v: isinstance(v, str), "a preset name"),
+    "extra": (lambda v: isinstance(v, dict), "a dict"),
+}
 
 
 @dataclass(frozen=True)
@@ -117,17 +174,25 @@ class SearchConfig:
     preset: str = "generic"
     extra: dict = field(default_factory=dict, compare=False)
 
+    def __post_init__(self) -> None:
+        for name, (valid, wanted) in _FIELD_RULES.items():
+            value = getattr(self, name)
+            if not valid(value):
+                raise SearchOptionError(
+                    f"superoptimize: search option {name!r} must be {wanted}, got {value!r}")
+
     def with_overrides(self, **overrides) -> SearchConfig:
         if "franges" in overrides:  # upstream's name for the for-loop ranges
-            overrides["forloop_ranges"] = tuple(overrides.pop("franges"))
+            overrides["forloop_ranges"] = _int_tuple("franges", overrides.pop("franges"))
         for name in ("griddims", "imaps", "omaps"):
             if overrides.get(name) is not None:
-                overrides[name] = tuple(_grid_tuple(name, v) for v in overrides[name])
-        if overrides.get("fmaps") is not None:
-            overrides["fmaps"] = tuple(int(v) for v in overrides["fmaps"])
-        for name in _SIZE_TUPLES:
+                overrides[name] = tuple(_grid_tuple(name, v) for v in _items(name, overrides[name]))
+        for name in ("fmaps", *_SIZE_TUPLES):
             if overrides.get(name) is not None:
-                overrides[name] = tuple(int(v) for v in overrides[name])
+                overrides[name] = _int_tuple(name, overrides[name])
+        for name in ("block_kinds", "kernel_kinds", "accum_kinds"):
+            if overrides.get(name) is not None and not isinstance(overrides[name], frozenset):
+                overrides[name] = frozenset(_items(name, overrides[name]))
         unknown = set(overrides) - set(self.__dataclass_fields__)
         if unknown:
             raise UnsupportedError(f"superoptimize: unknown search option(s) {sorted(unknown)}")
@@ -136,6 +201,26 @@ class SearchConfig:
     @property
     def worker_count(self) -> int:
         return self.workers if self.workers else (os.cpu_count() or 1)
+
+
+def _items(name: str, value) -> tuple:
+    """``value`` as a tuple of its items (a search option given as a list, set...)."""
+    if isinstance(value, str | bytes) or not hasattr(value, "__iter__"):
+        raise SearchOptionError(
+            f"superoptimize: search option {name!r} must be a sequence, got {value!r}")
+    return tuple(value)
+
+
+def _int_tuple(name: str, value) -> tuple[int, ...]:
+    """A sequence of whole numbers (ints, or floats / NumPy integers of integral value) as a
+    tuple of ints; anything else is refused naming the option."""
+    items = _items(name, value)
+    if not all(_is_number(v) or hasattr(v, "__index__") for v in items) or any(
+        int(v) != v for v in items
+    ):
+        raise SearchOptionError(
+            f"superoptimize: search option {name!r} must hold integers, got {value!r}")
+    return tuple(int(v) for v in items)
 
 
 def _grid_tuple(name: str, value) -> tuple[int, int, int]:

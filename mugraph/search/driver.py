@@ -38,10 +38,9 @@ from typing import Any
 
 import numpy as np
 
-from mugraph.errors import MugraphError
 from mugraph.ir.ops import OpKind
 from mugraph.ir.serialize import from_json, to_json
-from mugraph.search.config import SearchConfig, default_config
+from mugraph.search.config import SearchConfig, SearchOptionError, default_config
 from mugraph.search.generator import (
     REGION_NUMBERING,
     CustomChoice,
@@ -55,10 +54,6 @@ from mugraph.semantics.abstract import ABSTRACT_SEMANTICS, Term
 DEADLINE_GRACE_S = 5.0
 # a work item lost with a dead worker this many times is reported and skipped
 MAX_ITEM_LOSSES = 3
-
-
-class SearchOptionError(MugraphError):
-    """A search option with a value the search cannot use (names the option and the value)."""
 
 
 @dataclass
