@@ -293,6 +293,13 @@ def test_runtime_rejects_bad_options():
     for registers in (8, 256, 128.0):
         with pytest.raises(mugraph.UnsupportedError, match="max_registers"):
             decoder.compile(max_registers=registers)
+    for warps in (0, 3, 64, 4.0):  # once accepted, to fail in Triton's launch on a GPU
+        with pytest.raises(mugraph.UnsupportedError, match="num_warps"):
+            decoder.compile(num_warps=warps)
+    with pytest.raises(mugraph.UnsupportedError, match=r"unknown option\(s\) \['warps'\]"):
+        decoder.compile(warps=4)  # was a TypeError from the constructor
+    with pytest.raises(mugraph.UnsupportedError, match="expected a transformers causal LM"):
+        build_decoder("Qwen/Qwen3-0.6B", 8)  # a name is not a model (was an AttributeError)
 
 
 def test_register_cap_is_a_gpu_launch_option():
@@ -315,6 +322,27 @@ def test_runtime_rejects_bad_steps():
     program.pos = 2
     with pytest.raises(GraphInputError, match="past the cache"):
         program.step(1)
+
+
+def test_generate_takes_token_ids_and_refuses_anything_else_before_a_step():
+    """A prompt is token ids: a list, or one row of an integer tensor (a tokenizer's
+    ``input_ids``, shape (1, n)). Text, floats, several rows, an id outside the vocabulary
+    or a non-int count are refused by name, before any step (the program stays at 0)."""
+    program = build_decoder(tiny_model("qwen3", layers=1), 16, tiles=SMALL_TILES).compile()
+    want = program.generate([5, 17, 42], 3)
+    for prompt in (torch.tensor([[5, 17, 42]]), torch.tensor([5, 17, 42]), (5, 17, 42)):
+        program.reset()
+        assert program.generate(prompt, 3) == want
+    program.reset()
+    cases = [("hello", 3, "tokenize text first"), ([5, 1.5], 3, "1.5 is not an integer"),
+             ([5, True], 3, "True is not an integer"),
+             (torch.tensor([[5, 17], [1, 2]]), 3, "one row of token ids"),
+             ([5, 96], 3, "prompt token 96 is not in [0, 96)"),
+             ([5, -1], 3, "prompt token -1 is not in"), ([5], 2.0, "max_new_tokens must be")]
+    for prompt, count, match in cases:
+        with pytest.raises(GraphInputError, match=re.escape(match)):
+            program.generate(prompt, count)
+        assert program.pos == 0 and program.steps == 0
 
 
 def test_generate_stops_after_an_eos_token():

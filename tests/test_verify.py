@@ -17,6 +17,7 @@ import dataclasses
 import itertools
 import math
 import random
+import re
 from collections.abc import Iterator
 
 import numpy as np
@@ -905,3 +906,35 @@ def test_large_random_inputs_do_not_depend_on_the_thread_count():
         split = ctx.matmul(a, b)
     assert serial.equals(threaded)
     assert split.equals(ctx.matmul(a, b))
+
+
+def _exp_program():
+    g = mugraph.new_kernel_graph()
+    g.mark_output(g.exp(g.new_input((4, 8))))
+    return g
+
+
+@pytest.mark.parametrize(("arguments", "error", "match"), [
+    ({"max_rounds": 0}, mugraph.UnsupportedError, "max_rounds must be a positive integer, got 0"),
+    ({"max_rounds": -1}, mugraph.UnsupportedError, "max_rounds must be a positive integer"),
+    ({"max_rounds": 2.0}, mugraph.UnsupportedError, "max_rounds must be a positive integer"),
+    ({"max_redraws": -1}, mugraph.UnsupportedError, "max_redraws must be an integer >= 0"),
+    ({"delta": "a"}, mugraph.UnsupportedError, "delta must be in (0, 1), got 'a'"),
+    ({"delta": True}, mugraph.UnsupportedError, "delta must be in (0, 1), got True"),
+    ({"seed": "x"}, mugraph.UnsupportedError, "seed must be None or an integer, got 'x'"),
+])
+def test_verify_refuses_arguments_that_test_nothing_or_cannot_be_used(arguments, error, match):
+    """No round answered "equivalent" with a false-pass bound of 1 (or 1e9 for -1 rounds);
+    the others failed inside with a TypeError."""
+    with pytest.raises(error, match=re.escape(match)):
+        mugraph.verify(_exp_program(), _exp_program(), **arguments)
+    assert mugraph.verify(_exp_program(), _exp_program(), seed=np.int64(3)).passed
+
+
+def test_verify_and_compile_refuse_what_is_not_a_kernel_graph():
+    with pytest.raises(GraphInputError, match="the program must be a mugraph KernelGraph, got int"):
+        mugraph.verify(_exp_program(), 3)
+    with pytest.raises(GraphInputError, match="the candidate must be a mugraph KernelGraph"):
+        mugraph.verify("best.json", _exp_program())
+    with pytest.raises(GraphInputError, match="expected a mugraph KernelGraph, got dict"):
+        mugraph.compile({"ops": []})

@@ -181,6 +181,12 @@ def build_decoder(
     ``max_seq_len`` positions."""
     import torch
 
+    if not (hasattr(model, "config") and hasattr(model, "model")
+            and isinstance(model, torch.nn.Module)):
+        raise UnsupportedError(
+            f"build_decoder: expected a transformers causal LM module (LlamaForCausalLM, "
+            f"MistralForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM), got "
+            f"{type(model).__name__}")
     shape = ModelShape.of(model.config)
     if shape.heads % world_size or shape.kv_heads % world_size:
         raise UnsupportedError(

@@ -19,7 +19,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mugraph.dtypes import DType, as_dtype
-from mugraph.errors import DTypeError, GraphStructureError, MugraphError, ShapeError
+from mugraph.errors import (
+    DTypeError,
+    GraphStructureError,
+    MugraphError,
+    ShapeError,
+    UnsupportedError,
+)
 from mugraph.gpu import DEFAULT_GPU, GPUSpec
 from mugraph.ir.builder import KernelGraph
 from mugraph.ir.tensor import DTensor, contiguous_strides
@@ -1040,8 +1046,15 @@ class PersistentKernel:
 
     def compile(self, **options):
         """The runnable persistent program (see :mod:`mugraph.persistent.runtime`)."""
+        import inspect
+
         from mugraph.persistent.runtime import PersistentProgram
 
+        known = set(inspect.signature(PersistentProgram).parameters) - {"kernel"}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise UnsupportedError(
+                f"PersistentKernel.compile: unknown option(s) {unknown}; known: {sorted(known)}")
         self.check()
         return PersistentProgram(self, **options)
 

@@ -268,6 +268,30 @@ def _on_off_options() -> tuple[str, ...]:
     return tuple(name for name, p in params.items() if p.annotation == "bool")
 
 
+def _prompt_tokens(prompt: Any) -> list[int]:
+    """``generate``'s prompt as a list of token ids: a sequence of ints, or an integer tensor
+    or array of one row (``(n,)`` or ``(1, n)``, as a tokenizer's ``input_ids``); anything
+    else (text, floats, several rows) is refused naming what it got."""
+    if hasattr(prompt, "shape") and hasattr(prompt, "tolist"):  # a torch tensor, a NumPy array
+        shape = tuple(prompt.shape)
+        if len(shape) == 2 and shape[0] == 1:
+            prompt = prompt[0]
+        elif len(shape) != 1:
+            raise GraphInputError(
+                f"generate: the prompt must be one row of token ids (batch 1), got shape "
+                f"{list(shape)}")
+        prompt = prompt.tolist()
+    if isinstance(prompt, str | bytes) or not isinstance(prompt, Iterable):
+        raise GraphInputError(
+            f"generate: the prompt must be a sequence of token ids, got {type(prompt).__name__} "
+            f"(tokenize text first)")
+    tokens = list(prompt)
+    for token in tokens:
+        if isinstance(token, bool) or not isinstance(token, Integral):
+            raise GraphInputError(f"generate: prompt token {token!r} is not an integer token id")
+    return [int(t) for t in tokens]
+
+
 def _check_int(name: str, value, low: int, high: int | None, meaning: str) -> None:
     """Refuse an option that is not an int (a bool is not) in [low, high] (high None: no
     upper bound), with a message naming the option and what it counts."""
@@ -343,6 +367,11 @@ class PersistentProgram:
         if self.mode not in ("persistent", "topological"):
             raise UnsupportedError(f"persistent runtime: unknown mode {self.mode!r}")
         _check_int("programs_per_sm", programs_per_sm, 1, None, "programs per SM")
+        _check_int("num_warps", num_warps, 1, 32, "warps per program")
+        if num_warps & (num_warps - 1):
+            raise UnsupportedError(
+                f"persistent runtime: num_warps must be a power of two (Triton's programs run "
+                f"1, 2, 4, 8, 16 or 32 warps), got {num_warps}")
         if max_registers is not None:
             _check_int("max_registers", max_registers, 16, 255, "registers per thread")
         if prefetch_distance is not None:
@@ -771,6 +800,10 @@ class PersistentProgram:
         but not fed back (as transformers' ``generate`` does); the program then stands at the
         position after the last token fed. Each step's token is read back before the next
         launch (one host synchronisation a step); without it the steps run back to back."""
+        prompt = _prompt_tokens(prompt)
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, Integral):
+            raise GraphInputError(
+                f"generate: max_new_tokens must be an int, got {max_new_tokens!r}")
         if not prompt or max_new_tokens < 1:
             raise GraphInputError("generate: needs a non-empty prompt and max_new_tokens >= 1")
         if self.pos + len(prompt) + max_new_tokens - 1 > self.kernel.max_seq_len:
@@ -779,6 +812,10 @@ class PersistentProgram:
                 f"not fit the cache of {self.kernel.max_seq_len}"
             )
         stop = self._stop_tokens(eos_token_id)
+        vocab = self._vocab()
+        outside = [t for t in prompt if not 0 <= t < vocab]
+        if outside:  # before any step: a refused prompt leaves the program where it was
+            raise GraphInputError(f"generate: prompt token {outside[0]} is not in [0, {vocab})")
         start = self.steps
         for token in prompt:
             self.step(int(token))

@@ -81,7 +81,8 @@ from typing import Any
 
 import numpy as np
 
-from mugraph.errors import GraphInputError, MugraphError, UnsupportedError
+from mugraph.errors import GraphInputError, UnsupportedError
+from mugraph.ir.builder import KernelGraph
 from mugraph.ir.graph import BlockGraph, Op
 from mugraph.ir.ops import AccumKind, Group, OpKind
 from mugraph.semantics.field import FieldInterpretation
@@ -775,7 +776,7 @@ def verify(
     ``primes``: (p, q) with q | p - 1 and p < 2^31 (the bound is computed for the primes
     used); None: :func:`choose_primes` (the small pair where it plans the same rounds, and the
     large pair again, on fresh rounds, if the small one met a zero divisor in every draw)."""
-    _check_delta(delta)
+    _check_arguments(candidate, program, delta, max_rounds, seed, max_redraws)
     candidate.check()
     program.check()
     _check_same_interface(candidate, program)
@@ -807,8 +808,29 @@ def voided_in_small_field(result: VerificationResult) -> bool:
 
 
 def _check_delta(delta: float) -> None:
-    if not 0 < delta < 1:
-        raise MugraphError(f"verify: delta must be in (0, 1), got {delta}")
+    if isinstance(delta, bool) or not isinstance(delta, int | float) or not 0 < delta < 1:
+        raise UnsupportedError(f"verify: delta must be in (0, 1), got {delta!r}")
+
+
+def _check_arguments(candidate, program, delta, max_rounds, seed, max_redraws) -> None:
+    """What :func:`verify` is given: two kernel graphs, δ in (0, 1), at least one round (no
+    round tests nothing: it would call any pair equivalent), a whole-number seed."""
+    for name, graph in (("candidate", candidate), ("program", program)):
+        if not isinstance(graph, KernelGraph):
+            raise GraphInputError(
+                f"verify: the {name} must be a mugraph KernelGraph, got {type(graph).__name__}")
+    _check_delta(delta)
+    if not _whole(max_rounds) or max_rounds < 1:
+        raise UnsupportedError(f"verify: max_rounds must be a positive integer, got {max_rounds!r}")
+    if not _whole(max_redraws) or max_redraws < 0:
+        raise UnsupportedError(f"verify: max_redraws must be an integer >= 0, got {max_redraws!r}")
+    if seed is not None and not _whole(seed):
+        raise UnsupportedError(f"verify: seed must be None or an integer, got {seed!r}")
+
+
+def _whole(value) -> bool:
+    """An int (or NumPy integer), not a bool."""
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
 
 
 _VOIDED = "division by zero"
