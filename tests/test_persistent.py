@@ -1555,6 +1555,13 @@ def test_malformed_layer_calls_raise_mugraph_errors():
     with pytest.raises(ShapeError):
         pk.mlp_layer(x, norm, w, pk.attach_input(torch.randn(12, 8), "up"), w, name="mlp")
     assert len(pk.graph.ops) == ops + 1  # only the attached weight: the layer left nothing
+    for eps in (-1e-6, "1e-6", float("nan")):  # were accepted (a negative one makes NaN rows)
+        with pytest.raises(mugraph.UnsupportedError, match=r"layer 'eps'.*eps must be a finite"):
+            pk.rmsnorm_linear_layer(x, norm, w, eps=eps, name="eps")
+    with pytest.raises(GraphStructureError, match="name must be a non-empty str, got 5"):
+        pk.rmsnorm_linear_layer(x, norm, w, name=5)
+    with pytest.raises(GraphStructureError, match="name must be a non-empty str, got 7"):
+        pk.attach_input(torch.randn(4, 8), 7)
 
 
 def test_attention_layer_checks_its_shapes():

@@ -15,6 +15,7 @@ Layers take and return :class:`PTensor` handles. ``output=`` may name a placehol
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -298,6 +299,7 @@ class PersistentKernel:
         return name
 
     def _register(self, t: PTensor) -> PTensor:
+        _check_name("PersistentKernel: a tensor", t.name)
         if t.name in self.tensors:
             raise GraphStructureError(f"PersistentKernel: a tensor named {t.name!r} exists already")
         self.tensors[t.name] = t
@@ -419,6 +421,10 @@ class PersistentKernel:
         return self._constants[key]
 
     def _eps(self, eps: float) -> DTensor:
+        if isinstance(eps, bool) or not isinstance(eps, int | float) or not (
+            math.isfinite(eps) and eps >= 0
+        ):  # a negative eps takes the root of a negative mean square: NaN
+            raise UnsupportedError(f"RMSNorm eps must be a finite number >= 0, got {eps!r}")
         return self._constant(f"eps={eps!r}", lambda: [[float(eps)]]).dtensor
 
     def _rot(self, rows: int) -> DTensor:
@@ -510,6 +516,8 @@ class PersistentKernel:
         return p
 
     def _layer(self, kind: str, name: str | None) -> LayerRecord:
+        if name is not None:
+            _check_name(f"{kind}: a layer", name)
         record = LayerRecord(name or f"{kind}{len(self.layers)}", kind)
         if any(r.name == record.name for r in self.layers):
             raise GraphStructureError(f"{kind}: a layer named {record.name!r} exists already")
@@ -1064,6 +1072,12 @@ class PersistentKernel:
             parts = ", ".join(f"%{op} {self.roles[op].part}" for op in record.kernels)
             lines.append(f"  {record.name} ({record.kind}): {parts}")
         return "\n".join(lines)
+
+
+def _check_name(what: str, name: Any) -> None:
+    """Names are what errors, renderings and ``tensor(name)`` show: non-empty strings."""
+    if not isinstance(name, str) or not name:
+        raise GraphStructureError(f"{what}'s name must be a non-empty str, got {name!r}")
 
 
 def _torch_tensor(value: Any, what: str):
