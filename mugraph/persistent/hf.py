@@ -181,8 +181,7 @@ def build_decoder(
     ``max_seq_len`` positions."""
     import torch
 
-    if not (hasattr(model, "config") and hasattr(model, "model")
-            and isinstance(model, torch.nn.Module)):
+    if not (isinstance(model, torch.nn.Module) and hasattr(model, "config")):
         raise UnsupportedError(
             f"build_decoder: expected a transformers causal LM module (LlamaForCausalLM, "
             f"MistralForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM), got "

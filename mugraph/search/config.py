@@ -44,11 +44,12 @@ _SIZES = (lambda v: v is None or (isinstance(v, tuple) and all(_is_int(x) and x 
           "None or a tuple of positive integers")
 _FIELD_RULES: dict[str, tuple] = {
     **{name: _POSITIVE_INT for name in (
-        "max_custom_kernels", "max_kernel_ops", "max_block_ops", "max_total_block_ops",
-        "max_block_outputs", "max_kernel_inputs", "max_blocks", "min_tile", "max_full_split",
-        "verify_rounds", "max_candidates", "min_blocks", "keep", "keep_per_structure",
-        "max_structures")},
-    **{name: _COUNT for name in ("min_custom_kernels", "min_block_ops", "split_min_extent")},
+        "max_custom_kernels", "min_custom_kernels", "max_kernel_ops", "max_block_ops",
+        "min_block_ops", "max_total_block_ops", "max_block_outputs", "max_kernel_inputs",
+        "max_blocks", "min_tile", "max_full_split", "verify_rounds", "max_candidates",
+        "min_blocks", "keep", "keep_per_structure", "max_structures")},
+    # (a unit's config takes the counts of custom kernels and block operators it searches)
+    "split_min_extent": _COUNT,
     **{name: _FLAG for name in (
         "deepening", "split_before_boundary", "split_reads_largest", "abstract_pruning",
         "canonical_form", "label_pruning", "loop_reduced_only", "loop_required")},
@@ -215,12 +216,17 @@ def _int_tuple(name: str, value) -> tuple[int, ...]:
     """A sequence of whole numbers (ints, or floats / NumPy integers of integral value) as a
     tuple of ints; anything else is refused naming the option."""
     items = _items(name, value)
-    if not all(_is_number(v) or hasattr(v, "__index__") for v in items) or any(
-        int(v) != v for v in items
-    ):
+    if not all(_whole(v) for v in items):
         raise SearchOptionError(
             f"superoptimize: search option {name!r} must hold integers, got {value!r}")
     return tuple(int(v) for v in items)
+
+
+def _whole(value) -> bool:
+    """An int or NumPy integer (not a bool), or a float of integral value."""
+    if isinstance(value, float):
+        return value.is_integer()
+    return hasattr(value, "__index__") and not isinstance(value, bool)
 
 
 def _grid_tuple(name: str, value) -> tuple[int, int, int]:
