@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from mugraph.codegen.triton_gen import CODEGEN_REVISION
+from mugraph.ir.builder import expect_kernel_graph
 
 ENTRY_FORMAT = 1
 _SUFFIX = ".json"
@@ -248,6 +249,7 @@ class ResultCache:
 
     def get(self, program, config=None, *, arch: str | None = None):
         """The cached answer for ``program`` under ``config`` on ``arch``, or None."""
+        expect_kernel_graph(program, "ResultCache.get (the program)")
         cfg = resolve_config(program, config)
         key = make_key(program, cfg, arch)
         path = self.entry_path(key)
@@ -313,6 +315,9 @@ class ResultCache:
         that entry was ranked on the GPU with kernels of an older code generator
         (``CODEGEN_REVISION``).
         """
+        expect_kernel_graph(program, "ResultCache.put (the program)")
+        if best is not None:
+            expect_kernel_graph(best, "ResultCache.put (the best μGraph)")
         if result is not None and getattr(result, "interrupted", False):
             return None
         cfg = resolve_config(program, config)

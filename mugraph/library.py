@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mugraph.dtypes import DType, float16
+from mugraph.errors import ShapeError
 from mugraph.ir.builder import KernelGraph, new_kernel_graph, new_threadblock_graph
 
 Sizes = dict[str, int]
@@ -28,6 +29,41 @@ class Workload:
     small: Sizes
     suite: Sizes
     extra: dict[str, Sizes] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # both builders check the sizes they are given against the ones ``suite`` names
+        for name in ("naive", "optimized"):
+            object.__setattr__(self, name, _checking_sizes(self, name, getattr(self, name)))
+
+
+@dataclass(frozen=True)
+class _CheckingSizes:
+    """``build`` refusing a sizes dict that lacks one of the ``suite`` names or holds something
+    other than positive ints there (it raised a KeyError or a cryptic shape error inside).
+    A plain object, so a workload's builders still pickle."""
+
+    workload: str
+    what: str
+    names: tuple[str, ...]
+    build: Callable[..., KernelGraph]
+
+    def __call__(self, sizes: Sizes, *args, **kwargs) -> KernelGraph:
+        where = f"{self.workload}.{self.what}"
+        if not isinstance(sizes, dict):
+            raise ShapeError(f"{where}: sizes must be a dict of {list(self.names)}, got "
+                             f"{type(sizes).__name__}")
+        missing = [k for k in self.names if k not in sizes]
+        bad = {k: sizes[k] for k in self.names if k in sizes and (
+            not isinstance(sizes[k], int) or isinstance(sizes[k], bool) or sizes[k] < 1)}
+        if missing or bad:
+            raise ShapeError(
+                f"{where}: sizes need positive ints for {list(self.names)}"
+                + (f"; missing {missing}" if missing else "") + (f"; got {bad}" if bad else ""))
+        return self.build(sizes, *args, **kwargs)
+
+
+def _checking_sizes(workload: Workload, what: str, build: Callable[..., KernelGraph]):
+    return _CheckingSizes(workload.name, what, tuple(workload.suite), build)
 
 
 # ---- RMSNorm + Linear: one kernel, rms accumulated beside the matmul (seed 003 §4.6.1) --------

@@ -21,6 +21,7 @@ import html
 from dataclasses import dataclass, field
 from typing import Any
 
+from mugraph.ir.builder import expect_kernel_graph
 from mugraph.ir.graph import BlockGraph, Op
 from mugraph.ir.ops import AccumKind, Group, OpKind
 from mugraph.ir.tensor import TensorType
@@ -659,6 +660,7 @@ def _kernel_lines(i: int, op: Op) -> tuple[str, list[TextLine]]:
 
 def layout(graph) -> Layout:
     """Lay out a kernel graph with its block graphs inside their kernels' boxes."""
+    expect_kernel_graph(graph, "visualize")
     engine = LayeredLayout(*KERNEL_GAPS)
     ranks = _kernel_ranks(graph)
     kernels: dict[str, _KernelBox] = {}

@@ -130,3 +130,19 @@ def test_optimized_is_a_single_custom_kernel_where_promised():
         "attention_flash": 1,
         "attention_mirage_gqa": 2,
     }
+
+
+def test_workload_sizes_are_checked_by_name():
+    """A sizes dict without the workload's names, or with a size that is not a positive int,
+    is refused naming them (a KeyError or a shape error deep in the builder before)."""
+    import pickle
+
+    work = WORKLOADS["gated_mlp"]
+    with pytest.raises(mugraph.ShapeError, match=r"gated_mlp.optimized: .*missing \['m'"):
+        work.optimized({"bogus": 1})
+    with pytest.raises(mugraph.ShapeError, match=r"gated_mlp.naive: .*got \{'m': 0\}"):
+        work.naive({**work.suite, "m": 0})
+    with pytest.raises(mugraph.ShapeError, match="sizes must be a dict"):
+        work.optimized([8, 4096])
+    again = pickle.loads(pickle.dumps(work))  # the checked builders still pickle
+    assert again.naive(work.small).structural_hash() == work.naive(work.small).structural_hash()

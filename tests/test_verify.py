@@ -931,10 +931,24 @@ def test_verify_refuses_arguments_that_test_nothing_or_cannot_be_used(arguments,
     assert mugraph.verify(_exp_program(), _exp_program(), seed=np.int64(3)).passed
 
 
-def test_verify_and_compile_refuse_what_is_not_a_kernel_graph():
-    with pytest.raises(GraphInputError, match="the program must be a mugraph KernelGraph, got int"):
-        mugraph.verify(_exp_program(), 3)
-    with pytest.raises(GraphInputError, match="the candidate must be a mugraph KernelGraph"):
-        mugraph.verify("best.json", _exp_program())
-    with pytest.raises(GraphInputError, match="expected a mugraph KernelGraph, got dict"):
-        mugraph.compile({"ops": []})
+def test_public_entry_points_refuse_what_is_not_a_kernel_graph(tmp_path):
+    """Each failed inside with an AttributeError on the object it was given."""
+    from mugraph.cache import ResultCache
+    from mugraph.errors import GraphStructureError
+    from mugraph.visualize import to_svg
+
+    calls = [
+        (lambda: mugraph.verify(_exp_program(), 3), "verify (the program): expected a mugraph "
+         "KernelGraph, got int"),
+        (lambda: mugraph.verify("best.json", _exp_program()), "verify (the candidate)"),
+        (lambda: mugraph.compile({"ops": []}), "compile_graph: expected a mugraph KernelGraph, "
+         "got dict"),
+        (lambda: mugraph.to_text(3), "to_text: expected a mugraph KernelGraph, got int"),
+        (lambda: to_svg("g"), "visualize: expected a mugraph KernelGraph, got str"),
+        (lambda: ResultCache(tmp_path).get("abc"), "ResultCache.get (the program)"),
+        (lambda: ResultCache(tmp_path).put(_exp_program(), None, "best"),
+         "ResultCache.put (the best μGraph): expected a mugraph KernelGraph, got str"),
+    ]
+    for call, message in calls:
+        with pytest.raises(GraphStructureError, match=re.escape(message)):
+            call()

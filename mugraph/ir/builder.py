@@ -664,6 +664,15 @@ def _check_block_dim(block_dim, gpu: GPUSpec) -> tuple[int, int, int]:
     return dims  # type: ignore[return-value]
 
 
+def expect_kernel_graph(value: Any, what: str) -> KernelGraph:
+    """``value`` if it is a kernel graph; else the error a public entry point gives for it
+    (``what`` names the function and the argument)."""
+    if not isinstance(value, KernelGraph):
+        raise GraphStructureError(
+            f"{what}: expected a mugraph KernelGraph, got {type(value).__name__}")
+    return value
+
+
 def new_kernel_graph(gpu: GPUSpec = DEFAULT_GPU) -> KernelGraph:
     """Start an empty kernel graph."""
     return KernelGraph(gpu)

@@ -33,6 +33,7 @@ from typing import Any
 
 from mugraph.dtypes import DType
 from mugraph.errors import SerializationError
+from mugraph.ir.builder import expect_kernel_graph
 from mugraph.ir.graph import BlockGraph, Op, freeze_attrs
 from mugraph.ir.ops import AccumKind, OpKind
 from mugraph.ir.serialize import rebuilt
@@ -106,6 +107,7 @@ def _schedule_text(block: BlockGraph) -> str:
 
 def to_text(graph) -> str:
     """The text form of a kernel graph (see the module docstring)."""
+    expect_kernel_graph(graph, "to_text")
     lines = [HEADER]
     for i, op in enumerate(graph.ops):
         lines += _op_lines(i, op, "%", "")

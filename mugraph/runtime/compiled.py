@@ -46,7 +46,7 @@ from mugraph.codegen.torch_ops import run_torch_op
 from mugraph.codegen.triton_gen import CodegenOptions, KernelSource, generate_kernel
 from mugraph.dtypes import DType
 from mugraph.errors import GraphInputError, UnsupportedError
-from mugraph.ir.builder import KernelGraph
+from mugraph.ir.builder import expect_kernel_graph
 from mugraph.ir.graph import BlockGraph, Op
 from mugraph.ir.ops import Group, OpKind
 from mugraph.ir.tensor import TensorType, contiguous_strides
@@ -1064,9 +1064,7 @@ def compile_graph(
     interpreter the program is source only, and calling it says what to set). False skips
     the check; True checks every new program (an error where the kernels cannot run).
     """
-    if not isinstance(graph, KernelGraph):
-        raise GraphInputError(
-            f"compile_graph: expected a mugraph KernelGraph, got {type(graph).__name__}")
+    expect_kernel_graph(graph, "compile_graph")
     graph.check()
     unknown = set(codegen) - USER_CODEGEN_OPTIONS
     if unknown:

@@ -82,7 +82,7 @@ from typing import Any
 import numpy as np
 
 from mugraph.errors import GraphInputError, UnsupportedError
-from mugraph.ir.builder import KernelGraph
+from mugraph.ir.builder import expect_kernel_graph
 from mugraph.ir.graph import BlockGraph, Op
 from mugraph.ir.ops import AccumKind, Group, OpKind
 from mugraph.semantics.field import FieldInterpretation
@@ -815,10 +815,8 @@ def _check_delta(delta: float) -> None:
 def _check_arguments(candidate, program, delta, max_rounds, seed, max_redraws) -> None:
     """What :func:`verify` is given: two kernel graphs, δ in (0, 1), at least one round (no
     round tests nothing: it would call any pair equivalent), a whole-number seed."""
-    for name, graph in (("candidate", candidate), ("program", program)):
-        if not isinstance(graph, KernelGraph):
-            raise GraphInputError(
-                f"verify: the {name} must be a mugraph KernelGraph, got {type(graph).__name__}")
+    expect_kernel_graph(candidate, "verify (the candidate)")
+    expect_kernel_graph(program, "verify (the program)")
     _check_delta(delta)
     if not _whole(max_rounds) or max_rounds < 1:
         raise UnsupportedError(f"verify: max_rounds must be a positive integer, got {max_rounds!r}")
