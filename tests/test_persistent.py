@@ -300,6 +300,17 @@ def test_runtime_rejects_bad_options():
         decoder.compile(warps=4)  # was a TypeError from the constructor
     with pytest.raises(mugraph.UnsupportedError, match="expected a transformers causal LM"):
         build_decoder("Qwen/Qwen3-0.6B", 8)  # a name is not a model (was an AttributeError)
+    with pytest.raises(mugraph.UnsupportedError, match=r"task_graph: unknown option\(s\)"):
+        decoder.kernel.task_graph(8, sets=2)  # was a TypeError
+    # each of these failed deep inside (ZeroDivisionError, AttributeError, TypeError)
+    with pytest.raises(mugraph.MugraphError, match="TilePolicy.min_blocks must be a positive"):
+        TilePolicy(min_blocks=0)
+    with pytest.raises(mugraph.MugraphError, match="TilePolicy.fuse_mlp_down must be True"):
+        TilePolicy(fuse_mlp_down="yes")
+    with pytest.raises(GraphStructureError, match="tiles must be a TilePolicy, got dict"):
+        build_decoder(tiny_model("qwen3"), 8, tiles={"min_blocks": 4})
+    with pytest.raises(ShapeError, match="rank 0 is not in a world of size '2'"):
+        build_decoder(tiny_model("qwen3"), 8, world_size="2")
 
 
 def test_register_cap_is_a_gpu_launch_option():

@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mugraph.errors import UnsupportedError
-from mugraph.persistent.kernel import PersistentKernel, PTensor, RopeTables, TilePolicy
+from mugraph.persistent.kernel import (
+    PersistentKernel,
+    PTensor,
+    RopeTables,
+    TilePolicy,
+    check_world,
+)
 from mugraph.persistent.parallel import shard
 
 SUPPORTED_MODELS = ("llama", "mistral", "qwen2", "qwen3")
@@ -187,6 +193,7 @@ def build_decoder(
             f"MistralForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM), got "
             f"{type(model).__name__}")
     shape = ModelShape.of(model.config)
+    check_world(world_size, rank)
     if shape.heads % world_size or shape.kv_heads % world_size:
         raise UnsupportedError(
             f"build_decoder: {shape.heads} heads / {shape.kv_heads} KV heads do not split over "

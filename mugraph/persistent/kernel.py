@@ -141,6 +141,18 @@ class TilePolicy:
     by_role: tuple[tuple[str, int, int], ...] = ()
 
     def __post_init__(self) -> None:
+        for name in ("weight_tile_bytes", "min_blocks", "max_tile_n", "attention_chunk",
+                     "copy_tile", "argmax_parts"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise MugraphError(f"TilePolicy.{name} must be a positive int, got {value!r}")
+        for name in ("fuse_attention_output", "fuse_mlp_down", "fuse_o_proj_heads",
+                     "combine_per_query_head"):
+            if not isinstance(value := getattr(self, name), bool):
+                raise MugraphError(f"TilePolicy.{name} must be True or False, got {value!r}")
+        if self.fused_mlp_weights not in (2, 3):
+            raise MugraphError(
+                f"TilePolicy.fused_mlp_weights must be 2 or 3, got {self.fused_mlp_weights!r}")
         for entry in self.by_role:
             ok = (
                 isinstance(entry, tuple)
@@ -268,12 +280,12 @@ class PersistentKernel:
             raise ShapeError(
                 f"PersistentKernel: max_seq_len must be a positive int, got {max_seq_len!r}"
             )
-        if not (isinstance(world_size, int) and world_size >= 1 and 0 <= rank < world_size):
-            raise ShapeError(
-                f"PersistentKernel: rank {rank!r} is not in a world of size {world_size!r}"
-            )
+        check_world(world_size, rank)
         self.max_seq_len = max_seq_len
         self.dtype = as_dtype(dtype) if dtype is not None else None
+        if tiles is not None and not isinstance(tiles, TilePolicy):
+            raise GraphStructureError(
+                f"PersistentKernel: tiles must be a TilePolicy, got {type(tiles).__name__}")
         self.tiles = tiles or TilePolicy()
         self.world_size = world_size
         self.rank = rank
@@ -1049,20 +1061,16 @@ class PersistentKernel:
         """The task graph of the step for ``num_programs`` persistent programs."""
         from mugraph.persistent.taskgraph import build_task_graph
 
+        _check_options("PersistentKernel.task_graph", build_task_graph, options,
+                       ("kernel", "num_programs"))
         self.check()
         return build_task_graph(self, num_programs, **options)
 
     def compile(self, **options):
         """The runnable persistent program (see :mod:`mugraph.persistent.runtime`)."""
-        import inspect
-
         from mugraph.persistent.runtime import PersistentProgram
 
-        known = set(inspect.signature(PersistentProgram).parameters) - {"kernel"}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise UnsupportedError(
-                f"PersistentKernel.compile: unknown option(s) {unknown}; known: {sorted(known)}")
+        _check_options("PersistentKernel.compile", PersistentProgram, options, ("kernel",))
         self.check()
         return PersistentProgram(self, **options)
 
@@ -1072,6 +1080,25 @@ class PersistentKernel:
             parts = ", ".join(f"%{op} {self.roles[op].part}" for op in record.kernels)
             lines.append(f"  {record.name} ({record.kind}): {parts}")
         return "\n".join(lines)
+
+
+def _check_options(what: str, target: Any, options: dict, taken: tuple[str, ...]) -> None:
+    """Refuse keyword options that ``target`` (a function or class) does not take, naming
+    the ones it does (a TypeError from deep inside otherwise)."""
+    import inspect
+
+    known = set(inspect.signature(target).parameters) - set(taken)
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise UnsupportedError(f"{what}: unknown option(s) {unknown}; known: {sorted(known)}")
+
+
+def check_world(world_size: Any, rank: Any) -> None:
+    """Tensor parallelism's ranks: ints with 0 <= rank < world_size."""
+    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (world_size, rank))
+    if not (ints and world_size >= 1 and 0 <= rank < world_size):
+        raise ShapeError(
+            f"PersistentKernel: rank {rank!r} is not in a world of size {world_size!r}")
 
 
 def _check_name(what: str, name: Any) -> None:
