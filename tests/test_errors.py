@@ -125,3 +125,14 @@ except mugraph.MissingDependencyError as error:
 """)
     assert "REFUSED" in done.stdout and "z3-solver" in done.stdout, done.stdout + done.stderr
 
+
+
+def test_a_graph_without_custom_kernels_says_so_in_its_source():
+    """Its compiled program's source was an empty string: now a comment naming the operators
+    that run as PyTorch ops, and the program's repr names its kernels."""
+    g = mugraph.new_kernel_graph()
+    x, w = g.new_input(dims=(4, 8)), g.new_input(dims=(8, 16))
+    g.mark_output(g.matmul(x, w))
+    program = mugraph.compile(g)
+    assert program.source.startswith("# no generated kernel") and "(matmul)" in program.source
+    assert repr(program) == "CompiledProgram(kernels: none; PyTorch ops: matmul)"

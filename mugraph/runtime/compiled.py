@@ -387,11 +387,25 @@ class CompiledProgram:
 
     @property
     def source(self) -> str:
-        """All generated Triton source, one kernel after the other."""
+        """All generated Triton source, one kernel after the other (a comment saying so when
+        the graph has no custom kernel: its operators all run as PyTorch ops)."""
         parts = [f"# ---- {k.label} ----\n{k.source}" for k in self.kernels]
         parts += [f"# ---- launched: {c.label} ----\n{c.source.source}"
                   for c in self.chains.values()]
+        if not parts:
+            return (f"# no generated kernel: this graph has no custom kernel; its operators "
+                    f"({', '.join(self._torch_ops()) or 'none'}) run as PyTorch ops\n")
         return "\n\n".join(parts)
+
+    def _torch_ops(self) -> list[str]:
+        """The kinds of the graph's operators that run as PyTorch ops, in order."""
+        return [op.kind.value for op in self.graph.ops
+                if op.kind not in (OpKind.INPUT, OpKind.CUSTOMIZED)]
+
+    def __repr__(self) -> str:
+        names = ", ".join(k.name for k in self.kernels) or "none"
+        return (f"CompiledProgram(kernels: {names}; PyTorch ops: "
+                f"{', '.join(self._torch_ops()) or 'none'})")
 
     def save_codes(self, directory) -> list[Path]:
         """Write one ``.py`` file per kernel into ``directory``; return the paths."""
