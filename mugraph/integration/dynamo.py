@@ -56,10 +56,12 @@ from __future__ import annotations
 import itertools
 import math
 import operator
+import os
 import re
 import time
 import warnings
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -128,7 +130,7 @@ class BackendOptions:
                 f"mugraph backend: option 'search' must be a dict of search options, got "
                 f"{search!r}")
         search = dict(search or {})
-        _check_search_options(search)
+        _check_search_dict(search)
         options["search"] = search
         return cls(**options)
 
@@ -164,9 +166,6 @@ def _check_seconds(name: str, value: Any) -> None:
 
 
 def _check_cache_dir(name: str, value: Any) -> None:
-    import os
-    from pathlib import Path
-
     if value is None:
         return
     if not isinstance(value, str | os.PathLike):
@@ -201,12 +200,11 @@ _OPTION_CHECKS = {
 }
 
 
-def _check_search_options(search: dict) -> None:
+def _check_search_dict(search: dict) -> None:
     """The ``search`` dict: known SearchConfig fields (and ``preset``), each value one the
     search can use (the checks superoptimize makes)."""
     from mugraph.search.config import SearchConfig
-    from mugraph.search.driver import SearchOptionError
-    from mugraph.search.driver import _check_search_options as check_values
+    from mugraph.search.driver import SearchOptionError, _check_search_options
     from mugraph.search.space import PRESETS
 
     allowed = {f.name for f in fields(SearchConfig)} | {"preset"}
@@ -218,7 +216,8 @@ def _check_search_options(search: dict) -> None:
         raise BackendOptionError(
             f"mugraph backend: search preset {preset!r} is unknown; use one of {sorted(PRESETS)}")
     try:
-        check_values(search.get("time_limit"), search.get("workers"), search.get("target_cost"))
+        _check_search_options(search.get("time_limit"), search.get("workers"),
+                              search.get("target_cost"))
         SearchConfig().with_overrides(**{k: v for k, v in search.items() if k != "preset"})
     except (SearchOptionError, UnsupportedError, TypeError, ValueError) as error:
         raise BackendOptionError(f"mugraph backend: option 'search': {error}") from None
