@@ -38,9 +38,10 @@ class Workload:
 
 @dataclass(frozen=True)
 class _CheckingSizes:
-    """``build`` refusing a sizes dict that lacks one of the ``suite`` names or holds something
-    other than positive ints there (it raised a KeyError or a cryptic shape error inside).
-    A plain object, so a workload's builders still pickle."""
+    """``build`` refusing a sizes dict that lacks a size it reads (one of the ``suite`` names:
+    a naive program reads fewer than its μGraph) or holds something other than a positive int
+    under one of them (it raised a KeyError or a cryptic shape error inside). A plain object,
+    so a workload's builders still pickle."""
 
     workload: str
     what: str
@@ -52,14 +53,18 @@ class _CheckingSizes:
         if not isinstance(sizes, dict):
             raise ShapeError(f"{where}: sizes must be a dict of {list(self.names)}, got "
                              f"{type(sizes).__name__}")
-        missing = [k for k in self.names if k not in sizes]
         bad = {k: sizes[k] for k in self.names if k in sizes and (
             not isinstance(sizes[k], int) or isinstance(sizes[k], bool) or sizes[k] < 1)}
-        if missing or bad:
-            raise ShapeError(
-                f"{where}: sizes need positive ints for {list(self.names)}"
-                + (f"; missing {missing}" if missing else "") + (f"; got {bad}" if bad else ""))
-        return self.build(sizes, *args, **kwargs)
+        if bad:
+            raise ShapeError(f"{where}: sizes must be positive ints, got {bad}")
+        try:
+            return self.build(sizes, *args, **kwargs)
+        except KeyError as error:
+            name = error.args[0] if error.args else None
+            if name not in self.names or name in sizes:
+                raise  # not a size the caller left out
+            raise ShapeError(f"{where}: sizes lack {name!r} (a size of {list(self.names)})"
+                             ) from None
 
 
 def _checking_sizes(workload: Workload, what: str, build: Callable[..., KernelGraph]):
