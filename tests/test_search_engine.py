@@ -362,6 +362,8 @@ def test_a_cache_path_that_is_a_file_is_refused_before_the_search(tmp_path):
     started = time.monotonic()
     with pytest.raises(SearchOptionError, match="cache .*cache_file.* is a file, not a folder"):
         tiny_rmsnorm_linear().superoptimize(time_limit=60, cache=str(file))
+    with pytest.raises(SearchOptionError, match="cache must be None, True, a directory"):
+        tiny_rmsnorm_linear().superoptimize(time_limit=60, cache=5)  # was a TypeError
     assert time.monotonic() - started < 30  # refused at once (it used to warn after the search)
 
 

@@ -264,7 +264,7 @@ def _result_cache(cache):
     elif isinstance(cache, str | os.PathLike):
         store = ResultCache(cache)
     else:
-        raise TypeError(
+        raise SearchOptionError(
             f"superoptimize: cache must be None, True, a directory or a ResultCache, got {cache!r}"
         )
     if store.path.exists() and not store.path.is_dir():
