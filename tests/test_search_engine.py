@@ -367,6 +367,18 @@ def test_a_cache_path_that_is_a_file_is_refused_before_the_search(tmp_path):
     assert time.monotonic() - started < 30  # refused at once (it used to warn after the search)
 
 
+@pytest.mark.parametrize(("arguments", "message"), [
+    ({"config": "generic"}, "config must be a SearchConfig (a preset by name: preset=...)"),
+    ({"progress": "yes"}, "progress must be True, False or a function of one line"),
+    ({"checkpoint": 5}, "checkpoint must be None or a file path, got 5"),
+    ({"cost": 5}, "cost must be a function of a kernel graph, got 5"),
+])
+def test_search_arguments_of_the_wrong_kind_are_refused(arguments, message):
+    """Each failed inside with an AttributeError or a TypeError (a string progress printed)."""
+    with pytest.raises(SearchOptionError, match=re.escape(message)):
+        superoptimize(tiny_rmsnorm_linear(), time_limit=5, workers=1, **arguments)
+
+
 def test_unknown_engine_or_start_method_is_an_error():
     with pytest.raises(MugraphError, match="engine must be 'local' or 'ray'"):
         superoptimize(tiny_rmsnorm_linear(), time_limit=5, engine="dask")

@@ -281,6 +281,7 @@ def superoptimize(
 
     check_verifiable(program)
     _check_search_options(time_limit, workers, target_cost)
+    _check_search_arguments(config, progress, checkpoint, cost)
     cfg = config or default_config(program, preset)
     if time_limit is not None:
         overrides["time_limit"] = time_limit
@@ -423,6 +424,24 @@ def _check_search_options(time_limit, workers, target_cost) -> None:
         raise SearchOptionError(
             f"superoptimize: target_cost must be a positive number of seconds, got {target_cost!r}"
         )
+
+
+def _check_search_arguments(config, progress, checkpoint, cost) -> None:
+    """The arguments of a search that are objects, not numbers: the right kind of each."""
+    if config is not None and not isinstance(config, SearchConfig):
+        raise SearchOptionError(
+            f"superoptimize: config must be a SearchConfig (a preset by name: preset=...), got "
+            f"{config!r}")
+    if not (progress is None or isinstance(progress, bool) or callable(progress)):
+        raise SearchOptionError(
+            f"superoptimize: progress must be True, False or a function of one line, got "
+            f"{progress!r}")
+    if checkpoint is not None and not isinstance(checkpoint, str | os.PathLike):
+        raise SearchOptionError(
+            f"superoptimize: checkpoint must be None or a file path, got {checkpoint!r}")
+    if not callable(cost):
+        raise SearchOptionError(
+            f"superoptimize: cost must be a function of a kernel graph, got {cost!r}")
 
 
 class _UnitLedger:
