@@ -82,6 +82,7 @@ from mugraph.integration.partition import DEFAULT_MAX_INPUTS, DEFAULT_MAX_OPS, p
 from mugraph.integration.report import Fallback, GraphReport, PartitionReport, record
 from mugraph.integration.runtime import MugraphPartition, fallback_module
 from mugraph.integration.torch_ops import WEIGHT_PREPARATION, fold_weights_op
+from mugraph.search.config import FLAG, POSITIVE_INT, is_number
 
 BACKEND_NAME = "mugraph"
 _GRAPH_IDS = itertools.count()
@@ -109,8 +110,7 @@ class BackendOptions:
     verbose: bool = False
 
     def __post_init__(self) -> None:
-        for name, check in _OPTION_CHECKS.items():
-            check(name, getattr(self, name))
+        _check_options(self)
 
     @classmethod
     def parse(cls, options: dict | None) -> BackendOptions:
@@ -140,64 +140,38 @@ class BackendOptionError(MugraphError, ValueError):
     (names the option and the value)."""
 
 
-def _refuse(name: str, value: Any, wanted: str) -> None:
-    raise BackendOptionError(f"mugraph backend: option {name!r} must be {wanted}, got {value!r}")
+def _one_of(*choices: str) -> tuple:
+    return (lambda v: v in choices, " or ".join(repr(c) for c in choices))
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _check_flag(name: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        _refuse(name, value, "True or False")
-
-
-def _check_count(name: str, value: Any) -> None:
-    if not _is_int(value) or value < 1:
-        _refuse(name, value, "a positive integer")
-
-
-def _check_seconds(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not (
-        math.isfinite(value) and value >= 0
-    ):
-        _refuse(name, value, "a number of seconds >= 0 (0: no search)")
-
-
-def _check_cache_dir(name: str, value: Any) -> None:
-    if value is None:
-        return
-    if not isinstance(value, str | os.PathLike):
-        _refuse(name, value, "None or a folder path")
-    path = Path(value).expanduser()
-    if path.exists() and not path.is_dir():
-        _refuse(name, value, "a folder (this path is a file)")
-
-
-def _one_of(*choices: str):
-    def check(name: str, value: Any) -> None:
-        if value not in choices:
-            _refuse(name, value, " or ".join(repr(c) for c in choices))
-
-    return check
-
-
-# every field of BackendOptions, with what its value must be (the search dict: parse)
-_OPTION_CHECKS = {
-    "time_limit": _check_seconds,
-    "cache": _check_flag,
-    "cache_dir": _check_cache_dir,
-    "max_partition_ops": _check_count,
-    "max_partition_inputs": _check_count,
+# every field of BackendOptions but the search dict (parse checks that), as (test, what the
+# error says it must be), in SearchConfig's form (mugraph.search.config)
+_OPTION_RULES = {
+    "time_limit": (lambda v: is_number(v) and math.isfinite(v) and v >= 0,
+                   "a number of seconds >= 0 (0: no search)"),
+    "cache": FLAG,
+    "cache_dir": (lambda v: v is None or isinstance(v, str | os.PathLike), "None or a folder path"),
+    "max_partition_ops": POSITIVE_INT,
+    "max_partition_inputs": POSITIVE_INT,
     "elementwise": _one_of("pytorch", "mugraph"),
-    "shape_classes": _check_flag,
+    "shape_classes": FLAG,
     "rest": _one_of("eager", "inductor"),
-    "run_unimproved": _check_flag,
-    "check_capture": _check_flag,
-    "workers": _check_count,
-    "verbose": _check_flag,
+    "run_unimproved": FLAG,
+    "check_capture": FLAG,
+    "workers": POSITIVE_INT,
+    "verbose": FLAG,
 }
+
+
+def _check_options(options: BackendOptions) -> None:
+    for name, (valid, wanted) in _OPTION_RULES.items():
+        if not valid(value := getattr(options, name)):
+            raise BackendOptionError(
+                f"mugraph backend: option {name!r} must be {wanted}, got {value!r}")
+    path = None if options.cache_dir is None else Path(options.cache_dir).expanduser()
+    if path is not None and path.exists() and not path.is_dir():
+        raise BackendOptionError(f"mugraph backend: option 'cache_dir' must be a folder (this "
+                                 f"path is a file), got {options.cache_dir!r}")
 
 
 def _check_search_dict(search: dict) -> None:

@@ -22,11 +22,13 @@ class SearchOptionError(MugraphError):
     """A search option with a value the search cannot use (names the option and the value)."""
 
 
-def _is_int(value) -> bool:
+def is_int(value) -> bool:
+    """An int that is not a bool."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value) -> bool:
+def is_number(value) -> bool:
+    """An int or float that is not a bool."""
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
@@ -37,38 +39,38 @@ def _kinds_of(enum_type):
 # What each field's value must be, as (test, what the error says it must be). A config that
 # breaks one is refused when it is made (SearchConfig(...), with_overrides, a preset), before
 # any search: a value the search cannot use never runs as a silently empty or broken space.
-_POSITIVE_INT = (lambda v: _is_int(v) and v >= 1, "a positive integer")
-_COUNT = (lambda v: _is_int(v) and v >= 0, "an integer >= 0")
-_FLAG = (lambda v: isinstance(v, bool), "True or False")
-_SIZES = (lambda v: v is None or (isinstance(v, tuple) and all(_is_int(x) and x >= 1 for x in v)),
+POSITIVE_INT = (lambda v: is_int(v) and v >= 1, "a positive integer")
+_COUNT = (lambda v: is_int(v) and v >= 0, "an integer >= 0")
+FLAG = (lambda v: isinstance(v, bool), "True or False")
+_SIZES = (lambda v: v is None or (isinstance(v, tuple) and all(is_int(x) and x >= 1 for x in v)),
           "None or a tuple of positive integers")
 _FIELD_RULES: dict[str, tuple] = {
-    **{name: _POSITIVE_INT for name in (
+    **{name: POSITIVE_INT for name in (
         "max_custom_kernels", "min_custom_kernels", "max_kernel_ops", "max_block_ops",
         "min_block_ops", "max_total_block_ops", "max_block_outputs", "max_kernel_inputs",
         "max_blocks", "min_tile", "max_full_split", "verify_rounds", "max_candidates",
         "min_blocks", "keep", "keep_per_structure", "max_structures")},
     # (a unit's config takes the counts of custom kernels and block operators it searches)
     "split_min_extent": _COUNT,
-    **{name: _FLAG for name in (
+    **{name: FLAG for name in (
         "deepening", "split_before_boundary", "split_reads_largest", "abstract_pruning",
         "canonical_form", "label_pruning", "loop_reduced_only", "loop_required")},
     **{name: _SIZES for name in _SIZE_TUPLES},
-    "max_grid_axes": (lambda v: _is_int(v) and 0 <= v <= 3, "0, 1, 2 or 3"),
-    "max_reread_bytes": (lambda v: v is None or (_is_int(v) and v >= 0),
+    "max_grid_axes": (lambda v: is_int(v) and 0 <= v <= 3, "0, 1, 2 or 3"),
+    "max_reread_bytes": (lambda v: v is None or (is_int(v) and v >= 0),
                          "None or an integer >= 0"),
-    "time_limit": (lambda v: _is_number(v) and math.isfinite(v) and v >= 0,
+    "time_limit": (lambda v: is_number(v) and math.isfinite(v) and v >= 0,
                    "a number of seconds >= 0 (0: no search, where a caller allows it)"),
-    "workers": (lambda v: v is None or (_is_int(v) and v >= 1), "None or a positive integer"),
-    "delta": (lambda v: _is_number(v) and 0 < v < 1, "a probability between 0 and 1"),
+    "workers": (lambda v: v is None or (is_int(v) and v >= 1), "None or a positive integer"),
+    "delta": (lambda v: is_number(v) and 0 < v < 1, "a probability between 0 and 1"),
     "block_kinds": (lambda v: v is None or _kinds_of(OpKind)(v),
                     "None or a frozenset of mugraph.ir.ops.OpKind"),
     "kernel_kinds": (_kinds_of(OpKind), "a frozenset of mugraph.ir.ops.OpKind"),
     "accum_kinds": (_kinds_of(AccumKind), "a frozenset of mugraph.ir.ops.AccumKind"),
-    "fmaps": (lambda v: v is None or (isinstance(v, tuple) and all(_is_int(x) for x in v)),
+    "fmaps": (lambda v: v is None or (isinstance(v, tuple) and all(is_int(x) for x in v)),
               "None or a tuple of integers"),
     **{name: (lambda v: v is None or (isinstance(v, tuple) and all(
-        isinstance(t, tuple) and len(t) == 3 and all(_is_int(x) for x in t) for t in v)),
+        isinstance(t, tuple) and len(t) == 3 and all(is_int(x) for x in t) for t in v)),
         "None or a tuple of (x, y, z) integer tuples") for name in ("griddims", "imaps", "omaps")},
     "preset": (lambda v: isinstance(v, str), "a preset name"),
     "extra": (lambda v: isinstance(v, dict), "a dict"),

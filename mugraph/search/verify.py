@@ -818,15 +818,15 @@ def _check_arguments(candidate, program, delta, max_rounds, seed, max_redraws) -
     expect_kernel_graph(candidate, "verify (the candidate)")
     expect_kernel_graph(program, "verify (the program)")
     _check_delta(delta)
-    if not _whole(max_rounds) or max_rounds < 1:
+    if not _integer(max_rounds) or max_rounds < 1:
         raise UnsupportedError(f"verify: max_rounds must be a positive integer, got {max_rounds!r}")
-    if not _whole(max_redraws) or max_redraws < 0:
+    if not _integer(max_redraws) or max_redraws < 0:
         raise UnsupportedError(f"verify: max_redraws must be an integer >= 0, got {max_redraws!r}")
-    if seed is not None and not _whole(seed):
+    if seed is not None and not _integer(seed):
         raise UnsupportedError(f"verify: seed must be None or an integer, got {seed!r}")
 
 
-def _whole(value) -> bool:
+def _integer(value) -> bool:
     """An int (or NumPy integer), not a bool."""
     return isinstance(value, int | np.integer) and not isinstance(value, bool)
 
